@@ -29,6 +29,19 @@ KICKOFF = ("Read {file} in your working directory: it describes the task, the ru
            "Then work on the task until your budget ends, submitting each model worth scoring.")
 
 
+class OpenAICompatible(BaseModel):
+    """How a stack is pointed at an OpenAI-compatible endpoint (a local driver): the driver string its CLI
+    gets and the variables that carry the endpoint. Templates: {model} (the served name), {base_url}
+    (`http://HOST:PORT/v1`), {api_key}."""
+    model_config = ConfigDict(extra="forbid")
+    model: str = "{model}"
+    env: dict[str, str]
+
+    def render(self, *, model: str, base_url: str, api_key: str) -> tuple[str, dict[str, str]]:
+        values = {"model": model, "base_url": base_url, "api_key": api_key}
+        return self.model.format(**values), {k: v.format(**values) for k, v in self.env.items()}
+
+
 class AgentStack(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -48,12 +61,16 @@ class AgentStack(BaseModel):
     path: list[str] = []
     instructions_file: str | None = None  # read by the CLI from its working directory (CLAUDE.md, AGENTS.md ...)
     transcript: Literal["none", "claude", "codex", "gemini", "opencode", "openhands", "litellm"] = "none"
+    openai_compatible: OpenAICompatible | None = None  # None: the stack cannot use local drivers
 
     def supports(self, driver: str) -> bool:
         return not self.driver_families or any(fnmatch.fnmatchcase(driver, g) for g in self.driver_families)
 
-    def missing_credentials(self, environ: dict[str, str]) -> list[str]:
-        return [name for name in self.credentials if not environ.get(name)]
+    def missing_credentials(self, environ: dict[str, str], local_driver: bool = False) -> list[str]:
+        """Credentials the launcher lacks; with a local driver, those its endpoint variables provide are not
+        needed (the sweep's server hands out its own key)."""
+        given = set(self.openai_compatible.env) if local_driver and self.openai_compatible else set()
+        return [name for name in self.credentials if not environ.get(name) and name not in given]
 
     def env(self, base: dict[str, str], driver: str) -> dict[str, str]:
         """`base` (agent_env's) with this stack's directories on PATH and its driver variable."""
@@ -78,14 +95,19 @@ class AgentStack(BaseModel):
         subst = {"python": sys.executable, "workspace": str(workspace), "driver": driver, "seed": seed,
                  "stack_dir": str(stack_dir), "prompt": KICKOFF.format(file=self.instructions_file or
                                                                        "../instructions.md")}
-        argv = [part.format(**subst) for part in self.command]
-        for key, value in {**self.args, **overrides}.items():
-            flag = "--" + key.replace("_", "-")
-            if value is True:
-                argv.append(flag)
-            elif value is not False and value is not None:  # not `in (False, None)`: 0 == False
-                argv += [flag, str(value)]
-        return argv
+        return [part.format(**subst) for part in self.command] + cli_flags({**self.args, **overrides})
+
+
+def cli_flags(options: dict[str, Any]) -> list[str]:
+    """{max_steps: 3, fast: true, skip: null} → --max-steps 3 --fast (false and null leave the flag out)."""
+    argv: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is not False and value is not None:  # not `in (False, None)`: 0 == False
+            argv += [flag, str(value)]
+    return argv
 
 
 def known_modes() -> list[str]:

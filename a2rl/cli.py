@@ -60,6 +60,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """One line per run: state (from the run's own files, checked against the scheduler), job, best score."""
     from tabulate import tabulate
 
+    from a2rl.driver import DriverEndpoint, endpoint_path, jobs_path
     from a2rl.monitor import collect, jobs_alive
     from a2rl.report import RunResult
     from a2rl.sweepdir import SweepDir
@@ -82,14 +83,20 @@ def cmd_status(args: argparse.Namespace) -> int:
                       sweep.queue.count(run.run_id), "" if best is None else f"{best:.2f}", reason])
     print(tabulate(table, headers=["run", "state", "job", "scheduler", "submissions", "best", "reason"]))
     print(st.line(0).split("] ", 1)[1] + f" · {st.graders_alive} grader(s) alive"
-          + f" · grader jobs {', '.join(jobs_alive(sweep)) or 'none'}")
+          + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs)) or 'none'}")
+    for name in sweep.spec.local_drivers:
+        endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))
+        state = "no endpoint yet" if endpoint is None else \
+            f"{'serving' if endpoint.live() else endpoint.state + (': ' + endpoint.note if endpoint.note else '')}" \
+            f" {endpoint.model} at {endpoint.base_url}"
+        print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name))) or 'none'}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    """Cancel a sweep's unfinished runs (or one run) and, for a whole sweep, its graders."""
+    """Cancel a sweep's unfinished runs (or one run) and, for a whole sweep, its graders and driver servers."""
     from a2rl.executor import cancel_jobs
-    from a2rl.monitor import collect, grader_jobs
+    from a2rl.monitor import collect, service_jobs
     from a2rl.records import atomic_write_text
     from a2rl.sweepdir import SweepDir
 
@@ -105,8 +112,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             continue
         atomic_write_text(sweep.run_dir(run.run_id) / "cancelled", "")
         by_kind.setdefault(status.executor or "local", []).append(status.job_id)
-    if args.run is None and (graders := grader_jobs(sweep)):
-        by_kind.setdefault(graders.executor, []).extend(graders.job_ids)
+    for service in service_jobs(sweep) if args.run is None else []:
+        by_kind.setdefault(service.executor, []).extend(service.job_ids)
     for kind, ids in by_kind.items():
         cancel_jobs(kind, ids)
         print(f"cancelled {len(ids)} {kind} job(s): {' '.join(ids)}")

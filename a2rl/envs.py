@@ -59,14 +59,15 @@ def parse_action(completion: str) -> str:
 
 
 def react_prompt(header: str, episode: Episode, fits: Fits | None = None) -> str:
-    """The prompt for the episode's next action. When it does not fit, the oldest turns go first, then the
-    text is cut from the left: a model with a short context sees what it would have seen last anyway."""
+    """The prompt for the episode's next action. When it does not fit, the oldest turns after the first go
+    (the first observation states the task), then the first, then the text is cut from the left: a model with a
+    short context sees what it would have seen last anyway."""
     turns = [f"Observation: {o}\nAction: {a}\n" for o, a in zip(episode.observations, episode.actions)]
     tail = f"Observation: {episode.observations[-1]}\nAction:"
     head = header.rstrip("\n") + "\n\n" if header else ""
     prompt = head + "".join(turns) + tail
     while fits is not None and not fits(prompt) and turns:
-        turns.pop(0)
+        turns.pop(1 if len(turns) > 1 else 0)
         prompt = head + "".join(turns) + tail
     while fits is not None and not fits(prompt) and len(prompt) > 1:
         prompt = prompt[len(prompt) // 8 or 1:]

@@ -6,6 +6,7 @@ is executed. Thread count comes from the environment (OMP_NUM_THREADS), set by t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -22,23 +23,38 @@ from transformers import (
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
+def stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    """`stop` as a tuple of stop strings (none for None)."""
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if not all(isinstance(s, str) and s for s in stops):
+        raise ValueError(f"stop strings must be non-empty strings, got {stop!r}")
+    return stops
+
+
+def cut_at_stop(text: str, stop: str | Sequence[str] | None) -> str:
+    """`text` up to the earliest occurrence of any stop string."""
+    return text[: min((i for s in stop_strings(stop) if (i := text.find(s)) >= 0), default=len(text))]
+
+
 class StopOnString(StoppingCriteria):
-    """Marks a sequence done once its generated text contains `stop`.
+    """Marks a sequence done once its generated text contains any of the stop strings.
 
     Only the last few tokens are decoded per step: every token carries at least one byte, so an
-    occurrence that ends in the newest token lies within the last len(stop in bytes) tokens.
+    occurrence that ends in the newest token lies within the last len(longest stop in bytes) tokens.
+    transformers' own `stop_strings` is not used: it also matches a stop string that begins in the prompt.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: str, prompt_len: int):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: str | Sequence[str], prompt_len: int):
         self.tokenizer = tokenizer
-        self.stop = stop
+        self.stops = stop_strings(stop)
         self.prompt_len = prompt_len
-        self.window = len(stop.encode())
+        self.window = max(len(s.encode()) for s in self.stops)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
         start = max(self.prompt_len, input_ids.shape[1] - self.window)
         tails = self.tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True)
-        return torch.tensor([self.stop in t for t in tails], dtype=torch.bool, device=input_ids.device)
+        return torch.tensor([any(s in t for s in self.stops) for t in tails], dtype=torch.bool,
+                            device=input_ids.device)
 
 
 class Generator:
@@ -67,8 +83,12 @@ class Generator:
         return cls(model, tokenizer)
 
     def generate(
-        self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64, stop: str | None = "\n"
+        self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
+        stop: str | Sequence[str] | None = "\n",
     ) -> list[str]:
+        """Greedy completions, each cut at the earliest of the stop strings; a batch stops decoding once every
+        sequence in it has produced one (or EOS)."""
+        stops = stop_strings(stop)
         # A fresh config, so sampling settings shipped with a submission cannot change grading.
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
@@ -82,16 +102,16 @@ class Generator:
         outputs: list[str] = [""] * len(prompts)
         for lo in range(0, len(order), batch_size):
             idx = order[lo : lo + batch_size]
-            for i, text in zip(idx, self._generate_batch([prompts[i] for i in idx], config, stop)):
+            for i, text in zip(idx, self._generate_batch([prompts[i] for i in idx], config, stops)):
                 outputs[i] = text
         return outputs
 
     @torch.inference_mode()
-    def _generate_batch(self, prompts: list[str], config: GenerationConfig, stop: str | None) -> list[str]:
+    def _generate_batch(self, prompts: list[str], config: GenerationConfig, stops: tuple[str, ...]) -> list[str]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
         enc = enc.to(self.model.device)
         prompt_len = enc["input_ids"].shape[1]
-        criteria = StoppingCriteriaList([StopOnString(self.tokenizer, stop, prompt_len)] if stop else [])
+        criteria = StoppingCriteriaList([StopOnString(self.tokenizer, stops, prompt_len)] if stops else [])
         out = self.model.generate(**enc, generation_config=config, stopping_criteria=criteria)
         texts = self.tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
-        return [t.split(stop, 1)[0] for t in texts] if stop else texts
+        return [cut_at_stop(t, stops) for t in texts]

@@ -27,18 +27,20 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from a2rl.agent import AgentProcess, agent_registry, mode_text
+from a2rl.agent import AgentProcess, AgentStack, agent_registry, mode_text
 from a2rl.baseline import BaselineRecord, baseline_path
 from a2rl.budget import Budget
+from a2rl.driver import wait_for_endpoint
 from a2rl.executor import SIGNAL_DELAY_S
 from a2rl.models import resolve_model
-from a2rl.recording import parse_usage
+from a2rl.recording import archive_workspace, parse_usage
 from a2rl.records import Record, atomic_write_text, now
 from a2rl.registry import HOME
 from a2rl.report import RunResult, build_result
 from a2rl.runreport import write_run_report
 from a2rl.server import GradingAPI
 from a2rl.submit import RunSubmitter
+from a2rl.sweep import local_driver_name
 from a2rl.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
 from a2rl.tasks import get_task
 from a2rl.workspace import RunMeta, Workspace, agent_env, create_workspace
@@ -144,6 +146,7 @@ class AgentRun:
         self.state = "finishing"
         self.beat()
         result = self._result(status, reason, exit_code)
+        self._archive_workspace()
         report(self.sweep, self.run.run_id, result)
         write_result(self.sweep, result)
         self._stop.set()
@@ -172,12 +175,16 @@ class AgentRun:
             meta.last_submit_time = now()
             meta.dump(ws.meta_path)
 
+        driver, endpoint_env = run.driver, {}
+        if (local := local_driver_name(run.driver)) is not None:
+            driver, endpoint_env = self._connect_local_driver(local, stack)
         with GradingAPI(self.submitter, self.budget, on_submit=on_submit,
                         wrap_up=lambda: (ws.root / "WRAP_UP").exists()) as api:
             env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=api.url,
                                       cpus=spec.resources.cpus, passthrough=[*stack.passthrough_env,
-                                                                             *stack.credentials]), run.driver)
-            argv = stack.argv(run.agent.args, workspace=ws.root, driver=run.driver, seed=run.seed,
+                                                                             *stack.credentials]), driver)
+            env.update(endpoint_env)
+            argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
                               stack_dir=agents.path(run.agent.name).parent)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
                       f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
@@ -191,6 +198,33 @@ class AgentRun:
             if status == "timeout":
                 self._auto_submit(ws)
         return status, code
+
+    def _archive_workspace(self) -> None:
+        """Keep what the agent left where the sweep is (node-local scratch goes with the job); never fails the run."""
+        ws = self.sweep.workspace(self.run.run_id)
+        settings = self.sweep.spec.recording
+        if not settings.archive_workspace or not ws.is_dir() or self.sweep.root in ws.resolve().parents:
+            return
+        try:
+            archive = archive_workspace(ws, self.dir / "workspace", self.run.run_id, settings)
+            self._log(f"workspace archived to {self.dir / 'workspace'}: {len(archive.files)} files, "
+                      f"{archive.total_bytes / 2**20:.1f} MiB ({len(archive.skipped)} skipped, see manifest.json)")
+        except Exception:
+            log.exception("archiving the workspace of %s failed", self.run.run_id)
+
+    def _connect_local_driver(self, name: str, stack: AgentStack) -> tuple[str, dict[str, str]]:
+        """Wait for the sweep's server of this driver (not the agent's time); the driver string and the
+        endpoint variables for the stack."""
+        self._log(f"waiting for local driver {name!r} (budget paused)")
+        self.budget.pause()
+        try:
+            endpoint = wait_for_endpoint(self.sweep, name, self.sweep.spec.local_drivers[name].startup_timeout_s)
+        finally:
+            self.budget.resume()
+        self._log(f"local driver {name!r}: model {endpoint.model!r} at {endpoint.base_url} ({endpoint.backend})")
+        assert stack.openai_compatible is not None  # checked when the sweep was loaded
+        return stack.openai_compatible.render(model=endpoint.model, base_url=endpoint.base_url,
+                                              api_key=endpoint.api_key)
 
     def _supervise(self, proc: AgentProcess, ws: Workspace) -> tuple[str, int | None]:
         warn_before = min(WRAP_UP_S, 0.05 * self.run.budget_s)

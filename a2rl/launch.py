@@ -21,13 +21,14 @@ from tabulate import tabulate
 from a2rl.agent import agent_registry
 from a2rl.errors import SpecError
 from a2rl.executor import Shape, make_executor, max_array_size, profile_of, resolve_kind, submit_array
+from a2rl.driver import DriverServerJob, drivers_used, jobs_path
 from a2rl.grader import GraderJob
 from a2rl.job import run_agent_job
-from a2rl.monitor import collect, jobs_alive, record_grader_job
+from a2rl.monitor import collect, jobs_alive, record_service_job
 from a2rl.records import now
 from a2rl.report import RunResult
 from a2rl.runspec import RunSpec, expand
-from a2rl.sweep import SweepSpec, load_sweep
+from a2rl.sweep import SweepSpec, load_sweep, local_driver_name
 from a2rl.sweepdir import RunStatus, SweepDir
 from a2rl.tasks import get_task
 
@@ -60,6 +61,7 @@ class Launcher:
         self.folder = sweep.jobs / time.strftime("%Y%m%d-%H%M%S")
         self.jobs: dict[str, submitit.Job] = {}  # run_id → job submitted by this launcher
         self.grader_jobs: list[submitit.Job] = []
+        self.driver_jobs: list[submitit.Job] = []  # local driver servers
 
     def prepare(self) -> None:
         """Offline preparation the runs share: task data, built-in models."""
@@ -75,7 +77,7 @@ class Launcher:
     def submit(self, runs: list[RunSpec]) -> None:
         """The graders the sweep lacks, then the runs: one array per resource shape (split at MaxArraySize)."""
         g, r = self.spec.grader, self.spec.resources
-        alive = len(jobs_alive(self.sweep))
+        alive = len(jobs_alive(self.sweep.grader_jobs))
         grader_ex = make_executor(self.spec, self.folder, self.kind, Shape(
             f"a2rl-grader-{self.spec.name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, g.cpus, g.gpus,
             g.mem_gb))
@@ -86,7 +88,17 @@ class Launcher:
             for i in range(alive, g.workers):
                 job = grader_ex.submit(GraderJob(str(self.sweep.root), i))
                 self.grader_jobs.append(job)
-                record_grader_job(self.sweep, self.kind, str(job.job_id))
+                record_service_job(self.sweep.grader_jobs, self.kind, str(job.job_id))
+            for name in drivers_used(runs):  # before the runs, which wait for them
+                if jobs_alive(jobs_path(self.sweep, name)):
+                    continue
+                d = self.spec.local_drivers[name]
+                ex = make_executor(self.spec, self.folder, self.kind, Shape(
+                    f"a2rl-driver-{name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, d.cpus, d.gpus,
+                    d.mem_gb))
+                job = ex.submit(DriverServerJob(str(self.sweep.root), name))
+                self.driver_jobs.append(job)
+                record_service_job(jobs_path(self.sweep, name), self.kind, str(job.job_id))
             jobs = submit_array(agent_ex, self.kind, run_agent_job,
                                 [(str(self.sweep.root), run.run_id) for run in runs], array_size)
         for run, job in zip(runs, jobs):
@@ -108,7 +120,7 @@ class Launcher:
                     warned.add(key)
                     print(f"\nERROR: baseline for {key} failed: {rec.error}", flush=True)
             if st.graders_alive == 0 and st.pending_submissions and "grader" not in warned \
-                    and not any(jobs_alive(self.sweep)):
+                    and not any(jobs_alive(self.sweep.grader_jobs)):
                 warned.add("grader")
                 print(f"\nWARNING: {st.pending_submissions} submission(s) queued but no grader is running; "
                       f"relaunch the sweep to start one", flush=True)
@@ -144,8 +156,12 @@ def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool) -> li
 def check_credentials(spec: SweepSpec) -> None:
     """Credentials are the launcher's to give: a missing one fails here, not hours later in a queued job."""
     agents = agent_registry([Path(p) for p in spec.agent_paths])
-    problems = [f"agents[{i}]: agent {a.name!r} needs {name}, which is not set"
-                for i, a in enumerate(spec.agent_entries) for name in agents.get(a.name).missing_credentials(os.environ)]
+    problems = []
+    for i, a in enumerate(spec.agent_entries):
+        stack = agents.get(a.name)
+        drivers = spec.drivers_of(a) if stack.needs_driver else ["none"]
+        missing = {name for d in drivers for name in stack.missing_credentials(os.environ, local_driver_name(d) is not None)}
+        problems += [f"agents[{i}]: agent {a.name!r} needs {name}, which is not set" for name in sorted(missing)]
     if problems:
         raise SpecError(problems)
 
@@ -211,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"all {len(runs)} runs have finished; nothing to submit")
     else:
         launcher.submit(todo)  # also replaces graders that are gone
-        print(f"submitted {len(todo)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s) "
+        drivers = f", {len(launcher.driver_jobs)} local driver server(s)" if launcher.driver_jobs else ""
+        print(f"submitted {len(todo)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
               f"to the {kind} executor")
     if not args.wait:
         print(f"follow with: python -m a2rl.launch {sweep.root} --wait   "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from filelock import FileLock
 
@@ -47,22 +48,23 @@ class SweepState:
         return " · ".join(parts)
 
 
-class GraderJobs(Record):
-    """Grader jobs submitted for the sweep, so status and cancel can find them."""
+class ServiceJobs(Record):
+    """Jobs submitted for a sweep's services (graders, local driver servers), so status and cancel find them."""
     executor: str
     job_ids: list[str]
 
 
-def record_grader_job(sweep: SweepDir, kind: str, job_id: str) -> None:
-    path = sweep.graders / "jobs.json"
+def record_service_job(path: Path, kind: str, job_id: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        rec = GraderJobs.load_or_none(path) or GraderJobs(executor=kind, job_ids=[])
-        GraderJobs(executor=kind, job_ids=[*rec.job_ids, job_id]).dump(path)
+        rec = ServiceJobs.load_or_none(path) or ServiceJobs(executor=kind, job_ids=[])
+        ServiceJobs(executor=kind, job_ids=[*rec.job_ids, job_id]).dump(path)
 
 
-def grader_jobs(sweep: SweepDir) -> GraderJobs | None:
-    return GraderJobs.load_or_none(sweep.graders / "jobs.json")
+def service_jobs(sweep: SweepDir) -> list[ServiceJobs]:
+    """Every service's job record: the graders' and each local driver's."""
+    paths = [sweep.graders / "jobs.json", *sorted(sweep.drivers.glob("*/jobs.json"))]
+    return [rec for p in paths if (rec := ServiceJobs.load_or_none(p)) is not None]
 
 
 def job_states(kind: str, job_ids: list[str]) -> dict[str, JobState]:
@@ -71,9 +73,9 @@ def job_states(kind: str, job_ids: list[str]) -> dict[str, JobState]:
     return {j: local_state(j) for j in job_ids}
 
 
-def jobs_alive(sweep: SweepDir) -> list[str]:
-    """Grader jobs the scheduler still has (or cannot rule out)."""
-    rec = grader_jobs(sweep)
+def jobs_alive(path: Path) -> list[str]:
+    """The jobs recorded at `path` that the scheduler still has (or cannot rule out)."""
+    rec = ServiceJobs.load_or_none(path)
     if rec is None:
         return []
     return [j for j, s in job_states(rec.executor, rec.job_ids).items() if s.alive is not False]

@@ -17,13 +17,14 @@ import fnmatch
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel
 
-from a2rl.records import Record, atomic_write_text, now
+from a2rl.records import Record, atomic_write_text, now, sha256_file
 from a2rl.sweep import RecordingSettings
 
 MB = 1 << 20
@@ -159,7 +160,7 @@ class SnapshotFile(BaseModel):
 class SkippedFile(BaseModel):
     path: str
     size: int
-    reason: str  # "over max_file_mb", "over max_total_mb", "symlink", "unreadable"
+    reason: str  # "over <cap>" (max_file_mb, max_total_mb, workspace_max_*), "symlink", "unreadable"
 
 
 class CodeSnapshot(Record):
@@ -188,24 +189,31 @@ def load_snapshots(sweep_root: Path, run_id: str) -> list[CodeSnapshot]:
     return [CodeSnapshot.load(p) for p in sorted(snapshot_dir(sweep_root, run_id).glob("[0-9]*.json"))]
 
 
-def _walk(code: Path, settings: RecordingSettings) -> tuple[list[tuple[str, Path, int]], list[SkippedFile]]:
-    excluded = lambda name: any(fnmatch.fnmatch(name, g) for g in settings.exclude)  # noqa: E731
+def _walk(root: Path, exclude: list[str], max_file_mb: float, max_total_mb: float, caps: tuple[str, str],
+          skip_top: frozenset[str] = frozenset()) -> tuple[list[tuple[str, Path, int]], list[SkippedFile]]:
+    """Files under root to keep, in path order, within the caps (`caps` names them in skip reasons)."""
+    excluded = lambda name: any(fnmatch.fnmatch(name, g) for g in exclude)  # noqa: E731
     keep, skipped, total = [], [], 0
-    for dirpath, dirnames, filenames in os.walk(code):
-        dirnames[:] = sorted(d for d in dirnames if not excluded(d))
+    for dirpath, dirnames, filenames in os.walk(root):
+        top = Path(dirpath) == root
+        dirnames[:] = sorted(d for d in dirnames if not excluded(d) and not (top and d in skip_top))
         for name in sorted(filenames):
             full = Path(dirpath) / name
-            rel = str(full.relative_to(code))
-            if excluded(name):
+            rel = str(full.relative_to(root))
+            if excluded(name) or (top and name in skip_top):
                 continue
             if full.is_symlink():  # could point anywhere (the base model, outside the workspace)
                 skipped.append(SkippedFile(path=rel, size=0, reason="symlink"))
                 continue
-            size = full.stat().st_size
-            if size > settings.max_file_mb * MB:
-                skipped.append(SkippedFile(path=rel, size=size, reason="over max_file_mb"))
-            elif total + size > settings.max_total_mb * MB:
-                skipped.append(SkippedFile(path=rel, size=size, reason="over max_total_mb"))
+            try:
+                size = full.stat().st_size
+            except OSError:
+                skipped.append(SkippedFile(path=rel, size=0, reason="unreadable"))
+                continue
+            if size > max_file_mb * MB:
+                skipped.append(SkippedFile(path=rel, size=size, reason=f"over {caps[0]}"))
+            elif total + size > max_total_mb * MB:
+                skipped.append(SkippedFile(path=rel, size=size, reason=f"over {caps[1]}"))
             else:
                 keep.append((rel, full, size))
                 total += size
@@ -254,7 +262,8 @@ def unified_diff(sweep_root: Path, before: dict[str, str], after: dict[str, str]
 def snapshot_code(sweep_root: Path, run_id: str, code: Path, *, submission_id: str, seq: int,
                   settings: RecordingSettings) -> CodeSnapshot:
     """Record code/ as it is at submission `seq`, and its diff to the run's previous snapshot."""
-    keep, skipped = _walk(code, settings)
+    keep, skipped = _walk(code, settings.exclude, settings.max_file_mb, settings.max_total_mb,
+                          ("max_file_mb", "max_total_mb"))
     files = []
     for rel, full, size in keep:
         try:
@@ -283,3 +292,43 @@ def snapshot_text(sweep_root: Path, snap: CodeSnapshot) -> Iterator[tuple[str, s
         lines = _lines(sweep_root, f.sha256)
         if lines is not None:
             yield f.path, "".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ workspaces
+WORKSPACE_SKIP = frozenset({"data", "models", "home", "tmp"})  # copies of inputs, links, caches
+
+
+class WorkspaceArchive(Record):
+    """runs/<id>/workspace/manifest.json: what of the agent's workspace was kept after the run."""
+    run_id: str
+    source: str  # the workspace on scratch
+    archived_at: float
+    files: list[SnapshotFile]
+    skipped: list[SkippedFile]
+    total_bytes: int
+
+
+def archive_workspace(ws_root: Path, dest: Path, run_id: str, settings: RecordingSettings) -> WorkspaceArchive:
+    """Copy what the agent left (code/, output/ without weights, its top-level files) to `dest` in the sweep
+    directory, so it stays browsable when scratch is node-local; within the recording caps. Replaces an
+    earlier archive of the run (a resumed run's is newer)."""
+    keep, skipped = _walk(ws_root, settings.exclude, settings.workspace_max_file_mb, settings.workspace_max_mb,
+                          ("workspace_max_file_mb", "workspace_max_mb"), WORKSPACE_SKIP)
+    tmp = dest.with_name(f".{dest.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    files = []
+    for rel, full, size in keep:
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(full, target)
+        except OSError:
+            skipped.append(SkippedFile(path=rel, size=size, reason="unreadable"))
+            continue
+        files.append(SnapshotFile(path=rel, sha256=sha256_file(target), size=target.stat().st_size))
+    archive = WorkspaceArchive(run_id=run_id, source=str(ws_root), archived_at=now(), files=files, skipped=skipped,
+                               total_bytes=sum(f.size for f in files))
+    archive.dump(tmp / "manifest.json")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return archive

@@ -7,6 +7,7 @@ instead of guessing. Writes go to a temp file in the same directory and are rena
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -83,6 +84,14 @@ def _write_temp(path: Path, text: str) -> str:
 
 def atomic_write_text(path: Path, text: str) -> None:
     os.replace(_write_temp(path, text), path)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def now() -> float:

@@ -17,6 +17,7 @@ from a2rl.models import BUILTIN_PREFIX, check_model_ref
 from a2rl.registry import load_yaml
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+LOCAL_DRIVER = "local:"  # drivers served by the sweep itself: `local:<name of a local_drivers entry>`
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
@@ -94,11 +95,28 @@ class GraderSettings(_Strict):
     task_options: dict[str, dict[str, Any]] = {}  # per task, merged over task.yaml's `eval` (judge endpoints...)
 
 
+class LocalDriver(_Strict):
+    """An open-weight driver LLM served by a job of the sweep behind an OpenAI-compatible API (driver.py);
+    runs use it as driver `local:<name>`."""
+    model: str  # a directory, or builtin:NAME
+    backend: Literal["vllm", "transformers"] = "vllm"  # transformers: a2rl's own server (CPU, small models)
+    served_name: str | None = None  # the model name agents ask for; default: the driver's name
+    cpus: int = Field(4, ge=1)
+    gpus: int = Field(1, ge=0)
+    mem_gb: float = Field(64, gt=0)
+    args: dict[str, Any] = {}  # further `vllm serve` options, e.g. {max_model_len: 32768}
+    startup_timeout_s: float = Field(1800, gt=0)  # a run waits this long for the server (budget paused)
+
+
 class RecordingSettings(_Strict):
-    """Code snapshots taken at each submission (see recording.py)."""
+    """Code snapshots taken at each submission, and the workspace archived after the run (see recording.py)."""
     max_file_mb: float = Field(1, gt=0)  # larger files are skipped (and listed as skipped)
     max_total_mb: float = Field(50, gt=0)  # per snapshot; files past it are skipped
     exclude: list[str] = [".git", "__pycache__", ".venv", "wandb", "*.safetensors", "*.bin", "*.pt"]
+    # after the run, workspaces outside the sweep directory (node-local scratch) are copied into it
+    archive_workspace: bool = True
+    workspace_max_file_mb: float = Field(20, gt=0)
+    workspace_max_mb: float = Field(200, gt=0)
 
 
 class SweepSpec(_Strict):
@@ -115,6 +133,7 @@ class SweepSpec(_Strict):
     resources: Resources = Resources()
     grader: GraderSettings = GraderSettings()
     recording: RecordingSettings = RecordingSettings()
+    local_drivers: dict[str, LocalDriver] = {}
     scratch_root: str | None = None  # workspaces: a path ($VARS expand in the job) or `sweep`; see SweepDir
     data_root: str | None = None  # prepared task data; default ~/.cache/a2rl/data
     task_paths: list[str] = []  # extra task folders
@@ -158,6 +177,10 @@ class SweepSpec(_Strict):
         return [m for m in self.models if isinstance(m, ModelEntry)]
 
 
+def local_driver_name(driver: str) -> str | None:
+    return driver.removeprefix(LOCAL_DRIVER) if driver.startswith(LOCAL_DRIVER) else None
+
+
 def _model_name(path: str) -> str:
     base = path.removeprefix(BUILTIN_PREFIX).rstrip("/").rsplit("/", 1)[-1]
     return re.sub(r"[^A-Za-z0-9_.-]", "-", base) or "model"
@@ -192,6 +215,7 @@ def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
         "scratch_root": ab(spec.scratch_root), "data_root": ab(spec.data_root),
         "task_paths": [ab(p) for p in spec.task_paths], "agent_paths": [ab(p) for p in spec.agent_paths],
         "grader": spec.grader.model_copy(update={"baseline_cache": ab(spec.grader.baseline_cache)}),
+        "local_drivers": {k: d.model_copy(update={"model": ab(d.model)}) for k, d in spec.local_drivers.items()},
     })
 
 
@@ -228,10 +252,19 @@ def check_references(spec: SweepSpec) -> list[str]:
         except SpecError as e:
             problems += [f"agents[{i}].args: {line}" for line in e.lines]
             continue
-        if stack.needs_driver:
-            problems += [f"agents[{i}]: agent {a.name!r} does not support driver {d!r} "
-                         f"(supports: {', '.join(stack.driver_families)})"
-                         for d in spec.drivers_of(a) if not stack.supports(d)]
+        if not stack.needs_driver:
+            continue
+        for d in spec.drivers_of(a):
+            local = local_driver_name(d)
+            if local is None and not stack.supports(d):
+                problems.append(f"agents[{i}]: agent {a.name!r} does not support driver {d!r} "
+                                f"(supports: {', '.join(stack.driver_families)})")
+            elif local is not None and local not in spec.local_drivers:
+                problems.append(f"agents[{i}]: driver {d!r} names no entry of local_drivers "
+                                f"(defined: {', '.join(spec.local_drivers) or 'none'})")
+            elif local is not None and stack.openai_compatible is None:
+                problems.append(f"agents[{i}]: agent {a.name!r} cannot use local driver {d!r}: its stack declares "
+                                f"no `openai_compatible` endpoint settings")
     modes = known_modes()
     problems += [f"modes[{i}]: unknown mode {m!r} (known: {', '.join(modes)})"
                  for i, m in enumerate(spec.modes) if m not in modes]
@@ -239,6 +272,11 @@ def check_references(spec: SweepSpec) -> list[str]:
         err = check_model_ref(m.path)
         if err:
             problems.append(f"models[{i}].path: {err}")
+    for name, d in spec.local_drivers.items():
+        if not re.match(NAME, name):
+            problems.append(f"local_drivers.{name}: a driver name may hold letters, digits, '_', '.' and '-'")
+        if err := check_model_ref(d.model):
+            problems.append(f"local_drivers.{name}.model: {err}")
     for field in ("task_paths", "agent_paths"):
         for i, p in enumerate(getattr(spec, field)):
             if not Path(p).is_dir():

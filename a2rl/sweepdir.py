@@ -7,7 +7,8 @@
     queue/  ledger/       submission queue and ledger (see submit_queue.py, ledger.py)
     submissions/<id>/     frozen copies of submitted weights, read by the grader
     baselines/            baseline scores per (task, model weights, evaluator version)
-    graders/<holder>.json grader heartbeats
+    graders/<holder>.json grader heartbeats (jobs.json: their jobs)
+    drivers/<name>/       a local driver's endpoint.json and jobs.json (see driver.py)
     jobs/                 submitit's folders, one per launch
 """
 
@@ -77,6 +78,8 @@ class SweepDir:
         self.baselines = self.root / "baselines"
         self.submissions = self.root / "submissions"
         self.graders = self.root / "graders"
+        self.grader_jobs = self.graders / "jobs.json"
+        self.drivers = self.root / "drivers"
         self.jobs = self.root / "jobs"
 
     def exists(self) -> bool:

@@ -44,7 +44,27 @@ def test_batched_equals_one_by_one(generator, unstopped):
 def test_stop_string_cuts_output(generator, unstopped):
     stop = Counter("".join(unstopped)).most_common(1)[0][0]
     assert any(o.split(stop, 1)[0] != o for o in unstopped)
-    assert generator.generate(PROMPTS, max_new_tokens=12, stop=stop) == [o.split(stop, 1)[0] for o in unstopped]
+    expected = [o.split(stop, 1)[0] for o in unstopped]
+    assert generator.generate(PROMPTS, max_new_tokens=12, stop=stop) == expected
+    assert generator.generate(PROMPTS, max_new_tokens=12, stop=[stop]) == expected
+
+
+def two_stops(unstopped: list[str]) -> tuple[str, str]:
+    """The two most common three-character starts of the outputs: each ends a different set of rows early."""
+    (a, _), (b, _) = Counter(o[:3] for o in unstopped).most_common(2)
+    return a, b
+
+
+def test_several_stop_strings_cut_at_the_earliest(generator, unstopped):
+    stops = two_stops(unstopped)
+    cuts = [min((o.find(s) for s in stops if s in o), default=len(o)) for o in unstopped]
+    expected = [o[:i] for o, i in zip(unstopped, cuts)]
+    # One batch with rows cut by either string, at different positions, and rows holding both: in one of the two
+    # orders below the earliest is not the first listed.
+    assert {o[i:i + 3] for o, i in zip(unstopped, cuts) if i < len(o)} == set(stops)
+    assert len(set(cuts)) > 3 and any(all(s in o for s in stops) for o in unstopped)
+    for order in (stops, stops[::-1]):
+        assert generator.generate(PROMPTS, max_new_tokens=12, batch_size=64, stop=list(order)) == expected
 
 
 def test_generation_stops_once_every_sequence_hit_the_stop(generator, unstopped):
@@ -52,13 +72,26 @@ def test_generation_stops_once_every_sequence_hit_the_stop(generator, unstopped)
     stop = Counter(c for o in unstopped for c in set(o[:3])).most_common(1)[0][0]
     chosen = [p for p, o in zip(PROMPTS, unstopped) if stop in o[:3]]
     assert len(chosen) >= 2
+    assert count_forwards(generator, chosen, stop) <= 10  # one forward per new token: 40 without stopping
+
+
+def count_forwards(generator, prompts, stop) -> int:
+    """Model forwards while generating up to 40 new tokens for `prompts` in one batch."""
     forwards = []
     hook = generator.model.register_forward_hook(lambda *_: forwards.append(1))
     try:
-        generator.generate(chosen, max_new_tokens=40, batch_size=len(chosen), stop=stop)
+        generator.generate(prompts, max_new_tokens=40, batch_size=len(prompts), stop=stop)
     finally:
         hook.remove()
-    assert len(forwards) <= 10  # one forward per new token: 40 if generation ran to max_new_tokens
+    return len(forwards)
+
+
+def test_generation_stops_once_every_sequence_hit_one_of_the_stops(generator, unstopped):
+    stops = two_stops(unstopped)
+    chosen = [p for p, o in zip(PROMPTS, unstopped) if o.startswith(stops)]
+    # Each string alone leaves some rows running to max_new_tokens; together they end every row at once.
+    assert [count_forwards(generator, chosen, s) for s in stops] == [40, 40]
+    assert count_forwards(generator, chosen, stops) <= 5
 
 
 def test_refuses_pickled_weights(model_dir, tmp_path):

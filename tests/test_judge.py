@@ -17,7 +17,9 @@ import pytest
 
 from a2rl.grader import evaluate_model
 from a2rl.inference import Generator
-from a2rl.judge import ChatClient, JSONRequestHandler, JudgeError, chat_prompt, running, serve_local_model
+from a2rl.chatserver import serve_local_model
+from a2rl.httpjson import JSONRequestHandler, running
+from a2rl.judge import ChatClient, JudgeError, chat_prompt
 from a2rl.models import weights_hash
 from a2rl.tasks import get_task
 

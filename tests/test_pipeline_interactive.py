@@ -1,8 +1,7 @@
-"""The pipeline agent's interactive route end to end on the offline text-game task (tests/fixtures/textgame).
-
-Measured on 2 cores: the SFT warm-up on the 2 expert trajectories wins both training games (base model: none) and
-earns held-out score points, but wins no held-out game: two training games are too few to generalize from, so
-held-out *success* is not asserted (see the issue's report for the numbers with 12 training games).
+"""The pipeline agent's interactive route on the offline text-game task (tests/fixtures/textgame: 2 training and 2
+held-out Coin Collector games): the SFT warm-up on the expert trajectories wins both training games (the base
+model: none), then GRPO steps real environments. Held-out success over the full task's 48 training games is
+checked through a sweep in tests/test_offline_levels.py.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from a2rl.tasks import get_task  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "textgame"
 TASK = get_task("textworld")
-MAX_STEPS = 15  # walkthroughs take 8-12 actions
+MAX_STEPS = 15  # walkthroughs take 2-6 actions
 
 
 class ScoreTracking:
@@ -75,6 +74,5 @@ def test_sft_then_online_grpo_learns_the_training_games(tmp_path, tiny_model):
     base_train, sft_train = play_split(tiny_model, tmp_path / "train"), play_split(out / "sft", tmp_path / "train")
     assert base_train == (0, 0)
     assert sft_train[0] == 2  # SFT on the expert trajectories wins both training games
-    base_held, sft_held = play_split(tiny_model, tmp_path / "heldout"), play_split(out / "sft", tmp_path / "heldout")
-    assert sft_held[1] > base_held[1] == 0  # held-out progress (score points), not yet held-out wins
+    assert play_split(tiny_model, tmp_path / "heldout") == (0, 0)  # the base model takes no coin
     assert (out / "grpo" / "model.safetensors").is_file()

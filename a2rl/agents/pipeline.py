@@ -1,10 +1,13 @@
 """Reference agent without an LLM: SFT then GRPO with TRL, submitting after each stage.
 
 Runs inside an agent workspace as `python -m a2rl.agents.pipeline [options]`, configured by the
-job's environment: MODEL_PATH (base model), DATA_PATH (train.jsonl with {"prompt", "answer"} rows),
-OUTPUT_DIR (writable), GRADING_SERVER_URL (optional: without it submissions are skipped).
-The expected completion is " <answer>" then a newline; a sample is rewarded when its first line
-equals the answer.
+job's environment: MODEL_PATH (base model), DATA_PATH (the task's train files), OUTPUT_DIR (writable),
+GRADING_SERVER_URL (optional: without it submissions are skipped). The route follows the train files:
+- train.jsonl with {"prompt", "answer"} rows (rule tasks): SFT on " <answer>" then a newline, then GRPO
+  rewarding a sample whose first line equals the answer;
+- train.jsonl with {"instruction", "reference"} rows (judge tasks): SFT on the reference answering the
+  instruction in the grader's chat format; no GRPO, as no rule reward stands in for the judge;
+- trajectories.jsonl (interactive tasks): a2rl.agents.interactive.
 """
 
 from __future__ import annotations
@@ -15,14 +18,19 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import torch
 import transformers
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PrinterCallback,
+                          TrainerCallback)
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
+
+from a2rl.judge import chat_prompt
 
 # Job logs are files: progress bars only add carriage-return noise.
 datasets.disable_progress_bars()
@@ -118,10 +126,6 @@ def sft_stage(args: argparse.Namespace, base: Path, pairs: list[dict[str, str]],
     return save(trainer, tokenizer, out / "sft")
 
 
-def run_sft(args: argparse.Namespace, base: Path, rows: list[dict[str, str]], out: Path) -> Path:
-    return sft_stage(args, base, [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows], out)
-
-
 def grpo_stage(args: argparse.Namespace, base: Path, rows: list[dict], reward_fn, out: Path, **config) -> Path:
     """GRPO on rows with a "prompt" (other columns reach reward_fn as kwargs); the model saved in out/grpo."""
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -145,7 +149,41 @@ def run_grpo(args: argparse.Namespace, base: Path, rows: list[dict[str, str]], o
     return grpo_stage(args, base, [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward, out)
 
 
-# Defaults per route: static prompt/answer rows, or interactive games (trajectories.jsonl, a2rl.agents.interactive).
+def answer_pairs(rows: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase) -> list[dict[str, str]]:
+    return [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows]
+
+
+def judge_pairs(rows: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase) -> list[dict[str, str]]:
+    """The instruction as the single user turn the grader prompts the policy with (a2rl.judge), answered by the
+    reference and EOS: the grader's answer is everything generated up to EOS."""
+    return [{"prompt": chat_prompt(tokenizer, [{"role": "user", "content": r["instruction"]}]),
+             "completion": r["reference"] + tokenizer.eos_token} for r in rows]
+
+
+@dataclass(frozen=True)
+class StaticFormat:
+    """A train.jsonl layout: the fields every row has, its SFT pairs, and its GRPO stage (None: no rule reward)."""
+    fields: tuple[str, ...]
+    sft_pairs: Callable[[list[dict[str, str]], PreTrainedTokenizerBase], list[dict[str, str]]]
+    grpo: Callable[[argparse.Namespace, Path, list[dict[str, str]], Path], Path] | None
+
+
+STATIC_FORMATS = (StaticFormat(("prompt", "answer"), answer_pairs, run_grpo),
+                  StaticFormat(("instruction", "reference"), judge_pairs, None))
+
+
+def data_format(rows: list[dict]) -> StaticFormat:
+    """The format all rows share; an error naming the known formats otherwise."""
+    for fmt in STATIC_FORMATS:
+        if rows and all(set(fmt.fields) <= r.keys() for r in rows):
+            return fmt
+    seen = sorted({k for r in rows for k in r})
+    known = ", ".join("{" + ", ".join(f.fields) + "}" for f in STATIC_FORMATS)
+    raise ValueError(f"train.jsonl: no format this pipeline trains on (rows with fields {known}, or "
+                     f"trajectories.jsonl for interactive tasks); its rows have fields {seen or 'none (no rows)'}")
+
+
+# Defaults per route: static train.jsonl rows, or interactive games (trajectories.jsonl, a2rl.agents.interactive).
 DEFAULTS = {
     "static": dict(sft_steps=700, sft_lr=3e-3, sft_batch_size=32, grpo_steps=150, grpo_lr=1e-4, grpo_prompts=8,
                    num_generations=8, max_completion_length=8),
@@ -186,16 +224,23 @@ def main(argv: list[str] | None = None) -> int:
         return interactive.run(with_defaults(args, "interactive"), model_path, data_path, out)
     args = with_defaults(args, "static")
     rows = load_rows(data_path)
-    log(f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows, base model {model_path}, "
-        f"{torch.get_num_threads()} threads")
+    try:
+        fmt = data_format(rows)
+    except ValueError as e:
+        log(f"error: {e}")
+        return 2
+    log(f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows {{{', '.join(fmt.fields)}}}, "
+        f"base model {model_path}, {torch.get_num_threads()} threads")
     start = model_path
     if args.sft_steps > 0:
         log(f"stage sft: {args.sft_steps} steps")
-        start = run_sft(args, model_path, rows, out)
+        start = sft_stage(args, model_path, fmt.sft_pairs(rows, AutoTokenizer.from_pretrained(model_path)), out)
         submit(start)
-    if args.grpo_steps > 0:
+    if args.grpo_steps > 0 and fmt.grpo is None:
+        log("stage grpo skipped: these rows are scored by a judge model, and no rule reward stands in for it")
+    elif args.grpo_steps > 0:
         log(f"stage grpo: {args.grpo_steps} steps from {start}")
-        submit(run_grpo(args, start, rows, out))
+        submit(fmt.grpo(args, start, rows, out))
     log("done")
     return 0
 

@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from a2rl.inference import cut_at_stop
 from a2rl.sandbox import run_many
 
 # Chen et al. 2021: a new top-level statement ends the function body.
@@ -18,8 +19,7 @@ STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 
 def truncate(completion: str) -> str:
     """`completion` up to the earliest stop sequence."""
-    cut = min((i for s in STOP_SEQUENCES if (i := completion.find(s)) >= 0), default=len(completion))
-    return completion[:cut]
+    return cut_at_stop(completion, STOP_SEQUENCES)
 
 
 def build_program(problem: dict[str, str], completion: str) -> str:
@@ -30,12 +30,13 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     problems = [json.loads(line) for line in (Path(heldout_dir) / "test.jsonl").read_text().splitlines() if line]
     if options.get("limit") is not None:
         problems = problems[: int(options["limit"])]
-    # Generator.generate takes a single stop string; the five stop sequences are applied afterwards.
+    # Decoding stops at the stop sequences, so a finished function costs no more tokens; the completion comes back
+    # cut where truncate() cuts it.
     completions = generator.generate(
         [p["prompt"] for p in problems],
         max_new_tokens=int(options.get("max_new_tokens", 512)),
         batch_size=int(options.get("batch_size", 16)),
-        stop=None,
+        stop=STOP_SEQUENCES,
     )
     results = run_many(
         [build_program(p, c) for p, c in zip(problems, completions)],

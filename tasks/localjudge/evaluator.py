@@ -12,7 +12,8 @@ import json
 import secrets
 from pathlib import Path
 
-from a2rl.judge import ChatClient, compare_to_references, serve_local_model, win_rate_summary
+from a2rl.chatserver import serve_local_model
+from a2rl.judge import ChatClient, compare_to_references, win_rate_summary
 from a2rl.models import resolve_model
 
 

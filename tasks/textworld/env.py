@@ -22,7 +22,7 @@ except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to
 
 HEADER = ("You are playing a text adventure game. Complete the task described in the first observation. "
           "After each observation, write one game command after \"Action:\", e.g. \"go east\", "
-          "\"open antique trunk\", \"take old key from antique trunk\", \"put milk on stove\".")
+          "\"open antique trunk\", \"take coin\", \"put milk on stove\".")
 INFOS = textworld.EnvInfos(won=True, lost=True, score=True, max_score=True, admissible_commands=True,
                            extras=["walkthrough"])
 _WORDS = re.compile(r"[A-Za-z]{2}")

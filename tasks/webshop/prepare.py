@@ -1,0 +1,129 @@
+"""Prepare webshop: WebShop's 1,000-product shop and its human instructions; the grader plays goals 0–99.
+
+Upstream files (princeton-nlp/WebShop `setup.sh -d small`, on Google Drive), read from `source` when given:
+items_shuffle_1000.json (raw products), items_ins_v2_1000.json (attributes per ASIN) and items_human_ins.json
+(crowd-sourced instructions per ASIN). This ports engine.load_products and goal.get_human_goals, then orders the
+goals as SimServer does (random.seed(233); random.shuffle), so goal i is the instruction that
+`WebAgentTextEnv(num_products=1000, human_goals=True).reset(session=i)` poses. Upstream draws each product's price
+(within its range) and each goal's price cap from the unseeded global random; here they come from
+random.Random(SEED) in the same order of calls, so every preparation agrees. (The reference builds
+WebAgentTextEnv(num_products=1000) without human_goals, which makes SimServer pose synthetic goals instead.)
+
+train/: products.jsonl (the shop), goals.jsonl (every goal but the graded ones and their duplicates), env.py and
+react.py (the environment and the grader's ReAct loop). heldout/: products.jsonl and goals.jsonl (goals 0–99).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import a2rl.envs
+from a2rl.taskdata import write_jsonl
+
+FILES = {  # setup.sh's Google Drive ids
+    "items_shuffle_1000.json": "1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib",
+    "items_ins_v2_1000.json": "1IduG0xl544V_A_jv3tHXC0kyFi7PnyBu",
+    "items_human_ins.json": "14Kb5SPBk_jfdLZ_CDBNitW98QLDlKR5O",
+}
+URL = "https://drive.usercontent.google.com/download?id={}&export=download&confirm=t"
+NUM_PRODUCTS = 1000  # the reference's num_products
+N_HELDOUT = 100  # graded goals: 0..N_HELDOUT-1
+SEED = 233  # prices and price caps; the goal order uses SimServer's own seed, also 233
+PRICE_RANGE = [10.0 * i for i in range(1, 100)]  # goal.py
+
+
+def download(file_id: str, path: Path) -> None:
+    urllib.request.urlretrieve(URL.format(file_id), path)
+
+
+def read(name: str, source: Path | None, tmp: Path):
+    """An upstream JSON file: under `source`, or downloaded into `tmp`."""
+    path = Path(source) / name if source is not None else tmp / name
+    if source is None:
+        download(FILES[name], path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RuntimeError(f"{name} is not JSON (Google Drive may have refused the download): fetch it as "
+                           f"WebShop's setup.sh does and run `a2rl prepare webshop --source <its folder>`") from e
+
+
+def load_products(raw: list[dict], attributes: dict, rng: random.Random) -> list[dict]:
+    """engine.load_products(num_products=1000, human_goals=True) and generate_product_prices: the first
+    NUM_PRODUCTS raw products bar bad or repeated ASINs, with what the pages and the reward read."""
+    products, seen = [], set()
+    for p in raw[:NUM_PRODUCTS]:
+        asin = p["asin"]
+        if asin == "nan" or len(asin) > 10 or asin in seen:
+            continue
+        seen.add(asin)
+        pricing = [float(re.sub(r"[^\d.]", "", x)) for x in (p.get("pricing") or "").split("$")[1:]][:2] or [100.0]
+        options = {name.lower(): [o["value"].strip().replace("/", " | ").lower() for o in values]
+                   for name, values in (p["customization_options"] or {}).items() if values is not None}
+        small = p["small_description"]
+        products.append({
+            "asin": asin, "name": p["name"], "Title": p["name"], "Description": p["full_description"],
+            "BulletPoints": small if isinstance(small, list) else [small],
+            "Price": f"${pricing[0]}" if len(pricing) == 1 else f"${pricing[0]} to ${pricing[1]}",
+            "pricing": pricing, "options": options,
+            "Attributes": attributes.get(asin, {}).get("attributes") or ["DUMMY_ATTR"],
+            "category": p["category"], "query": p["query"].lower().strip(), "product_category": p["product_category"],
+        })
+    for product in products:  # generate_product_prices: one draw per ranged product, in catalogue order
+        product["price"] = product["pricing"][0] if len(product["pricing"]) == 1 else rng.uniform(*product["pricing"])
+    return products
+
+
+def human_goals(products: list[dict], human: dict, rng: random.Random) -> list[dict]:
+    """goal.get_human_goals, in WebShop's order (SimServer shuffles with seed 233)."""
+    goals = []
+    for product in products:
+        for ins in human.get(product["asin"], []):
+            if not ins["instruction_attributes"]:
+                continue  # upstream skips instructions without attributes
+            price_range = [p for p in PRICE_RANGE if p > product["price"]][:4]
+            if len(price_range) >= 2:
+                _, price_upper = sorted(rng.sample(price_range, 2))
+                price_text = f", and price lower than {price_upper:.2f} dollars"
+            else:
+                price_upper, price_text = 1000000, ""
+            goals.append({"asin": product["asin"], "category": product["category"], "query": product["query"],
+                          "name": product["name"], "product_category": product["product_category"],
+                          "instruction_text": ins["instruction"].strip(".") + price_text,
+                          "attributes": ins["instruction_attributes"], "price_upper": price_upper,
+                          "goal_options": ins["instruction_options"]})
+    random.Random(233).shuffle(goals)
+    return goals
+
+
+def split(goals: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(train, graded): goals 0..N_HELDOUT-1 are graded; train drops any other goal asking the same of the same
+    product (the human data repeats a few instructions)."""
+    if len(goals) <= N_HELDOUT:
+        raise ValueError(f"the source yields {len(goals)} goals; grading {N_HELDOUT} leaves none to train on")
+
+    def key(goal: dict) -> tuple[str, str]:
+        return goal["asin"], goal["instruction_text"].split(", and price lower than ")[0]
+
+    graded = goals[:N_HELDOUT]
+    taken = {key(g) for g in graded}
+    return [g for g in goals[N_HELDOUT:] if key(g) not in taken], graded
+
+
+def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, attributes, human = (read(name, source, Path(tmp)) for name in FILES)
+    rng = random.Random(SEED)
+    products = load_products(raw, attributes, rng)
+    train, graded = split(human_goals(products, human, rng))
+    for directory, goals in ((Path(train_dir), train), (Path(heldout_dir), graded)):
+        write_jsonl(directory / "products.jsonl", products)
+        write_jsonl(directory / "goals.jsonl", goals)
+    shutil.copyfile(Path(__file__).with_name("env.py"), Path(train_dir) / "env.py")
+    shutil.copyfile(a2rl.envs.__file__, Path(train_dir) / "react.py")

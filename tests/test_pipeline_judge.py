@@ -1,0 +1,106 @@
+"""The pipeline agent's static route on a judge task (localjudge): SFT pairs in the grader's own prompt format, no
+GRPO (no rule reward), and a clear error for train rows it does not know."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+from transformers import AutoTokenizer  # noqa: E402
+
+from a2rl.agents.pipeline import data_format, judge_pairs  # noqa: E402
+from a2rl.inference import Generator  # noqa: E402
+from a2rl.judge import Completion, compare_to_references  # noqa: E402
+from a2rl.tasks import TaskData, get_task  # noqa: E402
+
+TASK = get_task("localjudge")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> TaskData:
+    return TASK.ensure_prepared(tmp_path_factory.mktemp("data"))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+class RecordingPolicy:
+    """Stands in for the grader's Generator: remembers the prompts the judge protocol feeds the policy."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.prompts = tokenizer, []
+
+    def generate(self, prompts, *, max_new_tokens, batch_size=64, stop="\n"):
+        self.prompts += prompts
+        return ["4"] * len(prompts)
+
+
+class AlwaysA:
+    def chat_many(self, conversations, **kwargs):
+        return [Completion("A", (), "fake", None) for _ in conversations]
+
+
+def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_model):
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    rows = read_jsonl(data.train_dir / "train.jsonl")[:50]
+    assert data_format(rows).grpo is None  # a judge task: no rule reward
+    pairs = judge_pairs(rows, tok)
+    policy = RecordingPolicy(tok)
+    compare_to_references(policy, [r["instruction"] for r in rows], [r["reference"] for r in rows], AlwaysA(),
+                          max_new_tokens=64, batch_size=64)
+    assert [p["prompt"] for p in pairs] == policy.prompts
+    for pair, row in zip(pairs, rows):
+        assert pair["completion"] == row["reference"] + tok.eos_token  # the grader's answer ends at EOS
+        # As TRL tokenizes them: the prompt's tokens (those the grader feeds) are where the sequence starts.
+        prompt_ids = tok(pair["prompt"])["input_ids"]
+        assert tok(pair["prompt"] + pair["completion"])["input_ids"][: len(prompt_ids)] == prompt_ids
+
+
+def test_unknown_rows_are_a_clear_error():
+    assert data_format([{"prompt": "1+1=", "answer": "2"}]).grpo is not None
+    with pytest.raises(ValueError, match=r"no format .*\{prompt, answer\}.*\{instruction, reference\}.*"
+                                         r"fields \['answer', 'question'\]"):
+        data_format([{"question": "1+1?", "answer": "2"}])  # gsm8k's rows
+    with pytest.raises(ValueError, match="no rows"):
+        data_format([])
+
+
+def run_pipeline(data: Path, model: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    # One thread: the tiny model gains nothing from more, and on a busy machine their spin-waits cost minutes.
+    env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out), TASK="localjudge",
+               OMP_NUM_THREADS="1")
+    env.pop("GRADING_SERVER_URL", None)
+    return subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_pipeline_trains_on_judge_rows_and_skips_grpo(data, tiny_model, tmp_path):
+    out = tmp_path / "out"
+    proc = run_pipeline(data.train_dir, tiny_model, out, "--sft-steps", "30")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2000 train rows {instruction, reference}" in proc.stdout
+    assert "stage grpo skipped: these rows are scored by a judge model" in proc.stdout
+    assert (out / "sft" / "model.safetensors").is_file() and not (out / "grpo").exists()
+
+    # Prompted as the grader prompts it, the base model rambles to the token limit and strips to nothing; after
+    # 30 steps the trained one writes a short answer and ends it.
+    rows = read_jsonl(data.heldout_dir / "test.jsonl")[:16]
+    for model, answered in ((tiny_model, False), (out / "sft", True)):
+        policy = Generator.load(model)
+        answers = compare_to_references(policy, [r["instruction"] for r in rows], [r["reference"] for r in rows],
+                                        AlwaysA(), max_new_tokens=16, batch_size=16).answers
+        tokens = sum(len(policy.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers)
+        assert (all(answers) and tokens < 4 * len(rows)) == answered, (model, answers)
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "train.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+    proc = run_pipeline(tmp_path / "bad", tiny_model, tmp_path / "out2", "--sft-steps", "1")
+    assert proc.returncode == 2 and "error: train.jsonl: no format this pipeline trains on" in proc.stdout

@@ -1,0 +1,72 @@
+"""Prepared data remembers which prepare script wrote it: an edited script prepares again, an unchanged one not."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from a2rl.errors import SpecError
+from a2rl.tasks import get_task
+
+ECHO = Path(__file__).parent / "fixtures" / "tasks" / "echo"
+
+
+def copy_echo(tmp_path: Path, *, offline: bool = True):
+    """A private copy of the echo test task (its prepare.py is edited by the tests) and a data root."""
+    folder = tmp_path / "tasks" / "echo"
+    shutil.copytree(ECHO, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    if not offline:
+        yaml = folder / "task.yaml"
+        yaml.write_text(yaml.read_text().replace("offline: true", "offline: false"))
+    return get_task("echo", [tmp_path / "tasks"]), folder / "prepare.py", tmp_path / "data"
+
+
+def edit(prepare_py: Path) -> None:
+    # A different length: Python's bytecode cache trusts a source file of the same size and mtime second.
+    prepare_py.write_text(prepare_py.read_text().replace('"answer": "2"', '"answer": "two"'))
+
+
+def test_edited_prepare_script_prepares_again(tmp_path):
+    task, prepare_py, root = copy_echo(tmp_path)
+    train = task.ensure_prepared(root).train_dir / "train.jsonl"
+    first = task.prepared(root)
+    mtime = train.stat().st_mtime_ns
+
+    task.ensure_prepared(root)  # unchanged script: the data stays
+    assert task.prepared(root) == first and train.stat().st_mtime_ns == mtime
+
+    edit(prepare_py)
+    assert task.prepared(root) is None  # stale, noticed without reloading the task
+    task.ensure_prepared(root)
+    again = task.prepared(root)
+    assert again.prepared_at > first.prepared_at and again.prepare_fingerprint != first.prepare_fingerprint
+    assert json.loads(train.read_text())["answer"] == "two" and again.checksums != first.checksums
+    assert not list((root / "echo").glob(".prepare-*"))
+
+
+def test_records_from_before_fingerprints_are_stale(tmp_path):
+    task, _, root = copy_echo(tmp_path)
+    task.ensure_prepared(root)
+    record = root / "echo" / "prepared.json"
+    old = json.loads(record.read_text())
+    del old["prepare_fingerprint"]
+    record.write_text(json.dumps({**old, "schema_version": 1}))
+    assert task.prepared(root) is None
+    task.ensure_prepared(root)
+    assert task.prepared(root).prepared_at > old["prepared_at"]
+
+
+def test_stale_data_of_an_online_task_is_an_error_that_says_why(tmp_path):
+    task, prepare_py, root = copy_echo(tmp_path, offline=False)
+    with pytest.raises(SpecError, match="'echo' is not prepared under"):
+        task.ensure_prepared(root)
+    task.ensure_prepared(root, allow_network=True)
+    task.ensure_prepared(root)  # current: no network needed
+    edit(prepare_py)
+    with pytest.raises(SpecError, match="'echo' was prepared by another version of its prepare script.*a2rl prepare echo"):
+        task.ensure_prepared(root)
+    task.ensure_prepared(root, allow_network=True)
+    assert task.prepared(root) is not None
