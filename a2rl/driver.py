@@ -36,7 +36,6 @@ from a2rl.agent import cli_flags
 from a2rl.errors import InfraError
 from a2rl.models import resolve_model
 from a2rl.records import Record, now
-from a2rl.report import RunResult
 from a2rl.sweep import LocalDriver, local_driver_name
 from a2rl.sweepdir import HEARTBEAT_S, STALE_S, SweepDir
 
@@ -174,7 +173,7 @@ class DriverServer:
         for r in self.runs:
             status = self.sweep.status(r.run_id)
             if status is not None and status.state in ("running", "finishing") and not status.stale() \
-                    and RunResult.load_or_none(self.sweep.result_path(r.run_id)) is None:
+                    and not self.sweep.result_path(r.run_id).exists():
                 return True
         return False
 
