@@ -22,7 +22,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
-    from a2rl.models import resolve_model
+    from a2rl.spec.models import resolve_model
 
     return resolve_model("builtin:tiny-llama")
 

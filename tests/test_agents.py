@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.agent import agent_registry
-from a2rl.driver import DriverEndpoint
-from a2rl.recording import load_snapshots
-from a2rl.report import RunResult
-from a2rl.runreport import RunMetrics
-from a2rl.runspec import expand
-from a2rl.sweep import load_sweep
+from a2rl.spec.agents import agent_registry
+from a2rl.drivers.endpoint import DriverEndpoint
+from a2rl.recording.snapshots import load_snapshots
+from a2rl.store.results import RunResult
+from a2rl.reporting.metrics import RunMetrics
+from a2rl.spec.grid import expand
+from a2rl.spec.sweep import load_sweep
 from conftest import FIXTURES, a2rl, write_sweep
 from test_runs import launch, only_result
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from a2rl.envs import Episode, react_prompt
+from a2rl.tasklib.envs import Episode, react_prompt
 
 
 def test_a_prompt_that_does_not_fit_keeps_the_task_and_the_latest_turns():

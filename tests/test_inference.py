@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from a2rl.inference import Generator
-from a2rl.tinymodel import build_tiny_model
+from a2rl.grading.inference import Generator
+from a2rl.spec.tinymodel import build_tiny_model
 
 # Mixed lengths, so batches really are left-padded.
 PROMPTS = [f"Question: {name} has {n} {item}.{' How many?' * (n % 4)}\nAnswer:"

@@ -15,13 +15,13 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from a2rl.grader import evaluate_model
-from a2rl.inference import Generator
-from a2rl.chatserver import serve_local_model
+from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.inference import Generator
+from a2rl.drivers.chatserver import serve_local_model
 from a2rl.httpjson import JSONRequestHandler, running
-from a2rl.judge import ChatClient, JudgeError, chat_prompt
-from a2rl.models import weights_hash
-from a2rl.tasks import get_task
+from a2rl.grading.judge import ChatClient, JudgeError, chat_prompt
+from a2rl.spec.models import weights_hash
+from a2rl.spec.tasks import get_task
 
 Reply = Callable[[dict, dict], tuple[int, dict]]  # (request body, headers) -> (status, response body)
 

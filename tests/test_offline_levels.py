@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from a2rl.report import RunResult
-from a2rl.sweepdir import SweepDir
+from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
 from conftest import REPO, a2rl
 
 pytest.importorskip("textworld")

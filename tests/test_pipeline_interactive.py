@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("textworld")
 pytest.importorskip("trl")
 
-from a2rl.envs import generator_policy, load_module, play  # noqa: E402
-from a2rl.tasks import get_task  # noqa: E402
+from a2rl.tasklib.envs import generator_policy, load_module, play  # noqa: E402
+from a2rl.spec.tasks import get_task  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "textgame"
 TASK = get_task("textworld")
@@ -41,7 +41,7 @@ class ScoreTracking:
 
 def play_split(model_dir: Path, split_dir: Path) -> tuple[int, int]:
     """(games won, score points earned) greedily, with the grader's prompts and action budget."""
-    from a2rl.inference import Generator
+    from a2rl.grading.inference import Generator
 
     tw = TASK.evaluator.tw
     generate, fits = generator_policy(Generator.load(model_dir), {"max_new_tokens": 32})

@@ -16,9 +16,9 @@ pytest.importorskip("trl")
 from transformers import AutoTokenizer  # noqa: E402
 
 from a2rl.agents.pipeline import data_format, judge_pairs  # noqa: E402
-from a2rl.inference import Generator  # noqa: E402
-from a2rl.judge import Completion, compare_to_references  # noqa: E402
-from a2rl.tasks import TaskData, get_task  # noqa: E402
+from a2rl.grading.inference import Generator  # noqa: E402
+from a2rl.grading.judge import Completion, compare_to_references  # noqa: E402
+from a2rl.spec.tasks import TaskData, get_task  # noqa: E402
 
 TASK = get_task("localjudge")
 

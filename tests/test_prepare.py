@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.errors import SpecError
-from a2rl.tasks import get_task
+from a2rl.spec.tasks import get_task
 
 ECHO = Path(__file__).parent / "fixtures" / "tasks" / "echo"
 

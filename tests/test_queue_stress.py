@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from a2rl.launch import open_sweep
-from a2rl.submit_queue import Lease
+from a2rl.scheduling.launcher import open_sweep
+from a2rl.store.queue import Lease
 from conftest import FIXTURES, write_sweep
 
 SUBMITTERS, EACH = 20, 10

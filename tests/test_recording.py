@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
-from a2rl.recording import WorkspaceArchive, blob_path, load_snapshots, parse_usage, snapshot_dir
-from a2rl.runreport import RunMetrics, write_run_report
+from a2rl.recording.archive import WorkspaceArchive
+from a2rl.recording.snapshots import blob_path, load_snapshots, snapshot_dir
+from a2rl.recording.transcripts import parse_usage
+from a2rl.reporting.metrics import RunMetrics
+from a2rl.reporting.runreport import write_run_report
 from test_runs import launch, only_result
 
 
@@ -57,8 +60,8 @@ def test_three_submissions_have_snapshots_diffs_and_metrics(tmp_path):
 
 
 def test_snapshots_skip_large_files_and_dedupe(tmp_path):
-    from a2rl.recording import snapshot_code
-    from a2rl.sweep import RecordingSettings
+    from a2rl.recording.snapshots import snapshot_code
+    from a2rl.spec.sweep import RecordingSettings
 
     code = tmp_path / "code"
     (code / "__pycache__").mkdir(parents=True)
@@ -92,8 +95,8 @@ def test_transcript_parsers_ignore_noise():
 
 
 def test_workspace_archive_keeps_within_its_caps(tmp_path):
-    from a2rl.recording import archive_workspace
-    from a2rl.sweep import RecordingSettings
+    from a2rl.recording.archive import archive_workspace
+    from a2rl.spec.sweep import RecordingSettings
 
     ws = tmp_path / "ws"
     for d in ("code", "output/m", "data", "home/.cache", "models"):

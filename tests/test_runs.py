@@ -7,9 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from a2rl.ledger import Ledger
-from a2rl.report import RunResult
-from a2rl.sweepdir import SweepDir
+from a2rl.store.ledger import Ledger
+from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl, write_sweep
 
 

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from a2rl.report import RunResult
-from a2rl.sweepdir import SweepDir
+from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
 from conftest import FIXTURES, a2rl, slurm_available, write_sweep
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.budget import Budget
-from a2rl.grader import GradingDaemon
-from a2rl.launch import open_sweep
-from a2rl.server import GradingAPI
-from a2rl.submit import BudgetExhausted, RunSubmitter
-from a2rl.tasks import get_task
-from a2rl.workspace import create_workspace
+from a2rl.run.budget import Budget
+from a2rl.grading.daemon import GradingDaemon
+from a2rl.scheduling.launcher import open_sweep
+from a2rl.run.api import GradingAPI
+from a2rl.run.submit import BudgetExhausted, RunSubmitter
+from a2rl.spec.tasks import get_task
+from a2rl.run.workspace import create_workspace
 from conftest import FIXTURES, REPO, write_sweep
 
 sys.path.insert(0, str(FIXTURES))
@@ -172,14 +172,14 @@ def test_http_api_and_cli(run, tiny_model):
 
 
 def test_a_judge_outage_is_retried_not_recorded_invalid(run, tiny_model, monkeypatch):
-    from a2rl.judge import JudgeError
+    from a2rl.grading.judge import JudgeError
 
     sweep, ws, submitter, _ = run
     queued = submitter.submit(str(make_variant(tiny_model, ws.output / "v", score=40, salt=5)), wait=False)
     sid = queued["submission_id"]
     grader = GradingDaemon(sweep)
     grader.baseline("echo", "tiny-llama")
-    monkeypatch.setattr("a2rl.grader.INFRA_RETRY_S", 0)
+    monkeypatch.setattr("a2rl.grading.daemon.INFRA_RETRY_S", 0)
     real, calls = grader._evaluate, []
 
     def judge_down_once(*args):

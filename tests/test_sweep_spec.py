@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from a2rl.errors import SpecError
-from a2rl.runspec import expand
-from a2rl.sweep import load_sweep, parse_duration
+from a2rl.spec.grid import expand
+from a2rl.spec.sweep import load_sweep, parse_duration
 from conftest import a2rl, write_sweep
 
 
@@ -92,7 +92,7 @@ def test_dry_run_lists_runs_and_submits_nothing(tmp_path):
 
 
 def test_relaunch_with_a_changed_spec_is_refused(tmp_path):
-    from a2rl.launch import open_sweep
+    from a2rl.scheduling.launcher import open_sweep
 
     sd = tmp_path / "sd"
     open_sweep(write_sweep(tmp_path), sd)

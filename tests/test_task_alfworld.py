@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from a2rl.envs import load_module
-from a2rl.tasks import get_task
+from a2rl.tasklib.envs import load_module
+from a2rl.spec.tasks import get_task
 
 SOURCE = Path(__file__).parent / "fixtures" / "alfworld" / "json_2.1.1"  # layout stand-ins, not playable
 TASK = get_task("alfworld")

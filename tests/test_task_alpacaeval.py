@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from test_judge import completion, read_jsonl, stub_llm
 
-from a2rl.grader import evaluate_model
-from a2rl.tasks import get_task
+from a2rl.grading.daemon import evaluate_model
+from a2rl.spec.tasks import get_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 TASK = get_task("alpacaeval")

@@ -12,8 +12,8 @@ import pytest
 from datasets import Dataset
 from test_judge import completion, read_jsonl, stub_llm
 
-from a2rl.grader import evaluate_model
-from a2rl.tasks import get_task
+from a2rl.grading.daemon import evaluate_model
+from a2rl.spec.tasks import get_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
 CORPUS = FIXTURES / "corpus.jsonl"
@@ -68,7 +68,7 @@ def test_bm25_finds_the_document_and_is_deterministic() -> None:
 
 
 class ScriptedPolicy:
-    """Stands in for the LLM policy (`generate` as a2rl.inference.Generator has it): searches the country of its
+    """Stands in for the LLM policy (`generate` as a2rl.grading.inference.Generator has it): searches the country of its
     question, then answers from the first result; some questions it answers with Finish[], some never finish."""
 
     def __init__(self, tokenizer) -> None:
@@ -95,7 +95,7 @@ class ScriptedPolicy:
 
 
 def test_grading_judges_only_real_answers(tiny_model: Path, data_root: Path) -> None:
-    from a2rl.inference import Generator
+    from a2rl.grading.inference import Generator
 
     rows = read_jsonl(TASK.data(data_root).heldout_dir / "test.jsonl")
     policy = ScriptedPolicy(Generator.load(tiny_model).tokenizer)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from a2rl.grader import evaluate_model
-from a2rl.tasks import TaskData, get_task
+from a2rl.grading.daemon import evaluate_model
+from a2rl.spec.tasks import TaskData, get_task
 from conftest import FIXTURES
 
 SOURCE = FIXTURES / "gsm8k"
@@ -39,7 +39,7 @@ def data(data_root) -> TaskData:
 
 
 class GoldGenerator:
-    """Stands in for a2rl.inference.Generator: answers each prompt's last question with its gold reasoning."""
+    """Stands in for a2rl.grading.inference.Generator: answers each prompt's last question with its gold reasoning."""
 
     def __init__(self, rows: list[dict]):
         self.gold = {r["question"]: r["answer"] for r in rows}

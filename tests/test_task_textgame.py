@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("textworld")
 
-from a2rl.envs import load_module  # noqa: E402
-from a2rl.tasks import get_task  # noqa: E402
+from a2rl.tasklib.envs import load_module  # noqa: E402
+from a2rl.spec.tasks import get_task  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "textgame"  # tw-make output for seeds 1000, 1001, 2000, 2001
 TASK = get_task("textworld")
@@ -117,7 +117,7 @@ def test_replaying_walkthroughs_scores_100(prepared):
 
 
 def test_tiny_model_scores_zero(prepared, tiny_model):
-    from a2rl.inference import Generator
+    from a2rl.grading.inference import Generator
 
     result = TASK.evaluator.evaluate(Generator.load(tiny_model), prepared.heldout,
                                      {"max_steps": 3, "max_new_tokens": 8})

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from a2rl.envs import load_module
-from a2rl.tasks import get_task
+from a2rl.tasklib.envs import load_module
+from a2rl.spec.tasks import get_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webshop"  # a few rows of each upstream file, same format
 TASK = get_task("webshop")

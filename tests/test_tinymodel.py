@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.tinymodel import MARKER, build_tiny_model, main
+from a2rl.spec.tinymodel import MARKER, build_tiny_model, main
 
 
 @pytest.fixture(scope="module")

@@ -21,13 +21,13 @@ from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 
 from a2rl.agents.pipeline import grpo_stage, log, sft_stage, submit
-from a2rl.envs import Episode, Fits, load_module, parse_action, play, react_prompt
+from a2rl.tasklib.envs import Episode, Fits, load_module, parse_action, play, react_prompt
 
 ACTION_TOKENS = 32  # the grader's max_new_tokens per action: prompts must leave room for them
 
 
 def context_fits(model_dir: Path, action_tokens: int = ACTION_TOKENS) -> Fits:
-    """Whether a prompt fits the model's context as the grader decides it (a2rl.envs.generator_policy)."""
+    """Whether a prompt fits the model's context as the grader decides it (a2rl.tasklib.envs.generator_policy)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     context = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or 1 << 30)
     return lambda prompt: len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) <= context - action_tokens
@@ -108,7 +108,7 @@ class StepReward:
 def policy_states(model_dir: Path, env_module, games: list[Path], data_path: Path, fits: Fits,
                   max_steps: int) -> list[tuple[str, list[str]]]:
     """(game, actions so far) for every state the model reaches playing the training games greedily."""
-    from a2rl.inference import Generator
+    from a2rl.grading.inference import Generator
 
     generator = Generator.load(model_dir)
     generate = lambda prompts: generator.generate(prompts, max_new_tokens=ACTION_TOKENS, stop="\n")  # noqa: E731

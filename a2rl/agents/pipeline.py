@@ -30,7 +30,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokeniz
                           TrainerCallback)
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
-from a2rl.judge import chat_prompt
+from a2rl.grading.judge import chat_prompt
 
 # Job logs are files: progress bars only add carriage-return noise.
 datasets.disable_progress_bars()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from a2rl.envs import generator_policy, load_module, play, summarize
+from a2rl.tasklib.envs import generator_policy, load_module, play, summarize
 
 alf = load_module(Path(__file__).with_name("env.py"), "a2rl_task_alfworld_env")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import a2rl.envs
+import a2rl.tasklib.envs
 
 
 def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> None:
@@ -18,4 +18,4 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     shutil.copytree(Path(source) / "train", Path(train_dir) / "games")
     shutil.copytree(Path(source) / "valid_unseen", Path(heldout_dir) / "games")
     shutil.copyfile(Path(__file__).with_name("env.py"), Path(train_dir) / "env.py")
-    shutil.copyfile(a2rl.envs.__file__, Path(train_dir) / "react.py")
+    shutil.copyfile(a2rl.tasklib.envs.__file__, Path(train_dir) / "react.py")

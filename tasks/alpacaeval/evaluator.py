@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from a2rl.judge import ChatClient, compare_to_references, win_rate_summary
+from a2rl.grading.judge import ChatClient, compare_to_references, win_rate_summary
 
 RIDGE = 0.01
 LC_METHOD = f"glm length_controlled_v1 without the instruction-difficulty term; ridge {RIDGE} instead of CV'd L1"

@@ -13,7 +13,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from a2rl.taskdata import write_jsonl
+from a2rl.tasklib.taskdata import write_jsonl
 
 ALPACA = ("tatsu-lab/alpaca", "data/train-00000-of-00001-a09b74b3ef9c3b56.parquet")
 BASELINE = ("tatsu-lab/alpaca_eval", "alpaca_eval_gpt4_baseline.json")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from a2rl.taskdata import distinct_rows, write_jsonl
+from a2rl.tasklib.taskdata import distinct_rows, write_jsonl
 
 SEED = 20261122
 N_TRAIN = 2000

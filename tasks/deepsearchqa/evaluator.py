@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Protocol
 
-from a2rl.judge import ChatClient, Messages, chat_prompt
+from a2rl.grading.judge import ChatClient, Messages, chat_prompt
 
 REACT_SYSTEM = """Answer the question by alternating Thought, Action and Observation steps.
 Each step, write "Thought: <your reasoning>" and then "Action: <action>" on its own line, where <action> is one of:

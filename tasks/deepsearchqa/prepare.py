@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from a2rl.taskdata import write_jsonl
+from a2rl.tasklib.taskdata import write_jsonl
 
 REPO, FILE = "google/deepsearchqa", "DSQA-full.csv"
 FIELDS = ("problem", "problem_category", "answer", "answer_type")

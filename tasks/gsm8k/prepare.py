@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a2rl.taskdata import write_jsonl
+from a2rl.tasklib.taskdata import write_jsonl
 
 REPO = "openai/gsm8k"
 FILES = {"train": "main/train-00000-of-00001.parquet", "test": "main/test-00000-of-00001.parquet"}

@@ -10,8 +10,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from a2rl.inference import cut_at_stop
-from a2rl.sandbox import run_many
+from a2rl.grading.inference import cut_at_stop
+from a2rl.grading.sandbox import run_many
 
 # Chen et al. 2021: a new top-level statement ends the function body.
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")

@@ -11,7 +11,7 @@ import gzip
 import json
 from pathlib import Path
 
-from a2rl.taskdata import write_jsonl
+from a2rl.tasklib.taskdata import write_jsonl
 
 FILENAME = "HumanEval.jsonl.gz"
 N_VISIBLE = 82

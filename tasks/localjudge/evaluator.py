@@ -12,9 +12,9 @@ import json
 import secrets
 from pathlib import Path
 
-from a2rl.chatserver import serve_local_model
-from a2rl.judge import ChatClient, compare_to_references, win_rate_summary
-from a2rl.models import resolve_model
+from a2rl.drivers.chatserver import serve_local_model
+from a2rl.grading.judge import ChatClient, compare_to_references, win_rate_summary
+from a2rl.spec.models import resolve_model
 
 
 def evaluate(generator, heldout_dir: Path, options: dict) -> dict:

@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from a2rl.taskdata import distinct_rows, write_jsonl
+from a2rl.tasklib.taskdata import distinct_rows, write_jsonl
 
 SEED = 20261123
 N_TRAIN = 2000

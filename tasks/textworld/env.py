@@ -16,7 +16,7 @@ from typing import Any, Callable
 import textworld
 
 try:  # the grader, or an agent environment with a2rl installed
-    from a2rl.envs import Episode, Fits, rollout as _rollout
+    from a2rl.tasklib.envs import Episode, Fits, rollout as _rollout
 except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
     from react import Episode, Fits, rollout as _rollout  # type: ignore[no-redef]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a2rl.envs import generator_policy, load_module, play, summarize
+from a2rl.tasklib.envs import generator_policy, load_module, play, summarize
 
 tw = load_module(Path(__file__).with_name("env.py"), "a2rl_task_textworld_env")
 

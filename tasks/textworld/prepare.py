@@ -15,9 +15,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import a2rl.envs
+import a2rl.tasklib.envs
 
-tw = a2rl.envs.load_module(Path(__file__).with_name("env.py"), "a2rl_task_textworld_env")
+tw = a2rl.tasklib.envs.load_module(Path(__file__).with_name("env.py"), "a2rl_task_textworld_env")
 
 N_TRAIN = 48
 N_HELDOUT = 16
@@ -75,7 +75,7 @@ def expert_trajectory(game: Path) -> dict:
     if not episode.won:
         raise RuntimeError(f"{game}: the walkthrough does not win")
     return {"game": f"games/{game.name}", "won": episode.won, "actions": episode.actions,
-            "observations": episode.observations, "steps": a2rl.envs.sft_pairs(tw.HEADER, episode)}
+            "observations": episode.observations, "steps": a2rl.tasklib.envs.sft_pairs(tw.HEADER, episode)}
 
 
 def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> None:
@@ -85,7 +85,7 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     _generate(train_dir / "games", "train", TRAIN_SEED, N_TRAIN, taken, source)
     _generate(heldout_dir / "games", "heldout", HELDOUT_SEED, N_HELDOUT, taken, source)
     shutil.copyfile(Path(__file__).with_name("env.py"), train_dir / "env.py")
-    shutil.copyfile(a2rl.envs.__file__, train_dir / "react.py")
+    shutil.copyfile(a2rl.tasklib.envs.__file__, train_dir / "react.py")
     with open(train_dir / "trajectories.jsonl", "w") as f:
         for game in tw.train_games(train_dir):
             f.write(json.dumps(expert_trajectory(game)) + "\n")

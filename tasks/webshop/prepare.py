@@ -23,8 +23,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-import a2rl.envs
-from a2rl.taskdata import write_jsonl
+import a2rl.tasklib.envs
+from a2rl.tasklib.taskdata import write_jsonl
 
 FILES = {  # setup.sh's Google Drive ids
     "items_shuffle_1000.json": "1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib",
@@ -126,4 +126,4 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
         write_jsonl(directory / "products.jsonl", products)
         write_jsonl(directory / "goals.jsonl", goals)
     shutil.copyfile(Path(__file__).with_name("env.py"), Path(train_dir) / "env.py")
-    shutil.copyfile(a2rl.envs.__file__, Path(train_dir) / "react.py")
+    shutil.copyfile(a2rl.tasklib.envs.__file__, Path(train_dir) / "react.py")

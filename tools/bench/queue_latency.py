@@ -32,8 +32,8 @@ def main() -> int:
     os.environ.setdefault("A2RL_CACHE", str(tmp / "cache"))
     import yaml
 
-    from a2rl.launch import open_sweep
-    from a2rl.models import resolve_model
+    from a2rl.scheduling.launcher import open_sweep
+    from a2rl.spec.models import resolve_model
 
     spec = tmp / "bench.yaml"
     spec.write_text(yaml.safe_dump({

@@ -30,8 +30,8 @@ def main() -> int:
     (tmp / "clusters" / "bench.yaml").write_text(yaml.safe_dump(
         {"name": "bench", "partition": "debug", "max_array_size": args.max_array}))
     os.environ["A2RL_CLUSTERS_PATH"] = str(tmp / "clusters")
-    from a2rl.executor import cancel_jobs
-    from a2rl.launch import Launcher, open_sweep
+    from a2rl.scheduling.executor import cancel_jobs
+    from a2rl.scheduling.launcher import Launcher, open_sweep
 
     spec = tmp / "bench.yaml"
     spec.write_text(yaml.safe_dump({

@@ -60,6 +60,7 @@ if [ "$ACCT" = slurmdbd ]; then
   ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageTRES=gres/gpu
+AccountingStorageEnforce=associations,limits,qos
 JobAcctGatherType=jobacct_gather/linux"
 else
   ACCT_CONF="AccountingStorageType=accounting_storage/none

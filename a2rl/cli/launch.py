@@ -1,0 +1,76 @@
+"""`python -m a2rl.launch sweep.yaml`: validate, freeze the sweep into its directory, and submit the grader(s)
+and every unfinished run through submitit (local processes, or Slurm). Returns at once unless `--wait`.
+
+Launching an existing sweep again (its yaml or its directory) submits only what has not finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from a2rl.errors import SpecError
+from a2rl.scheduling.executor import resolve_kind
+from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, open_sweep, pending_runs
+from a2rl.spec.grid import RunSpec, expand
+from a2rl.spec.sweep import load_sweep
+from a2rl.store.sweepdir import SweepDir
+
+
+def print_runs(runs: list[RunSpec]) -> None:
+    print(tabulate([(r.run_id, r.task, r.agent.key, r.driver, r.model.name, r.seed, f"{r.budget_s:g}")
+                    for r in runs], headers=["run", "task", "agent", "driver", "model", "seed", "budget s"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m a2rl.launch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", type=Path, help="sweep.yaml, or an existing sweep directory to resume")
+    p.add_argument("--sweep-dir", type=Path, help=f"where the sweep's records go (default {DEFAULT_SWEEPS}/<name>)")
+    p.add_argument("--wait", action="store_true", help="follow progress until every run has finished")
+    p.add_argument("--dry-run", action="store_true", help="print the expanded runs; submit nothing")
+    p.add_argument("--retry-failed", action="store_true", help="resubmit runs that ended failed")
+    p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
+    args = p.parse_args(argv)
+    try:
+        if args.dry_run:
+            spec = load_sweep(args.target) if not args.target.is_dir() else SweepDir(args.target).spec
+            runs = expand(spec)
+            print_runs(runs)
+            print(f"{len(runs)} runs (dry run: nothing submitted)")
+            return 0
+        sweep, runs = open_sweep(args.target, args.sweep_dir)
+        kind = resolve_kind(args.executor or sweep.spec.executor)
+        launcher = Launcher(sweep, kind)
+        launcher.prepare()
+        todo = pending_runs(sweep, runs, args.retry_failed)
+    except SpecError as e:
+        for line in e.lines:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    print(f"sweep dir: {sweep.root}")
+    unfinished = any(not sweep.result_path(r.run_id).exists() for r in runs) or sweep.queue.pending_ids()
+    if not unfinished:
+        print(f"all {len(runs)} runs have finished; nothing to submit")
+    else:
+        launcher.submit(todo)  # also replaces graders that are gone
+        drivers = f", {len(launcher.driver_jobs)} local driver server(s)" if launcher.driver_jobs else ""
+        print(f"submitted {len(todo)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
+              f"to the {kind} executor")
+    if not args.wait:
+        print(f"follow with: python -m a2rl.launch {sweep.root} --wait   "
+              f"results: python -m a2rl.aggregate {sweep.root}")
+        return 0
+    try:
+        code = launcher.follow()
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the runs go on. Resume with: python -m a2rl.launch {sweep.root} --wait")
+        return 130
+    from a2rl.reporting.aggregate import render
+
+    print(render(sweep, "simple"))
+    return code
+

@@ -1,0 +1,197 @@
+"""The `a2rl` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Submit a model directory to this run's grader and print the /submit answer (blocks until scored)."""
+    url = os.environ.get("GRADING_SERVER_URL")
+    if not url:
+        print("error: GRADING_SERVER_URL is not set (a2rl submit runs inside an agent's workspace)", file=sys.stderr)
+        return 2
+    path = Path(args.model_path)
+    model_path = str(path.resolve()) if path.exists() else args.model_path  # else: relative to $WORKSPACE
+    req = urllib.request.Request(f"{url}/submit", data=json.dumps({"model_path": model_path}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        body = json.loads(e.read() or b"{}") or {"error": f"HTTP {e.code}"}
+    except urllib.error.URLError as e:
+        print(f"error: cannot reach the grading server at {url}: {e.reason}", file=sys.stderr)
+        return 2
+    print(json.dumps(body, indent=1))
+    return 1 if body.get("error") else 0
+
+
+class NotASweep(Exception):
+    pass
+
+
+def open_sweep_dir(path: Path):
+    """The sweep directory at `path`, or NotASweep (printed as one line, exit 2, by main)."""
+    from a2rl.store.sweepdir import SweepDir
+
+    sweep = SweepDir(path)
+    if not sweep.exists():
+        raise NotASweep(f"{path} is not a sweep directory (no sweep.json)")
+    return sweep
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    """Run a grading daemon for a sweep in the foreground."""
+    from a2rl.grading.daemon import run_grader
+
+    return run_grader(str(open_sweep_dir(args.sweep_dir).root), args.index)
+
+
+def cmd_runreport(args: argparse.Namespace) -> int:
+    """Rebuild run reports (runs/<id>/report/) from the sweep directory."""
+    from a2rl.reporting.runreport import write_run_report
+
+    sweep = open_sweep_dir(args.sweep_dir)
+    known = {r.run_id for r in sweep.runs()}
+    if unknown := [r for r in args.run_ids if r not in known]:
+        raise NotASweep(f"no run {', '.join(map(repr, unknown))} in {sweep.root}")
+    ids = args.run_ids or [r for r in sorted(known) if sweep.result_path(r).exists()]
+    for run_id in ids:
+        print(write_run_report(sweep, run_id))
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    """Prepare a task's data (train split for agents, held-out split for the grader)."""
+    from a2rl.errors import SpecError
+    from a2rl.spec.models import default_data_root
+    from a2rl.spec.tasks import get_task
+
+    root = args.data_root or default_data_root()
+    try:
+        data = get_task(args.task).ensure_prepared(root, allow_network=True, source=args.source)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.task}: train {data.train_dir}, held-out {data.heldout_dir}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """One line per run: state (from the run's own files, checked against the scheduler), job, best score."""
+    from tabulate import tabulate
+
+    from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
+    from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
+    from a2rl.store.results import RunResult
+
+    sweep = open_sweep_dir(args.sweep_dir)
+    st = collect(sweep, probe=True)
+    reap_lost(sweep, st)  # runs whose job is gone without a result end failed
+    jobs = st.jobs
+    table = []
+    for run in sweep.runs():
+        result = RunResult.load_or_none(sweep.result_path(run.run_id))
+        status = sweep.status(run.run_id)
+        state = result.status if result else (status.state if status else "not submitted")
+        if not result and run.run_id in jobs and jobs[run.run_id].alive and status and status.stale():
+            state = "waiting (scheduler)"
+        best = result.best if result else max((e.score for e in sweep.ledger.entries(run.run_id)
+                                               if e.score is not None), default=None)
+        reason = (result.failure_reason or "").strip().splitlines()[-1][:100] if result and result.failure_reason else ""
+        job = jobs.get(run.run_id)
+        table.append([run.run_id, state, status.job_id if status else "", job.state if job else "",
+                      sweep.queue.count(run.run_id), "" if best is None else f"{best:.2f}", reason])
+    print(tabulate(table, headers=["run", "state", "job", "scheduler", "submissions", "best", "reason"]))
+    print(st.line(0).split("] ", 1)[1] + f" · {st.graders_alive} grader(s) alive"
+          + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs)) or 'none'}")
+    for name in sweep.spec.local_drivers:
+        endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))
+        state = "no endpoint yet" if endpoint is None else \
+            f"{'serving' if endpoint.live() else endpoint.state + (': ' + endpoint.note if endpoint.note else '')}" \
+            f" {endpoint.model} at {endpoint.base_url}"
+        print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name))) or 'none'}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a sweep's unfinished runs (or one run) and, for a whole sweep, its graders and driver servers."""
+    from a2rl.scheduling.executor import cancel_jobs
+    from a2rl.scheduling.monitor import collect, reap_lost
+    from a2rl.store.services import service_jobs
+    from a2rl.records import atomic_write_text
+
+    sweep = open_sweep_dir(args.sweep_dir)
+    runs = [r for r in sweep.runs() if args.run in (None, r.run_id)]
+    if not runs:
+        print(f"error: no run {args.run!r} in {sweep.root}", file=sys.stderr)
+        return 2
+    by_kind: dict[str, list[str]] = {}
+    for run in runs:
+        status = sweep.status(run.run_id)
+        if sweep.result_path(run.run_id).exists() or status is None or status.job_id is None:
+            continue
+        atomic_write_text(sweep.run_dir(run.run_id) / "cancelled", "")
+        by_kind.setdefault(status.executor or "local", []).append(status.job_id)
+    for service in service_jobs(sweep) if args.run is None else []:
+        by_kind.setdefault(service.executor, []).extend(service.job_ids)
+    for kind, ids in by_kind.items():
+        cancel_jobs(kind, ids)
+        print(f"cancelled {len(ids)} {kind} job(s): {' '.join(ids)}")
+    reap_lost(sweep, collect(sweep, probe=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from a2rl.spec import tinymodel
+
+    p = argparse.ArgumentParser(prog="a2rl")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("submit", help=cmd_submit.__doc__)
+    s.add_argument("model_path")
+    s.set_defaults(fn=cmd_submit)
+    s = sub.add_parser("grade", help=cmd_grade.__doc__)
+    s.add_argument("sweep_dir", type=Path)
+    s.add_argument("--index", type=int, default=0)
+    s.set_defaults(fn=cmd_grade)
+    s = sub.add_parser("prepare", help=cmd_prepare.__doc__)
+    s.add_argument("task")
+    s.add_argument("--data-root", type=Path)
+    s.add_argument("--source", type=Path, help="read the upstream files from this directory instead of downloading")
+    s.set_defaults(fn=cmd_prepare)
+    s = sub.add_parser("status", help=cmd_status.__doc__)
+    s.add_argument("sweep_dir", type=Path)
+    s.set_defaults(fn=cmd_status)
+    s = sub.add_parser("cancel", help=cmd_cancel.__doc__)
+    s.add_argument("sweep_dir", type=Path)
+    s.add_argument("--run", help="only this run id")
+    s.set_defaults(fn=cmd_cancel)
+    s = sub.add_parser("runreport", help=cmd_runreport.__doc__)
+    s.add_argument("sweep_dir", type=Path)
+    s.add_argument("run_ids", nargs="*", help="default: every run with a result")
+    s.set_defaults(fn=cmd_runreport)
+    s = sub.add_parser("build-tiny-model", help="build the tiny offline test model")
+    tinymodel.add_arguments(s)
+    s.set_defaults(fn=tinymodel.run)
+    s = sub.add_parser("launch", help="launch a sweep (same as python -m a2rl.launch)", add_help=False)
+    s.set_defaults(fn=None)
+    s = sub.add_parser("aggregate", help="results table (same as python -m a2rl.aggregate)", add_help=False)
+    s.set_defaults(fn=None)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("launch", "aggregate"):
+        import importlib
+
+        return importlib.import_module(f"a2rl.{argv[0]}").main(argv[1:])
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except NotASweep as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,217 @@
+"""The grading daemon: claims submissions from the sweep's queue under a lease, evaluates them on the held-out
+split, and records each result in the ledger. It is its own process (its own job); several may serve one queue.
+
+It exits when every run of the sweep has its result and nothing is pending, or after an idle limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import submitit
+
+from a2rl.store.baselines import BaselineRecord, ensure_baseline
+from a2rl.errors import InfraError
+from a2rl.store.ledger import LedgerEntry
+from a2rl.spec.models import weights_hash
+from a2rl.reporting.runreport import write_run_report
+from a2rl.records import now
+from a2rl.store.results import refresh_result
+from a2rl.store.queue import Claim, holder_id
+from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
+from a2rl.spec.tasks import Task, get_task
+
+log = logging.getLogger("a2rl.grader")
+INFRA_RETRY_S = 30.0  # pause after a judge outage or similar before claiming again
+
+
+def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_root: Path,
+                   batch_size: int | None = None, options: dict | None = None) -> tuple[float, dict]:
+    """Score one model on the task's held-out split with the CPU/transformers backend."""
+    from a2rl.grading.inference import Generator
+
+    options = {**task.spec.eval, **(options or {})}
+    if batch_size:
+        options["batch_size"] = batch_size
+    generator = Generator.load(model_dir, tokenizer_dir=tokenizer_dir)
+    result = task.evaluator.evaluate(generator, task.data(data_root).heldout_dir, options)
+    score = float(result["score"])
+    if not 0.0 <= score <= 100.0:
+        raise ValueError(f"evaluator of {task.name!r} returned score {score}, outside 0–100")
+    return score, {k: v for k, v in result.items() if k != "score"}
+
+
+class GradingDaemon:
+    def __init__(self, sweep: SweepDir, index: int = 0):
+        self.sweep = sweep
+        self.spec = sweep.spec
+        self.settings = self.spec.grader
+        self.holder = holder_id(f"grader{index}")
+        self.queue, self.ledger = sweep.queue, sweep.ledger
+        self.data_root = sweep.data_root()
+        self.task_dirs = [Path(p) for p in self.spec.task_paths]
+        self.graded = 0
+        self.started_at = now()
+        self._state, self._note = "idle", ""
+        self._stop = threading.Event()
+        self._baselines: dict[tuple[str, str], BaselineRecord] = {}
+
+    # ---------------------------------------------------------------- lifecycle
+    def run(self) -> int:
+        beat = threading.Thread(target=self._heartbeat_loop, daemon=True)
+        beat.start()
+        try:
+            for task_name in self.spec.tasks:
+                for model in self.spec.model_entries:
+                    self.baseline(task_name, model.name, retry_failed=True)
+            idle_since = now()
+            while True:
+                claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
+                if claim is not None:
+                    self.grade(claim)
+                    idle_since = now()
+                    continue
+                if self.sweep_finished():
+                    self._note = "every run has finished"
+                    return 0
+                if now() - idle_since > self.settings.idle_timeout_s:
+                    self._note = f"idle for {self.settings.idle_timeout_s:g} s"
+                    return 0
+                self._stop.wait(self.settings.poll_s)
+        finally:
+            self._state = "exited"
+            self._stop.set()
+            self._beat()
+            log.info("grader %s exits (%s), graded %d", self.holder, self._note, self.graded)
+
+    def sweep_finished(self) -> bool:
+        return all(self.sweep.result_path(r.run_id).exists() for r in self.sweep.runs()) \
+            and not self.queue.pending_ids()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self._beat()
+
+    def _beat(self) -> None:
+        GraderBeat(holder=self.holder, host=socket.gethostname(), pid=os.getpid(), started_at=self.started_at,
+                   heartbeat_at=now(), graded=self.graded, state=self._state,
+                   note=self._note).dump(self.sweep.graders / f"{self.holder}.json")
+
+    # ---------------------------------------------------------------- grading
+    def task(self, name: str) -> Task:
+        return get_task(name, self.task_dirs)
+
+    def _evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path) -> tuple[float, dict]:
+        return evaluate_model(task, model_dir, tokenizer_dir, data_root=self.data_root,
+                              batch_size=self.settings.batch_size, options=self.settings.task_options.get(task.name))
+
+    def baseline(self, task_name: str, model_name: str, retry_failed: bool = False) -> BaselineRecord:
+        key = (task_name, model_name)
+        if key not in self._baselines:
+            model = next(m for m in self.spec.model_entries if m.name == model_name)
+            self._state, prev = "baseline", self._state
+            task = self.task(task_name)
+            task.ensure_prepared(self.data_root)
+            rec = ensure_baseline(self.sweep, task, model_name, model.path, self._evaluate,
+                                  retry_failed=retry_failed)
+            if rec.status == "failed":
+                log.error("BASELINE FAILED for %s / %s: %s", task_name, model_name, rec.error)
+            self._baselines[key] = rec
+            self._state = prev
+        return self._baselines[key]
+
+    def grade(self, claim: Claim) -> LedgerEntry | None:
+        entry, lease = claim.entry, claim.lease
+        run = self.sweep.run(entry.run_id)
+        task = self.task(run.task)
+        fields = dict(submission_id=entry.submission_id, run_id=entry.run_id, seq=entry.seq,
+                      submitted_at=entry.submitted_at, claimed_at=lease.claimed_at,
+                      model_path=entry.model_path, task=task.name,
+                      evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt)
+        t0 = now()
+        self._state = "grading"
+        renewing = threading.Event()
+        renewer = threading.Thread(target=self._renew_loop, args=(entry.submission_id, renewing), daemon=True)
+        renewer.start()
+        try:
+            if lease.attempt > self.settings.max_attempts:
+                result = LedgerEntry(**fields, graded_at=now(), status="invalid",
+                                     error=f"grading failed {lease.attempt - 1} times (the grader died while "
+                                           f"evaluating it); not retried")
+            elif entry.error is not None:
+                result = LedgerEntry(**fields, graded_at=now(), status="invalid", error=entry.error)
+            else:
+                result = self._score(entry.artifact, run.model.name, task, fields, t0)
+        except InfraError as e:
+            log.error("cannot grade %s now (%s); retrying in %.0f s", entry.submission_id, e, INFRA_RETRY_S)
+            self.queue.release(entry.submission_id, self.holder)
+            self._note = f"infrastructure error: {e}"
+            self._stop.wait(INFRA_RETRY_S)
+            return None
+        finally:
+            renewing.set()
+            renewer.join()
+            self._state = "idle"
+        if self.ledger.record(result):
+            self.graded += 1
+            if (refreshed := refresh_result(self.sweep, entry.run_id)) is not None:
+                try:
+                    write_run_report(self.sweep, entry.run_id, refreshed)
+                except Exception:  # derived and rebuildable: never the grader's failure
+                    log.exception("run report for %s failed", entry.run_id)
+            log.info("graded %s: %s", entry.submission_id,
+                     f"{result.score:.2f}" if result.status == "scored" else f"invalid ({result.error})")
+        else:
+            log.warning("%s was already recorded by another grader; keeping the first result", entry.submission_id)
+        self.queue.finish(entry.submission_id)
+        if entry.artifact and not self.settings.keep_artifacts:
+            shutil.rmtree(entry.artifact, ignore_errors=True)
+        return self.ledger.get(entry.submission_id) or result
+
+    def _score(self, artifact: str, model_name: str, task: Task, fields: dict, t0: float) -> LedgerEntry:
+        base = self.baseline(task.name, model_name)
+        try:
+            digest = weights_hash(Path(artifact))
+            if base.status == "ok" and digest == base.weights_hash:
+                return LedgerEntry(**fields, graded_at=now(), status="scored", score=base.score,
+                                   weights_hash=digest, copy_of_base=True, eval_seconds=now() - t0)
+            score, details = self._evaluate(task, Path(artifact), Path(base.model_path))
+        except InfraError:
+            raise
+        except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash
+            return LedgerEntry(**fields, graded_at=now(), status="invalid",
+                               error=f"could not evaluate the model: {type(e).__name__}: {e}",
+                               eval_seconds=now() - t0)
+        return LedgerEntry(**fields, graded_at=now(), status="scored", score=score, weights_hash=digest,
+                           eval_seconds=now() - t0, details=details)
+
+    def _renew_loop(self, sid: str, done: threading.Event) -> None:
+        while not done.wait(self.settings.lease_s / 3):
+            if not self.queue.renew(sid, self.holder, self.settings.lease_s):
+                log.warning("lost the lease on %s; another grader may grade it too (first result wins)", sid)
+                return
+
+
+class GraderJob(submitit.helpers.Checkpointable):
+    """The grader as a job: at its time limit submitit calls checkpoint() and requeues it (the submission it
+    was grading is claimed again once its lease expires)."""
+
+    def __init__(self, sweep_dir: str, index: int = 0):
+        self.sweep_dir, self.index = sweep_dir, index
+
+    def __call__(self) -> int:
+        return run_grader(self.sweep_dir, self.index)
+
+
+def run_grader(sweep_dir: str, index: int = 0) -> int:
+    """Serve the sweep's queue until the sweep is done."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    sweep = SweepDir(Path(sweep_dir))
+    threads = sweep.spec.grader.cpus
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    return GradingDaemon(sweep, index).run()

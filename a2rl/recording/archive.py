@@ -1,0 +1,51 @@
+"""After a run, what the agent left in a workspace outside the sweep directory (node-local scratch), copied to
+`runs/<id>/workspace/` without weights, data or caches, within the sweep's `recording` caps."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from a2rl.records import Record, now, sha256_file
+from a2rl.recording.snapshots import SkippedFile, SnapshotFile, walk
+from a2rl.spec.sweep import RecordingSettings
+
+
+WORKSPACE_SKIP = frozenset({"data", "models", "home", "tmp"})  # copies of inputs, links, caches
+
+
+class WorkspaceArchive(Record):
+    """runs/<id>/workspace/manifest.json: what of the agent's workspace was kept after the run."""
+    run_id: str
+    source: str  # the workspace on scratch
+    archived_at: float
+    files: list[SnapshotFile]
+    skipped: list[SkippedFile]
+    total_bytes: int
+
+
+def archive_workspace(ws_root: Path, dest: Path, run_id: str, settings: RecordingSettings) -> WorkspaceArchive:
+    """Copy what the agent left (code/, output/ without weights, its top-level files) to `dest` in the sweep
+    directory, so it stays browsable when scratch is node-local; within the recording caps. Replaces an
+    earlier archive of the run (a resumed run's is newer)."""
+    keep, skipped = walk(ws_root, settings.exclude, settings.workspace_max_file_mb, settings.workspace_max_mb,
+                          ("workspace_max_file_mb", "workspace_max_mb"), WORKSPACE_SKIP)
+    tmp = dest.with_name(f".{dest.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    files = []
+    for rel, full, size in keep:
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(full, target)
+        except OSError:
+            skipped.append(SkippedFile(path=rel, size=size, reason="unreadable"))
+            continue
+        files.append(SnapshotFile(path=rel, sha256=sha256_file(target), size=target.stat().st_size))
+    archive = WorkspaceArchive(run_id=run_id, source=str(ws_root), archived_at=now(), files=files, skipped=skipped,
+                               total_bytes=sum(f.size for f in files))
+    archive.dump(tmp / "manifest.json")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return archive

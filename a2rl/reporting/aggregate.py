@@ -1,0 +1,76 @@
+"""The results table (`python -m a2rl.aggregate SWEEP_DIR`): one row per task × agent × driver × model over seeds.
+
+best is the mean ± SEM over seeds of each run's best score, where a run with no valid submission keeps the
+base model (its baseline), as in the paper; improvement is best − baseline.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+
+from tabulate import tabulate
+
+from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
+
+HEADERS = ["task", "agent", "driver", "model", "baseline", "best (mean ± SEM)", "improvement", "submissions",
+           "runs ok", "runs failed"]
+
+
+def mean_sem(xs: list[float]) -> tuple[float, float]:
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+    return m, math.sqrt(var / len(xs))
+
+
+def rows(sweep: SweepDir) -> list[list[str]]:
+    groups: dict[tuple, list[RunResult]] = defaultdict(list)
+    order: list[tuple] = []
+    for run in sweep.runs():
+        key = (run.task, run.agent.key, run.driver, run.model.name)
+        if key not in groups:
+            order.append(key)
+        result = RunResult.load_or_none(sweep.result_path(run.run_id))
+        groups[key].append(result)
+    out = []
+    for key in order:
+        task, agent, driver, model = key
+        results = [r for r in groups[key] if r is not None]
+        unfinished = len(groups[key]) - len(results)
+        base = BaselineRecord.load_or_none(baseline_path(sweep, task, model))
+        if base is None:
+            base_txt, base_score = "pending", None
+        elif base.status == "failed":
+            base_txt, base_score = f"FAILED: {base.error}", None
+        else:
+            base_txt, base_score = f"{base.score:.2f}", base.score
+        completed = [r for r in results if r.status != "failed"]
+        best_txt = impr_txt = "—"
+        effective = [r.best if r.best is not None else base_score for r in completed]
+        if completed and any(r.best is not None for r in completed) and None not in effective:
+            m, s = mean_sem(effective)
+            best_txt = f"{m:.2f} ± {s:.2f}"
+            impr_txt = f"{m - base_score:+.2f}"
+        subs = sum(r.submissions for r in results)
+        valid = sum(r.valid_submissions for r in results)
+        ok_txt = str(len(completed)) + (f" (+{unfinished} unfinished)" if unfinished else "")
+        out.append([task, agent, driver, model, base_txt, best_txt, impr_txt, f"{subs} ({valid} valid)",
+                    ok_txt, str(len(results) - len(completed))])
+    return out
+
+
+def render(sweep: SweepDir, fmt: str) -> str:
+    table = rows(sweep)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(HEADERS)
+        w.writerows(table)
+        return buf.getvalue().rstrip("\n")
+    return tabulate(table, headers=HEADERS, tablefmt=fmt, disable_numparse=True)

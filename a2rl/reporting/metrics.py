@@ -1,0 +1,166 @@
+"""A run's process metrics (the paper's), per submission and per run, computed only from what the sweep recorded:
+result, ledger, code snapshots and transcript. Training types come from the TRL classes in each snapshot's code;
+failure types are the paper's, by heuristics."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from a2rl.records import Record
+from a2rl.recording.snapshots import CodeSnapshot, load_snapshots, snapshot_text
+from a2rl.store.ledger import LedgerEntry
+from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
+
+FailureType = Literal["code_error_runtime", "rollout_logic_wrong", "timeout_no_submission", "copy_model_fallback",
+                      "training_diverged", "unknown"]
+# TRL classes (and configs) that tell the training method, in the order a pipeline usually runs them
+TRAINERS = {"SFT": r"\bSFT(Trainer|Config)\b", "DPO": r"\bDPO(Trainer|Config)\b",
+            "PPO": r"\bPPO(Trainer|Config)\b", "GRPO": r"\bGRPO(Trainer|Config)\b"}
+CODE_SUFFIXES = (".py", ".sh", ".ipynb", ".yaml", ".yml", ".toml", ".cfg")  # not .md: prompts name trainers
+RL = {"PPO", "GRPO"}
+DIVERGED = re.compile(r"""\bloss['"]?\s*[:=]\s*['"]?(nan|inf)\b""", re.IGNORECASE)
+
+
+class SubmissionRow(Record):
+    """One line of summary.jsonl."""
+    iteration: int  # the submission's seq (1-based)
+    submission_id: str
+    at_s: float  # seconds from the run's start (wall clock)
+    status: Literal["scored", "invalid"]
+    score: float | None
+    improvement: float | None  # vs the baseline
+    delta_prev: float | None  # vs the previous valid submission
+    copy_of_base: bool
+    train_type: str  # SFT, GRPO, SFT+GRPO ... or none, from the code snapshot taken at submission
+    failure_type: FailureType | None  # None: improved on the baseline
+    files_added: list[str] = []
+    files_modified: list[str] = []
+    files_removed: list[str] = []
+    error: str | None = None
+
+
+class RunMetrics(Record):
+    run_id: str
+    task: str
+    agent: str
+    driver: str
+    mode: str
+    model: str
+    seed: int
+    status: str
+    baseline: float | None
+    best: float | None
+    improvement: float | None
+    submissions: int
+    valid_submission_rate: float | None  # valid / submitted; None without submissions
+    first_valid_idx: int | None  # 0-based index of the first valid submission
+    time_to_first_improvement: float | None  # wall s from the run's start to the first score above baseline
+    time_to_best: float | None  # wall s from the run's start to the best submission
+    monotonic_ratio: float | None  # share of valid submissions (after the first) not below the previous one
+    copy_model_count: int
+    time_used_ratio: float  # budget clock used / budget
+    last_submit_gap: float | None  # wall s from the last submission to the agent's end
+    score_trajectory: list[float | None]
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: float | None
+    cpu_seconds: float | None
+    train_type: str  # of the best submission's code, else of the last snapshot
+    train_types_seen: list[str]
+    failure_type: FailureType | None  # None: the run improved on its baseline
+    failure_source: Literal["infra", "agent"] | None
+    code_snapshots: int
+
+
+def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
+    if snap is None:
+        return []
+    text = "\n".join(t for path, t in snapshot_text(sweep_root, snap) if path.endswith(CODE_SUFFIXES))
+    return [name for name, pattern in TRAINERS.items() if re.search(pattern, text)]
+
+
+def submission_failure(entry: LedgerEntry, baseline: float | None, types: list[str]) -> FailureType | None:
+    """The paper's failure types, by heuristics on what was recorded."""
+    if entry.status == "invalid":
+        return "code_error_runtime"  # no loadable full-weight model came out
+    if entry.copy_of_base:
+        return "copy_model_fallback"
+    if baseline is None:
+        return "unknown"
+    if entry.score > baseline:
+        return None
+    if entry.score < 0.5 * baseline:
+        return "training_diverged"
+    return "rollout_logic_wrong" if RL & set(types) else "unknown"
+
+
+def run_failure(result: RunResult, best: SubmissionRow | None, rows: list[SubmissionRow],
+                log_text: str) -> tuple[FailureType | None, Literal["infra", "agent"] | None]:
+    if result.status == "failed" or result.baseline is None or result.ungraded_submissions:
+        return "unknown", "infra"  # set-up, supervision, baseline or grading did not complete
+    if best is not None and best.failure_type is None:
+        return None, None
+    if not rows:
+        if result.status == "timeout":
+            return "timeout_no_submission", "agent"
+        crashed = (result.agent_exit_code or 0) != 0 or "Traceback (most recent call last)" in log_text
+        return ("code_error_runtime" if crashed else "unknown"), "agent"
+    if DIVERGED.search(log_text):
+        return "training_diverged", "agent"
+    return (best or rows[-1]).failure_type, "agent"
+
+
+def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tuple[RunMetrics, list[SubmissionRow]]:
+    result = result or RunResult.load(sweep.result_path(run_id))
+    run = sweep.run(run_id)
+    entries = sweep.ledger.entries(run_id)
+    snaps = {s.seq: s for s in load_snapshots(sweep.root, run_id)}
+    env1 = sweep.run_dir(run_id) / "env-1.json"  # the first attempt's start: a resumed run keeps its origin
+    t0 = json.loads(env1.read_text())["started_at"] if env1.exists() else result.started_at
+    base = result.baseline
+    rows: list[SubmissionRow] = []
+    prev_valid: float | None = None
+    for e in entries:
+        snap = snaps.get(e.seq)
+        types = train_types(sweep.root, snap)
+        rows.append(SubmissionRow(
+            iteration=e.seq, submission_id=e.submission_id, at_s=round(e.submitted_at - t0, 3), status=e.status,
+            score=e.score, improvement=None if e.score is None or base is None else e.score - base,
+            delta_prev=None if e.score is None or prev_valid is None else e.score - prev_valid,
+            copy_of_base=e.copy_of_base, train_type="+".join(types) or "none",
+            failure_type=submission_failure(e, base, types), error=e.error,
+            files_added=snap.added if snap else [], files_modified=snap.modified if snap else [],
+            files_removed=snap.removed if snap else []))
+        prev_valid = e.score if e.score is not None else prev_valid
+    valid = [r for r in rows if r.status == "scored"]
+    best = max(valid, key=lambda r: r.score, default=None)
+    improved = [r for r in valid if base is not None and r.score > base]
+    steps = [b.score >= a.score for a, b in zip(valid, valid[1:])]
+    seen = sorted({t for s in snaps.values() for t in train_types(sweep.root, s)}, key=list(TRAINERS).index)
+    ref_snap = snaps.get(best.iteration) if best else (snaps[max(snaps)] if snaps else None)
+    log = sweep.run_dir(run_id) / "agent.log"
+    failure, source = run_failure(result, best, rows, log.read_text(errors="replace") if log.exists() else "")
+    agent_end = result.agent_ended_at or result.ended_at
+    usage = result.usage
+    metrics = RunMetrics(
+        run_id=run_id, task=result.task, agent=result.agent, driver=result.driver, mode=run.mode,
+        model=result.model, seed=result.seed, status=result.status, baseline=base, best=result.best,
+        improvement=result.improvement, submissions=len(rows),
+        valid_submission_rate=len(valid) / len(rows) if rows else None,
+        first_valid_idx=rows.index(valid[0]) if valid else None,
+        time_to_first_improvement=improved[0].at_s if improved else None,
+        time_to_best=best.at_s if best else None,
+        monotonic_ratio=sum(steps) / len(steps) if steps else None,
+        copy_model_count=sum(r.copy_of_base for r in rows),
+        time_used_ratio=round(result.agent_seconds / result.budget_s, 4),
+        last_submit_gap=round(agent_end - t0 - rows[-1].at_s, 3) if rows else None,
+        score_trajectory=[r.score for r in rows],
+        input_tokens=usage.input_tokens if usage else None, output_tokens=usage.output_tokens if usage else None,
+        cost_usd=usage.cost_usd if usage else None, cpu_seconds=result.cpu_seconds,
+        train_type="+".join(train_types(sweep.root, ref_snap)) or "none", train_types_seen=seen,
+        failure_type=failure, failure_source=source, code_snapshots=len(snaps))
+    return metrics, rows

@@ -1,0 +1,89 @@
+"""Per-run report, `runs/<id>/report/` in the sweep directory (outside the agent's reach), built only from what
+the sweep recorded (result, ledger, code snapshots, transcript), so it can be rebuilt at any time:
+
+    metrics.json      RunMetrics: the paper's process metrics, usage, training type, failure type
+    summary.jsonl     one SubmissionRow per submission, in order
+    summary.md        the same for people: one section per submission with the files its code changed
+    trajectory.png    score per submission, best so far, baseline
+
+`a2rl runreport SWEEP_DIR [RUN_ID ...]` rebuilds them (every run with a result by default).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from a2rl.recording.snapshots import snapshot_dir
+from a2rl.reporting.metrics import RunMetrics, SubmissionRow, build
+from a2rl.records import atomic_write_text
+from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
+
+def _fmt(v: float | None, signed: bool = False) -> str:
+    return "—" if v is None else (f"{v:+.2f}" if signed else f"{v:.2f}")
+
+
+def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
+    out = [f"# {m.run_id}", "",
+           f"{m.status}; baseline {_fmt(m.baseline)}, best {_fmt(m.best)} ({_fmt(m.improvement, True)}); "
+           f"{m.submissions} submission(s), training {m.train_type}; "
+           f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}", "",
+           "| metric | value |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in m.model_dump(exclude={"schema_version", "score_trajectory"}).items()]
+    for r in rows:
+        out += ["", f"## Submission {r.iteration} ({r.submission_id}) at {r.at_s:.0f} s", "",
+                f"- score: {_fmt(r.score)}" + (" (copy of the base model)" if r.copy_of_base else "")
+                + (f" (invalid: {r.error})" if r.error else ""),
+                f"- change vs previous valid: {_fmt(r.delta_prev, True)}; vs baseline: {_fmt(r.improvement, True)}",
+                f"- training: {r.train_type}; failure: {r.failure_type or 'none'}"]
+        changed = [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + \
+                  [f"-{p}" for p in r.files_removed]
+        out.append(f"- files changed: {', '.join(changed) or 'none'} "
+                   f"(diff: {snapshots / f'{r.iteration:03d}.diff'})")
+    return "\n".join(out) + "\n"
+
+
+def plot(m: RunMetrics, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    xs = range(1, len(m.score_trajectory) + 1)
+    pts = [(x, s) for x, s in zip(xs, m.score_trajectory) if s is not None]
+    if pts:
+        ax.plot(*zip(*pts), "o-", label="score")
+        best, bx = [], []
+        for x, s in pts:
+            best.append(max(s, best[-1]) if best else s)
+            bx.append(x)
+        ax.step(bx, best, where="post", linestyle="--", label="best so far")
+    bad = [x for x, s in zip(xs, m.score_trajectory) if s is None]
+    if bad:
+        ax.plot(bad, [m.baseline or 0.0] * len(bad), "rx", label="invalid")
+    if m.baseline is not None:
+        ax.axhline(m.baseline, color="gray", linewidth=1, label="baseline")
+    ax.set(xlabel="submission", ylabel="score", title=m.run_id)
+    ax.title.set_fontsize(8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> Path:
+    """The report of a run; `result` before it is written (the job reports first, so a result on disk always
+    has its report), else read from the sweep directory."""
+    metrics, rows = build(sweep, run_id, result)
+    out = sweep.run_dir(run_id) / "report"
+    metrics.dump(out / "metrics.json")
+    atomic_write_text(out / "summary.jsonl", "".join(
+        json.dumps({**r.model_dump(mode="json"), "schema_version": r.SCHEMA}) + "\n" for r in rows))
+    atomic_write_text(out / "summary.md", markdown(metrics, rows, snapshot_dir(sweep.root, run_id)))
+    plot(metrics, out / "trajectory.png")
+    return out

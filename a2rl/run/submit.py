@@ -1,0 +1,104 @@
+"""A run's submissions: from a model path the agent names to the paper's /submit answer.
+
+Runs inside the agent's job (behind the HTTP API): it checks the path and the directory, freezes the accepted
+files into the sweep directory, enqueues, and blocks until the grader has recorded the result. The budget
+clock stops meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.run.budget import Budget
+from a2rl.run.artifacts import ArtifactError, check_artifact, freeze, resolve_submission
+from a2rl.store.ledger import LedgerEntry
+from a2rl.recording.snapshots import snapshot_code
+from a2rl.spec.grid import RunSpec
+from a2rl.store.sweepdir import SweepDir
+from a2rl.run.workspace import Workspace
+
+
+log = logging.getLogger("a2rl.submit")
+
+
+class BudgetExhausted(Exception):
+    pass
+
+
+class RunSubmitter:
+    def __init__(self, sweep: SweepDir, run: RunSpec, ws: Workspace, budget: Budget):
+        self.sweep, self.run, self.ws, self.budget = sweep, run, ws, budget
+        self.settings = sweep.spec.grader
+        self.queue, self.ledger = sweep.queue, sweep.ledger
+
+    def submit(self, model_path: str, *, wait: bool = True, force: bool = False) -> dict[str, Any]:
+        """Enqueue and (by default) wait for the score. `force` is for the run's own wrap-up submission."""
+        if self.budget.expired() and not force:
+            raise BudgetExhausted(f"the budget of {self.budget.total_s:g} s is used up; submissions are refused")
+        self.budget.pause()
+        try:
+            try:
+                path = resolve_submission(model_path, self.ws.root)
+                files, error = check_artifact(path, self.ws.output), None
+            except ArtifactError as e:
+                files, error = [], str(e)
+            entry = self.queue.submit(self.run.run_id, str(model_path),
+                                      lambda sid: str(freeze(files, self.sweep.submissions / sid)), error)
+            self.snapshot(entry.submission_id, entry.seq)
+            if not wait:
+                return {"submission_id": entry.submission_id, "queued": True}
+            recorded = self.wait_for(entry.submission_id, self.settings.max_wait_s)
+        finally:
+            self.budget.resume()
+        if recorded is None:
+            return {"submission_id": entry.submission_id,
+                    "error": f"not graded within {self.settings.max_wait_s:g} s; it stays queued and will be "
+                             f"scored when a grader is available"}
+        return self.response(recorded)
+
+    def snapshot(self, sid: str, seq: int) -> None:
+        """The code behind the submission, recorded while the clock is stopped; a failure to record it is
+        logged, never the agent's loss of a submission."""
+        try:
+            snapshot_code(self.sweep.root, self.run.run_id, self.ws.code, submission_id=sid, seq=seq,
+                          settings=self.sweep.spec.recording)
+        except Exception:
+            log.exception("code snapshot for %s failed", sid)
+
+    def wait_for(self, sid: str, timeout_s: float) -> LedgerEntry | None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            entry = self.ledger.get(sid)
+            if entry is not None:
+                return entry
+            time.sleep(min(self.settings.poll_s, 0.5))
+        return None
+
+    def baseline(self) -> BaselineRecord | None:
+        return BaselineRecord.load_or_none(baseline_path(self.sweep, self.run.task, self.run.model.name))
+
+    def response(self, entry: LedgerEntry) -> dict[str, Any]:
+        """The paper's /submit answer for a recorded submission, with the best of this run so far."""
+        scored = [e for e in self.ledger.entries(self.run.run_id) if e.status == "scored" and e.seq <= entry.seq]
+        best = max(scored, key=lambda e: e.score, default=None)
+        base = self.baseline()
+        base_score = base.score if base and base.status == "ok" else None
+        out: dict[str, Any] = {
+            "submission_id": entry.submission_id,
+            "score": entry.score,
+            "baseline_score": base_score,
+            "improvement": None if entry.score is None or base_score is None else entry.score - base_score,
+            "best": best.score if best else None,
+            "best_submission_id": best.submission_id if best else None,
+            "total_submissions": entry.seq,
+        }
+        if entry.copy_of_base:
+            out["note"] = "identical to the base model: scored as the baseline"
+        if entry.error:
+            out["error"] = entry.error
+        if base is not None and base.status == "failed":
+            out["baseline_error"] = base.error
+        return out

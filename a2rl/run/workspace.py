@@ -1,0 +1,146 @@
+"""The agent's workspace on scratch: all it can see of the benchmark.
+
+    code/            the agent's working directory
+    home/, tmp/      its HOME and TMPDIR
+    output/          where it saves models to submit
+    data/            the train split (a read-only copy: never a link into the data root, whose held-out
+                     half must stay out of reach)
+    models/base      link to the base model (read-only)
+    description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible)
+
+Nothing here is ever read back for scoring: results live in the sweep directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from a2rl.records import Record
+from a2rl.spec.tasks import Task, TaskData
+
+INSTRUCTIONS = """\
+# Instructions
+
+You have {budget} of wall time (time spent waiting for grading is not counted) to improve the base model at
+`$MODEL_PATH` on the task described in description.md. The training data is in `$DATA_PATH`; the held-out
+evaluation data is not available to you.
+
+- Work in `$WORKSPACE/code`. Save each model you want scored as a directory under `$OUTPUT_DIR` with full
+  weights in safetensors (`model.save_pretrained(dir)`; merge LoRA adapters first) and the tokenizer.
+- Submit it with `a2rl submit $OUTPUT_DIR/<dir>` or
+  `curl -s -X POST $GRADING_SERVER_URL/submit -H 'Content-Type: application/json' -d '{{"model_path": "<dir>"}}'`.
+  The call blocks until the model is scored and returns its score, the baseline and your best so far.
+- `curl -s $GRADING_SERVER_URL/time` tells the remaining budget. Submissions after the budget ends are refused.
+- Your best submission counts. Submitting the base model unchanged scores the baseline.
+"""
+
+
+class RunMeta(Record):
+    """The paper's run_meta.json: for the agent's information only, never read back."""
+    run_id: str
+    task: str
+    start_time: float
+    timeout_s: float
+    last_submit_time: float | None = None
+    end_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @property
+    def code(self) -> Path:
+        return self.root / "code"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "models" / "base"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.root / "run_meta.json"
+
+
+def _budget_text(seconds: float) -> str:
+    return f"{seconds / 3600:g} hours" if seconds >= 3600 else f"{seconds / 60:g} minutes"
+
+
+def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path, budget_s: float,
+                     source_tree: Path) -> Workspace:
+    """Lay out a workspace; idempotent, so a requeued run finds its own files again."""
+    root = Path(root).resolve()
+    if root == source_tree or source_tree in root.parents:
+        raise ValueError(f"workspace {root} is inside the source tree {source_tree}; set scratch_root elsewhere")
+    ws = Workspace(root)
+    for d in (ws.code, ws.output, ws.model.parent):
+        d.mkdir(parents=True, exist_ok=True)
+    if not ws.data.exists():
+        tmp = root / ".data.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name in task.spec.train_files:
+            src = data.train_dir / name
+            (shutil.copytree if src.is_dir() else shutil.copyfile)(src, tmp / name)
+        _read_only(tmp)
+        tmp.rename(ws.data)
+    if not ws.model.is_symlink():
+        ws.model.symlink_to(model_dir, target_is_directory=True)
+    (root / "description.md").write_text(task.description)
+    (root / "instructions.md").write_text(INSTRUCTIONS.format(budget=_budget_text(budget_s)))
+    return ws
+
+
+def _read_only(path: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(path):
+        for f in filenames:
+            os.chmod(os.path.join(dirpath, f), stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    for dirpath, dirnames, _ in os.walk(path, topdown=False):
+        os.chmod(dirpath, 0o555)
+
+
+def agent_env(ws: Workspace, *, task: str, model_name: str, url: str, cpus: int,
+              passthrough: list[str]) -> dict[str, str]:
+    """The agent's whole environment: the paper's variables and a minimal base. No launcher variable leaks
+    through unless the agent stack lists it, so no path into the sweep directory reaches the agent."""
+    bindir = os.path.dirname(sys.executable)  # `python` and `a2rl` resolve to this installation
+    env = {
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        # a home of its own: the launcher's holds ~/.cache/a2rl (the data root, held-out split included)
+        "HOME": str(ws.root / "home"),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "TMPDIR": str(ws.root / "tmp"),
+        "TASK": task,
+        "BASE_MODEL": model_name,
+        "WORKSPACE": str(ws.root),
+        "MODEL_PATH": str(ws.model),
+        "DATA_PATH": str(ws.data),
+        "OUTPUT_DIR": str(ws.output),
+        "GRADING_SERVER_URL": url,
+        "OMP_NUM_THREADS": str(cpus),
+        "MKL_NUM_THREADS": str(cpus),
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name in ("CUDA_VISIBLE_DEVICES", *passthrough):  # a stack that needs the real HOME lists it
+        if name in os.environ:
+            env[name] = os.environ[name]
+    for d in ("tmp", "home"):
+        (ws.root / d).mkdir(exist_ok=True)
+    return env

@@ -1,0 +1,134 @@
+"""What a sweep is doing, read from the files its jobs write (never from the scheduler alone): a run with a
+result is finished; a run whose job stopped heart-beating, or whose job is known to be gone, is lost.
+
+`collect` only reads. Giving lost runs their failed result, so nothing waits for them, is the explicit
+`reap_lost` (the follower, `a2rl status` and `a2rl cancel` call it)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.scheduling.executor import JobState, local_state, slurm_states
+from a2rl.records import now
+from a2rl.store.results import RunResult, mark_lost
+from a2rl.store.services import ServiceJobs
+from a2rl.spec.grid import RunSpec
+from a2rl.store.sweepdir import STALE_S, GraderBeat, SweepDir
+
+
+@dataclass
+class SweepState:
+    total: int = 0
+    ok: int = 0
+    timeout: int = 0
+    failed: int = 0
+    running: int = 0
+    waiting: int = 0  # submitted, not started yet
+    graded: int = 0
+    pending_submissions: int = 0
+    graders_alive: int = 0
+    best: dict[str, float] = field(default_factory=dict)  # "task/agent" → best score so far
+    baselines: dict[str, BaselineRecord] = field(default_factory=dict)  # "task/model" → record
+    jobs: dict[str, JobState] = field(default_factory=dict)  # run_id → the scheduler's word (probed runs)
+    lost: dict[str, str] = field(default_factory=dict)  # run_id → why: its job is gone without a result
+
+    @property
+    def finished(self) -> int:
+        return self.ok + self.timeout + self.failed
+
+    def line(self, elapsed_s: float) -> str:
+        parts = [f"[{int(elapsed_s) // 60:d}m{int(elapsed_s) % 60:02d}s] {self.finished}/{self.total} done",
+                 f"{self.running} running", f"{self.failed} failed"]
+        if self.waiting:
+            parts.append(f"{self.waiting} waiting")
+        parts.append(f"{self.graded} graded" + (f", {self.pending_submissions} in queue" if self.pending_submissions else ""))
+        if self.best:
+            parts.append("best " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.best.items())))
+        return " · ".join(parts)
+
+
+def job_states(kind: str, job_ids: list[str]) -> dict[str, JobState]:
+    if kind == "slurm":
+        return slurm_states(job_ids)
+    return {j: local_state(j) for j in job_ids}
+
+
+def jobs_alive(path: Path) -> list[str]:
+    """The jobs recorded at `path` that the scheduler still has (or cannot rule out)."""
+    rec = ServiceJobs.load_or_none(path)
+    if rec is None:
+        return []
+    return [j for j, s in job_states(rec.executor, rec.job_ids).items() if s.alive is not False]
+
+
+def probe_runs(sweep: SweepDir, runs: list[RunSpec]) -> dict[str, JobState]:
+    """Ask the scheduler about every unfinished run's job, one query per executor kind."""
+    by_kind: dict[str, dict[str, str]] = {}
+    for run in runs:
+        status = sweep.status(run.run_id)
+        if status is None or status.job_id is None or sweep.result_path(run.run_id).exists():
+            continue
+        if status.executor == "local" and status.host not in (None, socket.gethostname()):
+            continue  # another machine's process: only its heartbeat can tell
+        by_kind.setdefault(status.executor or "local", {})[status.job_id] = run.run_id
+    out = {}
+    for kind, ids in by_kind.items():
+        for job_id, state in job_states(kind, list(ids)).items():
+            out[ids[job_id]] = state
+    return out
+
+
+def collect(sweep: SweepDir, probe: bool = False) -> SweepState:
+    """Tally the sweep (reads only); with `probe`, ask the scheduler too, and list in `lost` every run whose
+    job is gone without a result (or, when the scheduler cannot tell, stopped heart-beating)."""
+    st = SweepState()
+    runs = sweep.runs()
+    st.total = len(runs)
+    st.jobs = states = probe_runs(sweep, runs) if probe else {}  # before reading results: see mark_lost
+    for run in runs:
+        result = RunResult.load_or_none(sweep.result_path(run.run_id))
+        if result is None:
+            status = sweep.status(run.run_id)
+            job = states.get(run.run_id, JobState(None))
+            running = status is not None and status.state in ("running", "finishing") and not status.stale()
+            gone = job.reason if job.alive is False else None
+            if probe and job.alive is None and status is not None and status.state != "submitted" and status.stale():
+                gone = f"no heartbeat for {now() - status.heartbeat_at:.0f} s (job died or node lost)"
+            if gone is not None:
+                st.lost[run.run_id] = f"job ended without a result: {gone}"
+            elif running:
+                st.running += 1
+            else:
+                st.waiting += 1
+        if result is not None:
+            setattr(st, result.status, getattr(st, result.status) + 1)
+        for e in sweep.ledger.entries(run.run_id):
+            st.graded += 1
+            key = f"{run.task}/{run.agent.key}"
+            if e.score is not None and e.score > st.best.get(key, float("-inf")):
+                st.best[key] = e.score
+    st.pending_submissions = len(sweep.queue.pending_ids())
+    for beat_file in sweep.graders.glob("grader*.json"):
+        beat = GraderBeat.load(beat_file)
+        if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
+            st.graders_alive += 1
+    for task in sweep.spec.tasks:
+        for model in sweep.spec.model_entries:
+            rec = BaselineRecord.load_or_none(baseline_path(sweep, task, model.name))
+            if rec is not None:
+                st.baselines[f"{task}/{model.name}"] = rec
+    return st
+
+
+def reap_lost(sweep: SweepDir, st: SweepState) -> list[RunResult]:
+    """Give every run `collect` found lost its failed result (unless its job wrote one meanwhile), and count it."""
+    reaped = []
+    for run_id, reason in st.lost.items():
+        result = mark_lost(sweep, sweep.run(run_id), reason)
+        setattr(st, result.status, getattr(st, result.status) + 1)
+        reaped.append(result)
+    st.lost = {}
+    return reaped

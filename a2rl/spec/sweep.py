@@ -1,0 +1,290 @@
+"""The sweep spec (`sweep.yaml`): the grid tasks × agents × drivers × models × seeds and how to run it.
+
+Validation reports every problem at once, each with its field path (`agents[1]: unknown agent 'claud' ...`);
+unknown keys are errors. Nothing is submitted unless the whole spec is valid.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from a2rl.errors import SpecError, format_validation_error
+from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
+from a2rl.spec.registry import load_yaml
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+LOCAL_DRIVER = "local:"  # drivers served by the sweep itself: `local:<name of a local_drivers entry>`
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(v: Any) -> float:
+    """Seconds from 600, '600', '10m', '1.5h', '2d'."""
+    if isinstance(v, bool):
+        raise ValueError("expected seconds or a duration like '30m'")
+    if isinstance(v, (int, float)):
+        seconds = float(v)
+    else:
+        m = _DURATION.match(str(v))
+        if not m:
+            raise ValueError("expected seconds or a duration like '30m', '2h'")
+        seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if seconds <= 0:
+        raise ValueError("must be positive")
+    return seconds
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AgentEntry(_Strict):
+    name: str
+    label: str | None = Field(None, pattern=NAME)  # tells apart two entries of one agent with other args
+    args: dict[str, Any] = {}
+    drivers: list[str] | None = None  # this agent's drivers instead of the sweep's (mixing stacks' families)
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class ModelEntry(_Strict):
+    name: str = Field(pattern=NAME)
+    path: str  # a directory, or builtin:NAME
+
+
+class Resources(_Strict):
+    cpus: int = Field(1, ge=1)
+    gpus: int = Field(0, ge=0)
+    mem_gb: float = Field(8, gt=0)
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    setup_margin_s: int = Field(600, ge=0)  # job time limit = budget + this margin (set-up, grading wait, wrap-up)
+    time_limit: float | None = None  # an explicit job time limit instead (seconds or '2h')
+    array_parallelism: int | None = Field(None, ge=1)
+    sbatch: dict[str, Any] = {}  # further sbatch options, e.g. {reservation: x, begin: now+1hour}
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _limit(cls, v: Any) -> float | None:
+        return None if v is None else parse_duration(v)
+
+    def job_time_s(self, budget_s: float) -> float:
+        return self.time_limit or budget_s + self.setup_margin_s
+
+
+class GraderSettings(_Strict):
+    workers: int = Field(1, ge=1)  # grading daemons serving the sweep's queue
+    cpus: int = Field(1, ge=1)
+    gpus: int = Field(0, ge=0)
+    mem_gb: float = Field(8, gt=0)
+    lease_s: float = Field(120, gt=0)  # a claim not renewed for this long is graded again
+    poll_s: float = Field(0.2, gt=0)
+    idle_timeout_s: float = Field(3600, gt=0)  # a daemon with nothing to do for this long exits
+    max_attempts: int = Field(3, ge=1)  # a submission that kills its grader this often is recorded invalid
+    max_wait_s: float = Field(6 * 3600, gt=0)  # how long a blocking submit waits for its score
+    batch_size: int | None = Field(None, ge=1)  # overrides the task's generation batch size
+    baseline_cache: str | None = None  # share baselines across sweeps; default: in the sweep directory
+    keep_artifacts: bool = False  # keep frozen submission weights after grading
+    task_options: dict[str, dict[str, Any]] = {}  # per task, merged over task.yaml's `eval` (judge endpoints...)
+
+
+class LocalDriver(_Strict):
+    """An open-weight driver LLM served by a job of the sweep behind an OpenAI-compatible API (driver.py);
+    runs use it as driver `local:<name>`."""
+    model: str  # a directory, or builtin:NAME
+    backend: Literal["vllm", "transformers"] = "vllm"  # transformers: a2rl's own server (CPU, small models)
+    served_name: str | None = None  # the model name agents ask for; default: the driver's name
+    cpus: int = Field(4, ge=1)
+    gpus: int = Field(1, ge=0)
+    mem_gb: float = Field(64, gt=0)
+    args: dict[str, Any] = {}  # further `vllm serve` options, e.g. {max_model_len: 32768}
+    startup_timeout_s: float = Field(1800, gt=0)  # a run waits this long for the server (budget paused)
+
+
+class RecordingSettings(_Strict):
+    """Code snapshots taken at each submission, and the workspace archived after the run (see recording.py)."""
+    max_file_mb: float = Field(1, gt=0)  # larger files are skipped (and listed as skipped)
+    max_total_mb: float = Field(50, gt=0)  # per snapshot; files past it are skipped
+    exclude: list[str] = [".git", "__pycache__", ".venv", "wandb", "*.safetensors", "*.bin", "*.pt"]
+    # after the run, workspaces outside the sweep directory (node-local scratch) are copied into it
+    archive_workspace: bool = True
+    workspace_max_file_mb: float = Field(20, gt=0)
+    workspace_max_mb: float = Field(200, gt=0)
+
+
+class SweepSpec(_Strict):
+    name: str = Field(pattern=NAME)
+    tasks: list[str] = Field(min_length=1)
+    agents: list[str | AgentEntry] = Field(min_length=1)
+    drivers: list[str] = ["none"]
+    modes: list[str] = Field(["free"], min_length=1)  # prompt modes (configs/prompts/<mode>.md), for driven agents
+    models: list[str | ModelEntry] = Field(min_length=1)
+    seeds: list[int] = Field([0], min_length=1)
+    budget: float  # agent wall seconds per run (grading waits do not count)
+    executor: Literal["local", "slurm", "auto"] = "auto"
+    cluster: str | None = None  # a profile under configs/clusters/ (Slurm)
+    resources: Resources = Resources()
+    grader: GraderSettings = GraderSettings()
+    recording: RecordingSettings = RecordingSettings()
+    local_drivers: dict[str, LocalDriver] = {}
+    scratch_root: str | None = None  # workspaces: a path ($VARS expand in the job) or `sweep`; see SweepDir
+    data_root: str | None = None  # prepared task data; default ~/.cache/a2rl/data
+    task_paths: list[str] = []  # extra task folders
+    agent_paths: list[str] = []  # extra agent stack folders
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _agents(cls, v: Any) -> Any:
+        return [AgentEntry(name=a) if isinstance(a, str) else a for a in v] if isinstance(v, list) else v
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models(cls, v: Any) -> Any:
+        return [ModelEntry(name=_model_name(m), path=m) if isinstance(m, str) else m for m in v] \
+            if isinstance(v, list) else v
+
+    @model_validator(mode="after")
+    def _unique(self) -> "SweepSpec":
+        for field, keys in (("tasks", self.tasks), ("agents", [a.key for a in self.agent_entries]),
+                            ("drivers", self.drivers), ("modes", self.modes), ("models", [m.name for m in self.model_entries]),
+                            ("seeds", self.seeds)):
+            dup = sorted({k for k in keys if keys.count(k) > 1}, key=str)
+            if dup:
+                raise ValueError(f"{field}: duplicate entries {dup} (give agents a distinct `label`)")
+        return self
+
+    def drivers_of(self, agent: AgentEntry) -> list[str]:
+        return self.drivers if agent.drivers is None else agent.drivers
+
+    @property
+    def agent_entries(self) -> list[AgentEntry]:
+        return [a for a in self.agents if isinstance(a, AgentEntry)]
+
+    @property
+    def model_entries(self) -> list[ModelEntry]:
+        return [m for m in self.models if isinstance(m, ModelEntry)]
+
+
+def local_driver_name(driver: str) -> str | None:
+    return driver.removeprefix(LOCAL_DRIVER) if driver.startswith(LOCAL_DRIVER) else None
+
+
+def _model_name(path: str) -> str:
+    base = path.removeprefix(BUILTIN_PREFIX).rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", base) or "model"
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    """Parse and fully validate a sweep file: schema, registries, files. Raises SpecError listing every problem."""
+    path = Path(path)
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError([f"{path}: expected a mapping at the top level, got {type(data).__name__}"])
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError([f"{path}: {line}" for line in format_validation_error(e)]) from None
+    spec = _absolutise(spec, path.resolve().parent)
+    problems = check_references(spec)
+    if problems:
+        raise SpecError([f"{path}: {line}" for line in problems])
+    return spec
+
+
+def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
+    """Relative paths in a sweep file are relative to the file, so the frozen copy works from anywhere."""
+    def ab(p: str | None) -> str | None:
+        if p is None or p.startswith((BUILTIN_PREFIX, "$")) or p == "sweep":  # resolved in the job
+            return p
+        return str((base / Path(p).expanduser()).resolve())
+
+    return spec.model_copy(update={
+        "models": [m.model_copy(update={"path": ab(m.path)}) for m in spec.model_entries],
+        "scratch_root": ab(spec.scratch_root), "data_root": ab(spec.data_root),
+        "task_paths": [ab(p) for p in spec.task_paths], "agent_paths": [ab(p) for p in spec.agent_paths],
+        "grader": spec.grader.model_copy(update={"baseline_cache": ab(spec.grader.baseline_cache)}),
+        "local_drivers": {k: d.model_copy(update={"model": ab(d.model)}) for k, d in spec.local_drivers.items()},
+    })
+
+
+def check_references(spec: SweepSpec) -> list[str]:
+    """Names that must exist in the registries, and files that must exist."""
+    from a2rl.spec.agents import agent_registry, known_modes
+    from a2rl.spec.tasks import task_registry
+
+    problems = []
+    tasks = task_registry([Path(p) for p in spec.task_paths])
+    known_tasks = tasks.names()
+    for i, t in enumerate(spec.tasks):
+        if t not in known_tasks:
+            problems.append(f"tasks[{i}]: unknown task {t!r} (known: {', '.join(known_tasks)})")
+            continue
+        try:
+            task = tasks.get(t)
+        except SpecError as e:
+            problems += [f"tasks[{i}]: {line}" for line in e.lines]
+            continue
+        folder = tasks.path(t).parent
+        for field in ("description", "evaluator", "prepare"):
+            if not (folder / getattr(task, field)).is_file():
+                problems.append(f"tasks[{i}]: task {t!r} has no {field} file {folder / getattr(task, field)}")
+    agents = agent_registry([Path(p) for p in spec.agent_paths])
+    known_agents = agents.names()
+    for i, a in enumerate(spec.agent_entries):
+        if a.name not in known_agents:
+            problems.append(f"agents[{i}]: unknown agent {a.name!r} (known: {', '.join(known_agents)})")
+            continue
+        try:
+            stack = agents.get(a.name)
+            stack.check_args(a.args)
+        except SpecError as e:
+            problems += [f"agents[{i}].args: {line}" for line in e.lines]
+            continue
+        if not stack.needs_driver:
+            continue
+        for d in spec.drivers_of(a):
+            local = local_driver_name(d)
+            if local is None and not stack.supports(d):
+                problems.append(f"agents[{i}]: agent {a.name!r} does not support driver {d!r} "
+                                f"(supports: {', '.join(stack.driver_families)})")
+            elif local is not None and local not in spec.local_drivers:
+                problems.append(f"agents[{i}]: driver {d!r} names no entry of local_drivers "
+                                f"(defined: {', '.join(spec.local_drivers) or 'none'})")
+            elif local is not None and stack.openai_compatible is None:
+                problems.append(f"agents[{i}]: agent {a.name!r} cannot use local driver {d!r}: its stack declares "
+                                f"no `openai_compatible` endpoint settings")
+    modes = known_modes()
+    problems += [f"modes[{i}]: unknown mode {m!r} (known: {', '.join(modes)})"
+                 for i, m in enumerate(spec.modes) if m not in modes]
+    for i, m in enumerate(spec.model_entries):
+        err = check_model_ref(m.path)
+        if err:
+            problems.append(f"models[{i}].path: {err}")
+    for name, d in spec.local_drivers.items():
+        if not re.match(NAME, name):
+            problems.append(f"local_drivers.{name}: a driver name may hold letters, digits, '_', '.' and '-'")
+        if err := check_model_ref(d.model):
+            problems.append(f"local_drivers.{name}.model: {err}")
+    for field in ("task_paths", "agent_paths"):
+        for i, p in enumerate(getattr(spec, field)):
+            if not Path(p).is_dir():
+                problems.append(f"{field}[{i}]: directory {p!r} does not exist")
+    if spec.cluster is not None:
+        from a2rl.spec.clusters import cluster_registry
+
+        if spec.cluster not in cluster_registry().names():
+            problems.append(f"cluster: unknown cluster profile {spec.cluster!r} "
+                            f"(known: {', '.join(cluster_registry().names())})")
+    return problems

@@ -1,0 +1,159 @@
+"""Tasks: a folder under tasks/ with task.yaml, the agent's description.md, a prepare script and an evaluator.
+
+Prepared data lives under a data root, split in two: `train/` (copied into workspaces) and `heldout/`
+(read only by the grader, never linked from a workspace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict
+
+from a2rl.errors import SpecError
+from a2rl.records import Record, RecordError, now, sha256_file
+from a2rl.spec.registry import HOME, Registry
+
+
+class TaskSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    level: Literal[1, 2, 3]
+    kind: Literal["rule", "judge", "interactive"]
+    evaluator_version: int
+    description: str = "description.md"
+    evaluator: str = "evaluator.py"
+    prepare: str = "prepare.py"
+    offline: bool = False  # prepare needs no network: a2rl may run it on demand
+    train_files: list[str]
+    eval: dict[str, Any] = {}
+
+
+class PreparedData(Record):
+    SCHEMA = 2  # 2 added prepare_fingerprint; prepared() treats version-1 records as stale
+    task: str
+    prepared_at: float
+    prepare_fingerprint: str  # Task.prepare_fingerprint() of the script that wrote the data
+    checksums: dict[str, str]  # "train/x.jsonl" → sha256
+
+
+@dataclass(frozen=True)
+class TaskData:
+    train_dir: Path
+    heldout_dir: Path
+
+
+@dataclass(frozen=True)
+class Task:
+    spec: TaskSpec
+    folder: Path
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def description(self) -> str:
+        return (self.folder / self.spec.description).read_text()
+
+    @cached_property
+    def evaluator(self) -> ModuleType:
+        return _load_module(self.folder / self.spec.evaluator, f"a2rl_task_{self.name}_evaluator")
+
+    def data(self, data_root: Path) -> TaskData:
+        base = Path(data_root) / self.name
+        return TaskData(base / "train", base / "heldout")
+
+    def prepare_fingerprint(self) -> str:
+        """What prepared data depends on: the task's code other than its evaluator (the prepare script and the
+        environment wrappers it ships to agents), the shared ReAct loop that interactive tasks ship as react.py,
+        and the train files it must write. Read each time, so a long-lived grader notices an edit."""
+        script = self.folder / self.spec.prepare
+        if not script.is_file():
+            raise SpecError([f"{script}: no such task module"])
+        sources = [p for p in sorted(self.folder.glob("*.py")) if p.name != self.spec.evaluator]
+        if "react.py" in self.spec.train_files:
+            sources.append(HOME / "a2rl" / "envs.py")
+        h = hashlib.sha256(json.dumps(self.spec.train_files).encode())
+        for path in sources:
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+        return h.hexdigest()
+
+    def prepared(self, data_root: Path) -> PreparedData | None:
+        """The record of the data under `data_root` if the current prepare script wrote it; None if missing or
+        stale (written by another version of the script, or before records carried a fingerprint)."""
+        try:
+            rec = PreparedData.load_or_none(Path(data_root) / self.name / "prepared.json")
+        except RecordError:
+            return None
+        return rec if rec is not None and rec.prepare_fingerprint == self.prepare_fingerprint() else None
+
+    def ensure_prepared(self, data_root: Path, *, allow_network: bool = False, source: Path | None = None) -> TaskData:
+        """Prepare once; racing preparers serialise on a lock and the loser finds the work done.
+
+        `source` is a directory holding the upstream files in their published format; given, prepare reads
+        them instead of downloading (how tests and air-gapped sites prepare). Data that another version of the
+        prepare script wrote is prepared again, replacing it."""
+        if self.prepared(data_root):
+            return self.data(data_root)
+        base = Path(data_root) / self.name
+        if not (self.spec.offline or allow_network or source):
+            state = ("was prepared by another version of its prepare script"
+                     if (base / "prepared.json").exists() else "is not prepared")
+            raise SpecError([
+                f"task {self.name!r} {state} under {data_root}: run `a2rl prepare {self.name} "
+                f"--data-root {data_root}` (with --source if you prepared it from one) on a machine with internet "
+                "access (a login node)"
+            ])
+        base.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(base) + ".lock"):
+            if self.prepared(data_root):
+                return self.data(data_root)
+            tmp = base / f".prepare-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / "train").mkdir(parents=True)
+            (tmp / "heldout").mkdir(mode=0o700)
+            # Taken before the script runs: an edit meanwhile leaves the data stale, never falsely current.
+            fingerprint = self.prepare_fingerprint()
+            module = _load_module(self.folder / self.spec.prepare, f"a2rl_task_{self.name}_prepare")
+            module.prepare(tmp / "train", tmp / "heldout", **({"source": Path(source)} if source else {}))
+            missing = [f for f in self.spec.train_files if not (tmp / "train" / f).exists()]
+            if missing:
+                raise SpecError([f"task {self.name!r}: prepare did not write train file(s) {missing}"])
+            for part in ("train", "heldout"):
+                shutil.rmtree(base / part, ignore_errors=True)
+                os.replace(tmp / part, base / part)
+            tmp.rmdir()
+            sums = {str(p.relative_to(base)): sha256_file(p)
+                    for part in ("train", "heldout") for p in sorted((base / part).rglob("*")) if p.is_file()}
+            PreparedData(task=self.name, prepared_at=now(), prepare_fingerprint=fingerprint,
+                         checksums=sums).dump(base / "prepared.json")
+        return self.data(data_root)
+
+
+def _load_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise SpecError([f"{path}: no such task module"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def task_registry(extra_dirs: list[Path] = ()) -> Registry[TaskSpec]:
+    return Registry(TaskSpec, "task", HOME / "tasks", "A2RL_TASKS_PATH", filename="task.yaml").with_dirs(list(extra_dirs))
+
+
+def get_task(name: str, extra_dirs: list[Path] = ()) -> Task:
+    reg = task_registry(extra_dirs)
+    return Task(reg.get(name), reg.path(name).parent)

@@ -1,0 +1,76 @@
+"""Baselines: the untouched base model's score, once per (task, model weights, evaluator version).
+
+A failed baseline is recorded as failed, with its error, and shown as such everywhere; it never becomes 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from filelock import FileLock
+
+from a2rl.spec.models import resolve_model, weights_hash
+from a2rl.records import Record, now
+from a2rl.store.sweepdir import SweepDir
+from a2rl.spec.tasks import Task
+
+
+class BaselineRecord(Record):
+    task: str
+    model: str
+    model_path: str
+    weights_hash: str
+    evaluator_version: int
+    status: Literal["ok", "failed"]
+    score: float | None = None
+    error: str | None = None
+    graded_at: float
+    eval_seconds: float = 0.0
+    details: dict[str, Any] = {}
+
+
+def baseline_path(sweep: SweepDir, task: str, model: str) -> Path:
+    return sweep.baselines / f"{task}__{model}.json"
+
+
+def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: str,
+                    evaluate: Callable[[Task, Path, Path], tuple[float, dict]], *,
+                    retry_failed: bool = False) -> BaselineRecord:
+    """The sweep's baseline record for (task, model), computing it at most once across graders.
+
+    The optional shared cache (grader.baseline_cache) is keyed by weights hash and evaluator version, so other
+    sweeps reuse it; the sweep's own copy is keyed by the names the run reports use. A grader that starts
+    retries a failed baseline once (`retry_failed`), so fixing the cause and relaunching is enough.
+    """
+    own = baseline_path(sweep, task.name, model_name)
+    own.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(own) + ".lock"):
+        rec = BaselineRecord.load_or_none(own)
+        if rec is not None and rec.evaluator_version == task.spec.evaluator_version \
+                and not (retry_failed and rec.status == "failed"):
+            return rec
+        model_dir = resolve_model(model_path)
+        digest = weights_hash(model_dir)
+        shared = None
+        if sweep.spec.grader.baseline_cache:
+            shared = Path(sweep.spec.grader.baseline_cache) / f"{task.name}__{digest[:20]}__v{task.spec.evaluator_version}.json"
+            cached = BaselineRecord.load_or_none(shared)
+            if cached is not None and cached.status == "ok":
+                cached.model, cached.model_path = model_name, str(model_dir)
+                cached.dump(own)
+                return cached
+        t0 = now()
+        try:
+            score, details = evaluate(task, model_dir, model_dir)
+            rec = BaselineRecord(task=task.name, model=model_name, model_path=str(model_dir), weights_hash=digest,
+                                 evaluator_version=task.spec.evaluator_version, status="ok", score=score,
+                                 graded_at=now(), eval_seconds=now() - t0, details=details)
+        except Exception as e:  # recorded and shown as a failure, never as a score of 0
+            rec = BaselineRecord(task=task.name, model=model_name, model_path=str(model_dir), weights_hash=digest,
+                                 evaluator_version=task.spec.evaluator_version, status="failed",
+                                 error=f"{type(e).__name__}: {e}", graded_at=now(), eval_seconds=now() - t0)
+        rec.dump(own)
+        if shared is not None and rec.status == "ok":
+            rec.dump(shared)
+        return rec

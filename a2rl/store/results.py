@@ -1,0 +1,130 @@
+"""`runs/<run_id>/result.json`, built from the ledger and the baseline, never from anything in the agent's
+workspace. This module is its only writer: the run's job writes it at the end (`write_result`), the grader
+folds in scores that arrive later (`refresh_result`), and reaping gives a lost run a failed one (`mark_lost`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from filelock import FileLock
+from pydantic import BaseModel
+
+from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.store.ledger import LedgerEntry
+from a2rl.records import Record, now
+from a2rl.spec.grid import RunSpec
+from a2rl.store.sweepdir import SweepDir
+
+
+class AgentUsage(BaseModel):
+    """Totals over the run's transcript. input_tokens counts every prompt token, cached ones included."""
+    parser: str
+    calls: int = 0  # transcript records the totals came from (results, turns, steps)
+    input_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+
+
+class RunResult(Record):
+    run_id: str
+    task: str
+    agent: str
+    driver: str
+    model: str
+    seed: int
+    # ok: the agent ended by itself within its budget; timeout: stopped at the budget's end;
+    # failed: the run could not complete (infrastructure or set-up error, or its job died)
+    status: Literal["ok", "timeout", "failed"]
+    failure_reason: str | None = None
+    agent_exit_code: int | None = None
+    baseline: float | None = None
+    baseline_error: str | None = None
+    best: float | None = None  # best scored submission; None when there is none
+    best_submission: str | None = None
+    improvement: float | None = None  # best - baseline
+    submissions: int = 0
+    valid_submissions: int = 0
+    ungraded_submissions: int = 0  # still queued when the run ended
+    scores: list[float | None] = []  # per submission, in order (None = invalid)
+    budget_s: float
+    agent_seconds: float = 0.0  # budget clock used
+    wall_seconds: float = 0.0
+    started_at: float
+    ended_at: float
+    agent_started_at: float | None = None  # the agent process's start and end (last attempt)
+    agent_ended_at: float | None = None
+    cpu_seconds: float | None = None  # user + system CPU of the agent's waited-for process tree (last attempt)
+    usage: AgentUsage | None = None  # tokens and cost from the transcript (stacks with a parser)
+
+
+def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], baseline: BaselineRecord | None,
+                 submitted: int, failure_reason: str | None, agent_exit_code: int | None, agent_seconds: float,
+                 started_at: float, ended_at: float, **recorded) -> RunResult:
+    """`recorded`: the agent's timestamps, CPU time and usage (RunResult's fields of those names)."""
+    scored = [e for e in entries if e.status == "scored"]
+    best = max(scored, key=lambda e: e.score, default=None)
+    base = baseline.score if baseline is not None and baseline.status == "ok" else None
+    return RunResult(
+        run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, model=run.model.name,
+        seed=run.seed, status=status, failure_reason=failure_reason, agent_exit_code=agent_exit_code,
+        baseline=base,
+        baseline_error=(baseline.error if baseline is not None and baseline.status == "failed"
+                        else None if baseline is not None else "no baseline was recorded"),
+        best=best.score if best else None, best_submission=best.submission_id if best else None,
+        improvement=(best.score - base) if best is not None and base is not None else None,
+        submissions=submitted, valid_submissions=len(scored), ungraded_submissions=submitted - len(entries),
+        scores=[e.score for e in entries], budget_s=run.budget_s, agent_seconds=agent_seconds,
+        wall_seconds=ended_at - started_at, started_at=started_at, ended_at=ended_at, **recorded)
+
+
+def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
+    run = sweep.run(run_id)
+    entries = sweep.ledger.entries(run_id)
+    base = BaselineRecord.load_or_none(baseline_path(sweep, run.task, run.model.name))
+    reason = fields.pop("failure_reason")
+    submitted = sweep.queue.count(run_id)
+    if len(entries) < submitted and reason is None and fields["status"] != "failed":
+        reason = f"{submitted - len(entries)} submission(s) not graded yet when the run ended"
+    return build_result(run, entries=entries, baseline=base, submitted=submitted, failure_reason=reason, **fields)
+
+
+def write_result(sweep: SweepDir, result: RunResult) -> None:
+    with FileLock(str(sweep.result_path(result.run_id)) + ".lock"):
+        result.dump(sweep.result_path(result.run_id))
+
+
+def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
+    """Fold scores recorded after the run ended (its job hit a time limit) into its result; the new result, or
+    None when there was nothing to fold in."""
+    path = sweep.result_path(run_id)
+    with FileLock(str(path) + ".lock"):
+        old = RunResult.load_or_none(path)
+        if old is None or old.ungraded_submissions == 0:
+            return None
+        new = result_from_ledger(sweep, run_id, status=old.status, agent_exit_code=old.agent_exit_code,
+                                 agent_seconds=old.agent_seconds, started_at=old.started_at, ended_at=old.ended_at,
+                                 failure_reason=None if old.failure_reason and "not graded yet" in old.failure_reason
+                                 else old.failure_reason,
+                                 **old.model_dump(include={"agent_started_at", "agent_ended_at", "cpu_seconds",
+                                                           "usage"}))
+        new.dump(path)
+        return new
+
+
+def mark_lost(sweep: SweepDir, run: RunSpec, reason: str) -> RunResult:
+    """A failed result for a run whose job ended without writing one. Published only if the job has not
+    written its own meanwhile (a job's result always replaces this one)."""
+    status = sweep.status(run.run_id)
+    cancel = sweep.run_dir(run.run_id) / "cancelled"
+    if cancel.exists():
+        reason = f"cancelled by `a2rl cancel` ({reason})"
+    t = now()
+    result = RunResult(run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, model=run.model.name,
+                       seed=run.seed, status="failed", failure_reason=reason, budget_s=run.budget_s,
+                       agent_seconds=status.agent_seconds if status else 0.0,
+                       submissions=sweep.queue.count(run.run_id), started_at=status.heartbeat_at if status else t,
+                       ended_at=t)
+    if not result.publish_once(sweep.result_path(run.run_id)):
+        return RunResult.load(sweep.result_path(run.run_id))
+    return result

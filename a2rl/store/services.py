@@ -1,0 +1,30 @@
+"""`graders/jobs.json` and `drivers/<name>/jobs.json`: the jobs submitted for a sweep's services (graders, local
+driver servers), so status and cancel find them. Written by the launcher only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from filelock import FileLock
+
+from a2rl.records import Record
+from a2rl.store.sweepdir import SweepDir
+
+
+class ServiceJobs(Record):
+    """Jobs submitted for a sweep's services (graders, local driver servers), so status and cancel find them."""
+    executor: str
+    job_ids: list[str]
+
+
+def record_service_job(path: Path, kind: str, job_id: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        rec = ServiceJobs.load_or_none(path) or ServiceJobs(executor=kind, job_ids=[])
+        ServiceJobs(executor=kind, job_ids=[*rec.job_ids, job_id]).dump(path)
+
+
+def service_jobs(sweep: SweepDir) -> list[ServiceJobs]:
+    """Every service's job record: the graders' and each local driver's."""
+    paths = [sweep.graders / "jobs.json", *sorted(sweep.drivers.glob("*/jobs.json"))]
+    return [rec for p in paths if (rec := ServiceJobs.load_or_none(p)) is not None]

@@ -1,0 +1,148 @@
+"""The sweep directory: everything a sweep records, on the shared file system, outside every workspace.
+
+    sweep.yaml            the spec as the user wrote it (frozen at first launch)
+    sweep.json            FrozenSweep: the validated spec with absolute paths, and the sweep's id
+    runs.json             RunIndex: every run of the grid
+    runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job)
+    queue/  ledger/       submission queue and ledger (see submit_queue.py, ledger.py)
+    submissions/<id>/     frozen copies of submitted weights, read by the grader
+    baselines/            baseline scores per (task, model weights, evaluator version)
+    graders/<holder>.json grader heartbeats (jobs.json: their jobs)
+    drivers/<name>/       a local driver's endpoint.json and jobs.json (see driver.py)
+    jobs/                 submitit's folders, one per launch
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from a2rl import __version__
+from a2rl.store.ledger import Ledger
+from a2rl.records import Record, atomic_write_text, now
+from a2rl.spec.clusters import profile_of
+from a2rl.spec.grid import RunSpec
+from a2rl.spec.models import default_data_root
+from a2rl.store.queue import SubmissionQueue
+from a2rl.spec.sweep import SweepSpec
+
+HEARTBEAT_S = 10.0
+STALE_S = 6 * HEARTBEAT_S  # a run or grader silent for this long is presumed dead
+
+
+class FrozenSweep(Record):
+    spec: SweepSpec
+    sweep_uid: str
+    created_at: float
+    a2rl_version: str
+
+
+class RunIndex(Record):
+    runs: list[RunSpec]
+
+
+class RunStatus(Record):
+    """Written by the launcher (submitted), then by the run's job: running, finishing, or interrupted (stopped
+    by SIGTERM; a requeued job resumes it)."""
+    run_id: str
+    state: Literal["submitted", "running", "finishing", "interrupted"]
+    job_id: str | None = None
+    executor: str | None = None
+    attempt: int = 0
+    host: str | None = None
+    heartbeat_at: float
+    agent_seconds: float = 0.0  # budget clock used so far (carried across a requeue)
+
+    def stale(self) -> bool:
+        return now() - self.heartbeat_at > STALE_S
+
+
+class GraderBeat(Record):
+    holder: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    graded: int
+    state: Literal["idle", "grading", "baseline", "exited"]
+    note: str = ""
+
+
+class SweepDir:
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self.spec_yaml = self.root / "sweep.yaml"
+        self.frozen_path = self.root / "sweep.json"
+        self.index_path = self.root / "runs.json"
+        self.baselines = self.root / "baselines"
+        self.submissions = self.root / "submissions"
+        self.graders = self.root / "graders"
+        self.grader_jobs = self.graders / "jobs.json"
+        self.drivers = self.root / "drivers"
+        self.jobs = self.root / "jobs"
+
+    def exists(self) -> bool:
+        return self.frozen_path.exists()
+
+    def frozen(self) -> FrozenSweep:
+        return FrozenSweep.load(self.frozen_path)
+
+    @property
+    def spec(self) -> SweepSpec:
+        return self.frozen().spec
+
+    def runs(self) -> list[RunSpec]:
+        return RunIndex.load(self.index_path).runs
+
+    def run(self, run_id: str) -> RunSpec:
+        return RunSpec.load(self.run_dir(run_id) / "run.json")
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def status(self, run_id: str) -> RunStatus | None:
+        return RunStatus.load_or_none(self.run_dir(run_id) / "status.json")
+
+    def result_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "result.json"
+
+    @property
+    def queue(self) -> SubmissionQueue:
+        return SubmissionQueue(self.root / "queue")
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.root / "ledger")
+
+    def baseline_dir(self) -> Path:
+        cache = self.spec.grader.baseline_cache
+        return Path(cache) if cache else self.baselines
+
+    def scratch_root(self) -> Path:
+        """Where workspaces go, resolved in the job (so `$TMPDIR` is the node's): the sweep's scratch_root,
+        else its cluster profile's, else $A2RL_SCRATCH, else <tmp>/a2rl-scratch. `sweep` means the sweep
+        directory itself (shared: a requeued run finds its workspace on any node)."""
+        spec = self.spec
+        root = (spec.scratch_root or profile_of(spec).scratch_root or os.environ.get("A2RL_SCRATCH")
+                or str(Path(tempfile.gettempdir()) / "a2rl-scratch"))
+        return self.root / "workspaces" if root == "sweep" else Path(os.path.expandvars(root)).expanduser()
+
+    def workspace(self, run_id: str) -> Path:
+        """Per-run workspace on scratch; the sweep uid keeps two sweeps of the same name apart."""
+        f = self.frozen()
+        return self.scratch_root() / f"{f.spec.name}-{f.sweep_uid}" / run_id
+
+    def data_root(self) -> Path:
+        return Path(self.spec.data_root or default_data_root())
+
+    def create(self, spec: SweepSpec, spec_text: str, runs: list[RunSpec]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.spec_yaml, spec_text)
+        FrozenSweep(spec=spec, sweep_uid=secrets.token_hex(4), created_at=now(),
+                    a2rl_version=__version__).dump(self.frozen_path)
+        RunIndex(runs=runs).dump(self.index_path)
+        for run in runs:
+            run.dump(self.run_dir(run.run_id) / "run.json")

@@ -1,0 +1,142 @@
+"""Text environments and the ReAct loop shared by the level-3 interactive tasks (textworld, alfworld, webshop).
+
+Standard library only: prepare scripts copy this file into the agent's workspace as `react.py`, next to the
+task's environment wrapper, so the agent builds prompts and plays training games exactly as the grader does.
+
+Prompt format (plain text, no chat template):
+
+    <header: instructions and any few-shot examples>
+    Observation: <first observation>
+    Action: <action>
+    Observation: <what the action did>
+    ...
+    Observation: <latest observation>
+    Action:
+
+The policy completes the last line; the grader decodes greedily and stops at the first newline, so the ideal
+completion is " <action>\n". An action starting with "think:" is a ReAct thought: it costs a step, reaches no
+environment and is answered "OK.".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Protocol, Sequence
+
+
+class TextEnv(Protocol):
+    def reset(self) -> str: ...
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        """(observation, reward, done, info); info["won"] says whether the episode succeeded."""
+        ...
+
+
+@dataclass
+class Episode:
+    observations: list[str]  # observations[0] comes from reset(); observations[k + 1] follows actions[k]
+    actions: list[str] = field(default_factory=list)
+    reward: float = 0.0  # the last reward the environment gave
+    won: bool = False
+    done: bool = False
+
+
+Generate = Callable[[list[str]], list[str]]  # prompts → completions
+Fits = Callable[[str], bool]  # whether a prompt fits the policy's context
+
+
+def parse_action(completion: str) -> str:
+    """The action in a completion: its first line, without a repeated "Action:" or ">" prefix."""
+    line = completion.strip().split("\n", 1)[0].strip()
+    for prefix in ("Action:", ">"):
+        if line.startswith(prefix):
+            line = line[len(prefix):].strip()
+    return line
+
+
+def react_prompt(header: str, episode: Episode, fits: Fits | None = None) -> str:
+    """The prompt for the episode's next action. When it does not fit, the oldest turns after the first go
+    (the first observation states the task), then the first, then the text is cut from the left: a model with a
+    short context sees what it would have seen last anyway."""
+    turns = [f"Observation: {o}\nAction: {a}\n" for o, a in zip(episode.observations, episode.actions)]
+    tail = f"Observation: {episode.observations[-1]}\nAction:"
+    head = header.rstrip("\n") + "\n\n" if header else ""
+    prompt = head + "".join(turns) + tail
+    while fits is not None and not fits(prompt) and turns:
+        turns.pop(1 if len(turns) > 1 else 0)
+        prompt = head + "".join(turns) + tail
+    while fits is not None and not fits(prompt) and len(prompt) > 1:
+        prompt = prompt[len(prompt) // 8 or 1:]
+    return prompt
+
+
+def play(generate: Generate, envs: Sequence[TextEnv], headers: Sequence[str], *, max_steps: int,
+         fits: Fits | None = None) -> list[Episode]:
+    """Run one episode per environment, all unfinished episodes stepped together: one generate call per turn."""
+    episodes = [Episode([env.reset()]) for env in envs]
+    for _ in range(max_steps):
+        live = [i for i, ep in enumerate(episodes) if not ep.done]
+        if not live:
+            break
+        completions = generate([react_prompt(headers[i], episodes[i], fits) for i in live])
+        for i, completion in zip(live, completions):
+            ep, action = episodes[i], parse_action(completion)
+            if action.lower().startswith("think:"):
+                obs = "OK."
+            else:
+                obs, ep.reward, ep.done, info = envs[i].step(action)
+                ep.won = bool(info.get("won", False))
+            ep.actions.append(action)
+            ep.observations.append(obs)
+    return episodes
+
+
+def rollout(policy_fn: Callable[[str], str], env: TextEnv, header: str, *, max_steps: int = 50,
+            fits: Fits | None = None) -> Episode:
+    """One episode with a prompt → completion policy (the agent's side of `play`)."""
+    return play(lambda prompts: [policy_fn(p) for p in prompts], [env], [header], max_steps=max_steps, fits=fits)[0]
+
+
+def sft_pairs(header: str, episode: Episode) -> list[dict[str, str]]:
+    """{"prompt", "completion"} for every action of an episode, in the grader's prompt format."""
+    return [{"prompt": react_prompt(header, Episode(episode.observations[: k + 1], episode.actions[:k])),
+             "completion": f" {a}\n"} for k, a in enumerate(episode.actions)]
+
+
+def generator_policy(generator: Any, options: dict[str, Any]) -> tuple[Generate, Fits]:
+    """Adapt a2rl.grading.inference.Generator: greedy, one line per action, prompts kept inside the model's context."""
+    max_new_tokens = int(options.get("max_new_tokens", 32))
+    batch_size = int(options.get("batch_size", 64))
+    context = int(getattr(generator.model.config, "max_position_embeddings", 0) or 1 << 30)
+    limit = min(context - max_new_tokens, int(options.get("max_prompt_tokens", context)))
+
+    def generate(prompts: list[str]) -> list[str]:
+        return generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, stop="\n")
+
+    def fits(prompt: str) -> bool:
+        return len(generator.tokenizer(prompt, add_special_tokens=True)["input_ids"]) <= limit
+
+    return generate, fits
+
+
+def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Score = success rate × 100; mean final reward and steps reported alongside."""
+    n = len(episodes)
+    return {"score": 100.0 * sum(e.won for e in episodes) / n, "n": n, "successes": sum(e.won for e in episodes),
+            "mean_reward": sum(e.reward for e in episodes) / n,
+            "mean_steps": sum(len(e.actions) for e in episodes) / n}
+
+
+def load_module(path: str | Path, name: str) -> ModuleType:
+    """Import a task's file by path under a unique name (every task has its own env.py)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before exec, so dataclasses in it can resolve their module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -1,0 +1,62 @@
+"""The package layout follows the data flow, and imports only point down it (README: "What happens when you
+launch"). A module importing from a later stage, or the monitor writing records, fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "a2rl"
+# earlier layers never import later ones; a layer may import itself
+LAYERS = [{"errors", "records", "httpjson"}, {"spec"}, {"store"}, {"tasklib"}, {"recording"}, {"reporting"},
+          {"grading"}, {"drivers"}, {"run"}, {"scheduling"}, {"agents"}, {"cli", "launch", "aggregate", "__main__"}]
+
+
+def layer(name: str) -> int:
+    return next(i for i, names in enumerate(LAYERS) if name in names)
+
+
+def a2rl_imports(path: Path) -> list[str]:
+    """The first component under a2rl of every a2rl module `path` imports (at any depth in the file)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("a2rl."):
+            out.append(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out += [a.name.split(".")[1] for a in node.names if a.name.startswith("a2rl.")]
+    return out
+
+
+def test_every_module_belongs_to_a_layer():
+    tops = {p.relative_to(PKG).parts[0].removesuffix(".py") for p in PKG.rglob("*.py")} - {"__init__"}
+    unknown = [t for t in tops if not any(t in names for names in LAYERS)]
+    assert not unknown, f"a2rl/{unknown}: add it to LAYERS (and the README's layout table)"
+
+
+def test_imports_point_one_way():
+    upward = []
+    for path in PKG.rglob("*.py"):
+        own = path.relative_to(PKG).parts[0].removesuffix(".py")
+        if own == "__init__":
+            continue
+        upward += [f"{path.relative_to(PKG.parent)} imports a2rl.{m}" for m in a2rl_imports(path)
+                   if layer(m) > layer(own)]
+    assert not upward, "imports against the flow:\n" + "\n".join(sorted(upward))
+
+
+def test_only_results_writes_result_json():
+    writers = [p.relative_to(PKG.parent) for p in PKG.rglob("*.py")
+               if p.name != "results.py" and "result_path" in p.read_text()
+               and any(w in p.read_text() for w in ("publish_once(sweep.result_path", ".dump(sweep.result_path",
+                                                     ".dump(path)"))
+               and "RunResult" in p.read_text()]
+    assert not writers, f"result.json has one writer, store/results.py; also written by {writers}"
+
+
+def test_the_monitor_only_reads():
+    """collect() is a read; reaping lost runs is the explicit reap_lost(), and it writes through store.results."""
+    tree = ast.parse((PKG / "scheduling" / "monitor.py").read_text())
+    collect = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "collect")
+    called = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+              for n in ast.walk(collect) if isinstance(n, ast.Call)}
+    assert not called & {"mark_lost", "dump", "publish_once", "write_result", "atomic_write_text"}
