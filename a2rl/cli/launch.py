@@ -13,7 +13,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from a2rl.errors import SpecError
-from a2rl.scheduling.executor import resolve_kind
+from a2rl.scheduling.base import resolve_kind
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, open_sweep, pending_runs
 from a2rl.spec.grid import RunSpec, expand
 from a2rl.spec.sweep import load_sweep
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         kind = resolve_kind(args.executor or sweep.spec.executor)
         launcher = Launcher(sweep, kind)
         launcher.prepare()
-        todo = pending_runs(sweep, runs, args.retry_failed)
+        todo = pending_runs(sweep, runs, args.retry_failed, launcher.schedulers)
     except SpecError as e:
         for line in e.lines:
             print(f"error: {line}", file=sys.stderr)
@@ -58,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         launcher.submit(todo)  # also replaces graders that are gone
         drivers = f", {len(launcher.driver_jobs)} local driver server(s)" if launcher.driver_jobs else ""
-        print(f"submitted {len(todo)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
-              f"to the {kind} executor")
+        deferred = f" ({len(launcher.deferred)} more deferred until the queue limit has room)" \
+            if launcher.deferred else ""
+        print(f"submitted {len(launcher.jobs)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
+              f"to the {kind} executor{deferred}")
     if not args.wait:
         print(f"follow with: python -m a2rl.launch {sweep.root} --wait   "
               f"results: python -m a2rl.aggregate {sweep.root}")

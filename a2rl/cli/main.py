@@ -89,11 +89,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
+    from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import RunResult
 
     sweep = open_sweep_dir(args.sweep_dir)
-    st = collect(sweep, probe=True)
+    schedulers = Schedulers()
+    st = collect(sweep, schedulers)
     reap_lost(sweep, st)  # runs whose job is gone without a result end failed
     jobs = st.jobs
     table = []
@@ -111,20 +113,21 @@ def cmd_status(args: argparse.Namespace) -> int:
                       sweep.queue.count(run.run_id), "" if best is None else f"{best:.2f}", reason])
     print(tabulate(table, headers=["run", "state", "job", "scheduler", "submissions", "best", "reason"]))
     print(st.line(0).split("] ", 1)[1] + f" · {st.graders_alive} grader(s) alive"
-          + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs)) or 'none'}")
+          + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs, schedulers)) or 'none'}")
     for name in sweep.spec.local_drivers:
         endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))
         state = "no endpoint yet" if endpoint is None else \
             f"{'serving' if endpoint.live() else endpoint.state + (': ' + endpoint.note if endpoint.note else '')}" \
             f" {endpoint.model} at {endpoint.base_url}"
-        print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name))) or 'none'}")
+        print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a sweep's unfinished runs (or one run) and, for a whole sweep, its graders and driver servers."""
-    from a2rl.scheduling.executor import cancel_jobs
+    from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, reap_lost
+    from a2rl.store.results import mark_lost
     from a2rl.store.services import service_jobs
     from a2rl.records import atomic_write_text
 
@@ -134,18 +137,27 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         print(f"error: no run {args.run!r} in {sweep.root}", file=sys.stderr)
         return 2
     by_kind: dict[str, list[str]] = {}
+    deferred = 0
     for run in runs:
         status = sweep.status(run.run_id)
-        if sweep.result_path(run.run_id).exists() or status is None or status.job_id is None:
+        if sweep.result_path(run.run_id).exists() or status is None:
             continue
-        atomic_write_text(sweep.run_dir(run.run_id) / "cancelled", "")
-        by_kind.setdefault(status.executor or "local", []).append(status.job_id)
+        if status.state == "deferred":  # never submitted: no job to cancel, and no top-up may submit it now
+            atomic_write_text(sweep.run_dir(run.run_id) / "cancelled", "")
+            mark_lost(sweep, run, "deferred, never submitted")
+            deferred += 1
+        elif status.job_id is not None:
+            atomic_write_text(sweep.run_dir(run.run_id) / "cancelled", "")
+            by_kind.setdefault(status.executor or "local", []).append(status.job_id)
     for service in service_jobs(sweep) if args.run is None else []:
         by_kind.setdefault(service.executor, []).extend(service.job_ids)
+    schedulers = Schedulers()
     for kind, ids in by_kind.items():
-        cancel_jobs(kind, ids)
+        schedulers[kind].cancel(ids)
         print(f"cancelled {len(ids)} {kind} job(s): {' '.join(ids)}")
-    reap_lost(sweep, collect(sweep, probe=True))
+    if deferred:
+        print(f"cancelled {deferred} deferred run(s)")
+    reap_lost(sweep, collect(sweep, schedulers))
     return 0
 
 

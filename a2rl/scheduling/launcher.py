@@ -6,19 +6,18 @@ Launching an existing sweep again (its yaml or its directory) submits only what 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
-import submitit
+from filelock import FileLock
 
 from a2rl.spec.agents import agent_registry
 from a2rl.errors import SpecError
-from a2rl.scheduling.executor import Shape, make_executor, max_array_size, profile_of, submit_array
+from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, make_scheduler
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
 from a2rl.grading.daemon import GraderJob
@@ -33,35 +32,90 @@ from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
 
 DEFAULT_SWEEPS = Path("a2rl-sweeps")
+SUBMIT_LOCK_TIMEOUT_S = 600
 
 
-@contextlib.contextmanager
-def _detached(log: Path) -> Iterator[None]:
-    """Local jobs outlive the launcher: they must not hold its terminal (stdout pipes, Ctrl-C)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    saved = [os.dup(1), os.dup(2)]
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the job processes
-    sys.stdout.flush(), sys.stderr.flush()
-    with open(log, "ab") as f:
-        os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush(), sys.stderr.flush()
-        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
-        signal.signal(signal.SIGINT, old_int)
+def agent_shape(spec: SweepSpec) -> Shape:
+    r = spec.resources
+    return Shape(f"a2rl-{spec.name}", r.job_time_s(spec.budget), r.cpus, r.gpus, r.mem_gb)
+
+
+def submit_runs(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -> list[str]:
+    """Submit what fits under the scheduler's queue limit; the rest are recorded `deferred` (never failed) for
+    `top_up`. Under the sweep's submit lock, so a follower and a grader job never submit a run twice."""
+    with _submit_lock(sweep):
+        return _submit_locked(sweep, scheduler, runs)
+
+
+def _submit_lock(sweep: SweepDir) -> FileLock:
+    sweep.jobs.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(sweep.jobs / "submit.lock"), timeout=SUBMIT_LOCK_TIMEOUT_S)
+
+
+def _submit_locked(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -> list[str]:
+    if not runs:
+        return []
+    room = scheduler.capacity()
+    head = runs if room is None else runs[:room]
+    ids = scheduler.submit(agent_shape(sweep.spec), run_agent_job,
+                           [(str(sweep.root), run.run_id) for run in head]) if head else []
+    for i, run in enumerate(runs):
+        submitted = i < len(ids)
+        RunStatus(run_id=run.run_id, state="submitted" if submitted else "deferred",
+                  job_id=ids[i] if submitted else None, executor=scheduler.kind,
+                  heartbeat_at=now()).dump(sweep.run_dir(run.run_id) / "status.json")
+    return ids
+
+
+def deferred_runs(sweep: SweepDir) -> list[RunSpec]:
+    return [r for r in sweep.runs() if (s := sweep.status(r.run_id)) is not None and s.state == "deferred"
+            and not sweep.result_path(r.run_id).exists()]
+
+
+def top_up(sweep: SweepDir, scheduler: Scheduler) -> list[str]:
+    """Submit deferred runs as room frees up (the follower's loop and the grader job call this)."""
+    if not deferred_runs(sweep) or scheduler.capacity() == 0:
+        return []
+    with _submit_lock(sweep):
+        return _submit_locked(sweep, scheduler, deferred_runs(sweep))  # read again under the lock
+
+
+class SweepGraderJob(GraderJob):
+    """The grader job, plus a thread beside its daemon that tops up deferred runs when nobody follows the sweep
+    (the grading layer cannot import scheduling, so the top-up lives here, not in the daemon's loop)."""
+
+    def __init__(self, sweep_dir: str, index: int, kind: str, folder: str):
+        super().__init__(sweep_dir, index)
+        self.kind, self.folder = kind, folder
+
+    def __call__(self) -> int:
+        if self.index == 0:
+            threading.Thread(target=self._top_up_loop, daemon=True).start()
+        return super().__call__()
+
+    def _top_up_loop(self, every_s: float = 30.0) -> None:
+        sweep = SweepDir(Path(self.sweep_dir))
+        scheduler = make_scheduler(self.kind, sweep.spec, Path(self.folder))
+        while True:
+            time.sleep(every_s)
+            try:
+                if ids := top_up(sweep, scheduler):
+                    print(f"grader: submitted {len(ids)} deferred run(s)", flush=True)
+            except Exception as e:  # a scheduler hiccup must not stop the grading beside it
+                print(f"grader: top-up failed: {e}", file=sys.stderr, flush=True)
 
 
 class Launcher:
-    def __init__(self, sweep: SweepDir, kind: str):
+    def __init__(self, sweep: SweepDir, kind: str, schedulers: Schedulers | None = None):
         self.sweep, self.kind = sweep, kind
         self.spec = sweep.spec
         self.folder = sweep.jobs / time.strftime("%Y%m%d-%H%M%S")
-        self.jobs: dict[str, submitit.Job] = {}  # run_id → job submitted by this launcher
-        self.grader_jobs: list[submitit.Job] = []
-        self.driver_jobs: list[submitit.Job] = []  # local driver servers
+        self.schedulers = schedulers if schedulers is not None else Schedulers(self.spec, self.folder)
+        self.scheduler = self.schedulers[kind]
+        self.jobs: dict[str, str] = {}  # run_id → job id submitted by this launcher
+        self.deferred: list[str] = []  # run ids left for top-up (queue limit)
+        self.grader_jobs: list[str] = []
+        self.driver_jobs: list[str] = []  # local driver servers
 
     def prepare(self) -> None:
         """Offline preparation the runs share: task data, built-in models."""
@@ -75,53 +129,48 @@ class Launcher:
             print(f"model {m.name}: {resolve_model(m.path)}", flush=True)
 
     def submit(self, runs: list[RunSpec]) -> None:
-        """The graders the sweep lacks, then the runs: one array per resource shape (split at MaxArraySize)."""
+        """The graders the sweep lacks, then the runs: one array per resource shape (split at MaxArraySize), as
+        many as the queue limit allows."""
         g, r = self.spec.grader, self.spec.resources
-        alive = len(jobs_alive(self.sweep.grader_jobs))
-        grader_ex = make_executor(self.spec, self.folder, self.kind, Shape(
-            f"a2rl-grader-{self.spec.name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, g.cpus, g.gpus,
-            g.mem_gb))
-        agent_ex = make_executor(self.spec, self.folder, self.kind, Shape(
-            f"a2rl-{self.spec.name}", r.job_time_s(self.spec.budget), r.cpus, r.gpus, r.mem_gb))
-        array_size = max_array_size(profile_of(self.spec)) if self.kind == "slurm" else 1
-        with self._submission_context():
+        alive = len(jobs_alive(self.sweep.grader_jobs, self.schedulers))
+        try:
             for i in range(alive, g.workers):
-                job = grader_ex.submit(GraderJob(str(self.sweep.root), i))
-                self.grader_jobs.append(job)
-                record_service_job(self.sweep.grader_jobs, self.kind, str(job.job_id))
+                job_id = self.scheduler.submit_one(Shape(
+                    f"a2rl-grader-{self.spec.name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, g.cpus,
+                    g.gpus, g.mem_gb), SweepGraderJob(str(self.sweep.root), i, self.kind, str(self.folder)))
+                self.grader_jobs.append(job_id)
+                record_service_job(self.sweep.grader_jobs, self.kind, job_id)
             for name in drivers_used(runs):  # before the runs, which wait for them
-                if jobs_alive(jobs_path(self.sweep, name)):
+                if jobs_alive(jobs_path(self.sweep, name), self.schedulers):
                     continue
                 d = self.spec.local_drivers[name]
-                ex = make_executor(self.spec, self.folder, self.kind, Shape(
+                job_id = self.scheduler.submit_one(Shape(
                     f"a2rl-driver-{name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, d.cpus, d.gpus,
-                    d.mem_gb))
-                job = ex.submit(DriverServerJob(str(self.sweep.root), name))
-                self.driver_jobs.append(job)
-                record_service_job(jobs_path(self.sweep, name), self.kind, str(job.job_id))
-            jobs = submit_array(agent_ex, self.kind, run_agent_job,
-                                [(str(self.sweep.root), run.run_id) for run in runs], array_size)
-        for run, job in zip(runs, jobs):
-            self.jobs[run.run_id] = job
-            RunStatus(run_id=run.run_id, state="submitted", job_id=str(job.job_id), executor=self.kind,
-                      heartbeat_at=now()).dump(self.sweep.run_dir(run.run_id) / "status.json")
+                    d.mem_gb), DriverServerJob(str(self.sweep.root), name))
+                self.driver_jobs.append(job_id)
+                record_service_job(jobs_path(self.sweep, name), self.kind, job_id)
+        except QueueFull as e:
+            print(f"WARNING: {e}; relaunch the sweep when jobs have ended", flush=True)
+        ids = submit_runs(self.sweep, self.scheduler, runs)
+        self.jobs.update(zip((run.run_id for run in runs), ids))
+        self.deferred = [run.run_id for run in runs[len(ids):]]
 
-    def _submission_context(self) -> contextlib.AbstractContextManager:
-        return _detached(self.folder / "local-controllers.log") if self.kind == "local" else contextlib.nullcontext()
-
-    def follow(self, poll_s: float = 2.0) -> int:
-        """Live progress until every run has a result. Exit code 0 when no run failed."""
+    def follow(self, poll_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> int:
+        """Live progress until every run has a result, topping up deferred runs. Reads files every `poll_s`;
+        the scheduler's own cache limits how often it is asked. Exit code 0 when no run failed."""
         t0, last, tty = time.monotonic(), "", sys.stdout.isatty()
         warned: set[str] = set()
         while True:
-            st = collect(self.sweep, probe=True)
+            st = collect(self.sweep, self.schedulers)
             reap_lost(self.sweep, st)
+            if st.deferred and (ids := top_up(self.sweep, self.scheduler)):
+                st.deferred, st.waiting = st.deferred - len(ids), st.waiting + len(ids)
             for key, rec in st.baselines.items():
                 if rec.status == "failed" and key not in warned:
                     warned.add(key)
                     print(f"\nERROR: baseline for {key} failed: {rec.error}", flush=True)
             if st.graders_alive == 0 and st.pending_submissions and "grader" not in warned \
-                    and not any(jobs_alive(self.sweep.grader_jobs)):
+                    and not any(jobs_alive(self.sweep.grader_jobs, self.schedulers)):
                 warned.add("grader")
                 print(f"\nWARNING: {st.pending_submissions} submission(s) queued but no grader is running; "
                       f"relaunch the sweep to start one", flush=True)
@@ -134,11 +183,12 @@ class Launcher:
             if st.finished == st.total:
                 print("\n" if tty else "", end="")
                 return 1 if st.failed else 0
-            time.sleep(poll_s)
+            sleep(poll_s)
 
 
-def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool) -> list[RunSpec]:
-    """Runs to submit: not finished, not alive; failed ones too with --retry-failed."""
+def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool, schedulers: Schedulers) -> list[RunSpec]:
+    """Runs to submit: not finished, and no live job (asked of the scheduler once for the whole sweep, whatever
+    status.json says: a PENDING or requeued job must never get a twin); failed ones too with --retry-failed."""
     todo = []
     for run in runs:
         result = RunResult.load_or_none(sweep.result_path(run.run_id))
@@ -147,11 +197,23 @@ def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool) -> li
                 continue
             os.replace(sweep.result_path(run.run_id),
                        sweep.run_dir(run.run_id) / f"result.failed-{int(result.ended_at)}.json")
-        status = sweep.status(run.run_id)
-        if status is not None and status.state in ("running", "finishing") and not status.stale():
-            continue
         todo.append(run)
-    return todo
+    by_kind: dict[str, list[str]] = {}
+    for run in todo:
+        if (status := sweep.status(run.run_id)) is not None and status.job_id is not None:
+            by_kind.setdefault(status.executor or "local", []).append(status.job_id)
+    states = {job: state for kind, ids in by_kind.items() for job, state in schedulers[kind].states(ids).items()}
+
+    def live(run: RunSpec) -> bool:
+        status = sweep.status(run.run_id)
+        if status is None or status.job_id is None:
+            return False
+        alive = states[status.job_id].alive
+        if alive is None:  # the scheduler cannot tell: trust a fresh heartbeat
+            return status.state in ("running", "finishing") and not status.stale()
+        return alive
+
+    return [run for run in todo if not live(run)]
 
 
 def check_credentials(spec: SweepSpec) -> None:

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from a2rl.store.baselines import BaselineRecord, baseline_path
-from a2rl.scheduling.executor import JobState, local_state, slurm_states
+from a2rl.scheduling.base import JobState, Schedulers
 from a2rl.records import now
 from a2rl.store.results import RunResult, mark_lost
-from a2rl.store.services import ServiceJobs
+from a2rl.store.services import ServiceJobs, service_jobs
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import STALE_S, GraderBeat, SweepDir
 
@@ -27,6 +27,7 @@ class SweepState:
     failed: int = 0
     running: int = 0
     waiting: int = 0  # submitted, not started yet
+    deferred: int = 0  # waiting for room under the queue limit (not submitted yet)
     graded: int = 0
     pending_submissions: int = 0
     graders_alive: int = 0
@@ -44,29 +45,26 @@ class SweepState:
                  f"{self.running} running", f"{self.failed} failed"]
         if self.waiting:
             parts.append(f"{self.waiting} waiting")
+        if self.deferred:
+            parts.append(f"{self.deferred} deferred (queue limit)")
         parts.append(f"{self.graded} graded" + (f", {self.pending_submissions} in queue" if self.pending_submissions else ""))
         if self.best:
             parts.append("best " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.best.items())))
         return " · ".join(parts)
 
 
-def job_states(kind: str, job_ids: list[str]) -> dict[str, JobState]:
-    if kind == "slurm":
-        return slurm_states(job_ids)
-    return {j: local_state(j) for j in job_ids}
-
-
-def jobs_alive(path: Path) -> list[str]:
+def jobs_alive(path: Path, schedulers: Schedulers) -> list[str]:
     """The jobs recorded at `path` that the scheduler still has (or cannot rule out)."""
     rec = ServiceJobs.load_or_none(path)
     if rec is None:
         return []
-    return [j for j, s in job_states(rec.executor, rec.job_ids).items() if s.alive is not False]
+    return [j for j, s in schedulers[rec.executor].states(rec.job_ids).items() if s.alive is not False]
 
 
-def probe_runs(sweep: SweepDir, runs: list[RunSpec]) -> dict[str, JobState]:
-    """Ask the scheduler about every unfinished run's job, one query per executor kind."""
-    by_kind: dict[str, dict[str, str]] = {}
+def probe_runs(sweep: SweepDir, runs: list[RunSpec], schedulers: Schedulers) -> dict[str, JobState]:
+    """Ask the scheduler about every unfinished run's job and every service job: one query per executor kind
+    (the service jobs' states are then in the scheduler's cache for `jobs_alive`)."""
+    by_kind: dict[str, dict[str, str | None]] = {}
     for run in runs:
         status = sweep.status(run.run_id)
         if status is None or status.job_id is None or sweep.result_path(run.run_id).exists():
@@ -74,20 +72,25 @@ def probe_runs(sweep: SweepDir, runs: list[RunSpec]) -> dict[str, JobState]:
         if status.executor == "local" and status.host not in (None, socket.gethostname()):
             continue  # another machine's process: only its heartbeat can tell
         by_kind.setdefault(status.executor or "local", {})[status.job_id] = run.run_id
+    for rec in service_jobs(sweep):
+        for job_id in rec.job_ids:
+            by_kind.setdefault(rec.executor, {}).setdefault(job_id, None)
     out = {}
     for kind, ids in by_kind.items():
-        for job_id, state in job_states(kind, list(ids)).items():
-            out[ids[job_id]] = state
+        for job_id, state in schedulers[kind].states(list(ids)).items():
+            if ids[job_id] is not None:
+                out[ids[job_id]] = state
     return out
 
 
-def collect(sweep: SweepDir, probe: bool = False) -> SweepState:
-    """Tally the sweep (reads only); with `probe`, ask the scheduler too, and list in `lost` every run whose
+def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState:
+    """Tally the sweep (reads only); given `schedulers`, ask them too, and list in `lost` every run whose
     job is gone without a result (or, when the scheduler cannot tell, stopped heart-beating)."""
     st = SweepState()
     runs = sweep.runs()
     st.total = len(runs)
-    st.jobs = states = probe_runs(sweep, runs) if probe else {}  # before reading results: see mark_lost
+    probe = schedulers is not None
+    st.jobs = states = probe_runs(sweep, runs, schedulers) if probe else {}  # before reading results: see mark_lost
     for run in runs:
         result = RunResult.load_or_none(sweep.result_path(run.run_id))
         if result is None:
@@ -95,12 +98,15 @@ def collect(sweep: SweepDir, probe: bool = False) -> SweepState:
             job = states.get(run.run_id, JobState(None))
             running = status is not None and status.state in ("running", "finishing") and not status.stale()
             gone = job.reason if job.alive is False else None
-            if probe and job.alive is None and status is not None and status.state != "submitted" and status.stale():
+            if probe and job.alive is None and status is not None and status.state not in ("submitted", "deferred") \
+                    and status.stale():
                 gone = f"no heartbeat for {now() - status.heartbeat_at:.0f} s (job died or node lost)"
             if gone is not None:
                 st.lost[run.run_id] = f"job ended without a result: {gone}"
             elif running:
                 st.running += 1
+            elif status is not None and status.state == "deferred":
+                st.deferred += 1
             else:
                 st.waiting += 1
         if result is not None:

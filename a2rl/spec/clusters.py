@@ -27,7 +27,7 @@ class ClusterProfile(BaseModel):
     constraint: str | None = None
     setup: list[str] = []  # shell lines run before each job (module loads, venv activation)
     scratch_root: str | None = None  # e.g. "$TMPDIR" (node-local) or /scratch/$USER; default: the sweep's
-    gres_gpu: str = "gpu"  # gres name of GPUs (gpu, or gpu:a100 ...)
+    gres_gpu: str | None = None  # GPUs as gres (gpu, gpu:a100 ...): --gres=gpu:a100:N; None: --gpus-per-node=N
     max_array_size: int | None = None  # None: read MaxArraySize from `scontrol show config`
     sbatch: dict[str, Any] = {}  # further sbatch options for every job (a sweep's resources.sbatch adds to them)
 

@@ -45,10 +45,10 @@ class RunIndex(Record):
 
 
 class RunStatus(Record):
-    """Written by the launcher (submitted), then by the run's job: running, finishing, or interrupted (stopped
-    by SIGTERM; a requeued job resumes it)."""
+    """Written by the launcher (submitted, or deferred: held back by a queue limit until a top-up submits it),
+    then by the run's job: running, finishing, or interrupted (stopped by SIGTERM; a requeued job resumes it)."""
     run_id: str
-    state: Literal["submitted", "running", "finishing", "interrupted"]
+    state: Literal["deferred", "submitted", "running", "finishing", "interrupted"]
     job_id: str | None = None
     executor: str | None = None
     attempt: int = 0

@@ -30,7 +30,6 @@ def main() -> int:
     (tmp / "clusters" / "bench.yaml").write_text(yaml.safe_dump(
         {"name": "bench", "partition": "debug", "max_array_size": args.max_array}))
     os.environ["A2RL_CLUSTERS_PATH"] = str(tmp / "clusters")
-    from a2rl.scheduling.executor import cancel_jobs
     from a2rl.scheduling.launcher import Launcher, open_sweep
 
     spec = tmp / "bench.yaml"
@@ -47,8 +46,8 @@ def main() -> int:
     t2 = time.monotonic()
     launcher.submit(runs)
     t3 = time.monotonic()
-    arrays = Counter(str(j.job_id).split("_")[0] for j in launcher.jobs.values())
-    cancel_jobs("slurm", [*arrays, *(str(j.job_id) for j in launcher.grader_jobs)])
+    arrays = Counter(j.split("_")[0] for j in launcher.jobs.values())
+    launcher.scheduler.cancel([*arrays, *launcher.grader_jobs])
     print(f"{len(runs)} runs: validate + freeze {t1 - t0:.1f} s, prepare {t2 - t1:.1f} s, "
           f"submit {t3 - t2:.1f} s ({(t3 - t2) / len(runs) * 1000:.1f} ms/run) as {len(arrays)} arrays "
           f"of {sorted(arrays.values(), reverse=True)} + {len(launcher.grader_jobs)} grader job")

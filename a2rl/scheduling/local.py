@@ -1,0 +1,59 @@
+"""Jobs as processes on this machine (submitit's local executor): a job's id is its controller's pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from typing import Callable, Iterable, Iterator
+
+from a2rl.scheduling.base import JobState, Scheduler, Shape
+
+
+class LocalScheduler(Scheduler):
+    kind = "local"
+
+    def submit(self, shape: Shape, fn: Callable, args: list[tuple]) -> list[str]:
+        ex = self.executor(shape)
+        with self._detached():
+            return [str(ex.submit(fn, *a).job_id) for a in args]
+
+    @contextlib.contextmanager
+    def _detached(self) -> Iterator[None]:
+        """Local jobs outlive the launcher: they must not hold its terminal (stdout pipes, Ctrl-C)."""
+        log = self.folder / "local-controllers.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        saved = [os.dup(1), os.dup(2)]
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the job processes
+        sys.stdout.flush(), sys.stderr.flush()
+        with open(log, "ab") as f:
+            os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            signal.signal(signal.SIGINT, old_int)
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        return {j: _pid_state(j) for j in job_ids}
+
+    def cancel(self, job_ids: list[str]) -> None:
+        for jid in job_ids:  # the local controller forwards SIGTERM to the job, which stops its agent
+            try:
+                os.kill(int(jid), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def _pid_state(job_id: str) -> JobState:
+    try:
+        os.kill(int(job_id), 0)
+    except ProcessLookupError:
+        return JobState(False, f"local job process {job_id} has exited", "EXITED")
+    except (ValueError, PermissionError):
+        return JobState(None)
+    return JobState(True, state="RUNNING")
