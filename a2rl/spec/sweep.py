@@ -287,4 +287,9 @@ def check_references(spec: SweepSpec) -> list[str]:
         if spec.cluster not in cluster_registry().names():
             problems.append(f"cluster: unknown cluster profile {spec.cluster!r} "
                             f"(known: {', '.join(cluster_registry().names())})")
+        else:
+            try:  # a bad profile (an unknown key, a wrong type) fails at launch, not at submission
+                cluster_registry().get(spec.cluster)
+            except SpecError as e:
+                problems += [f"cluster: {line}" for line in e.lines]
     return problems

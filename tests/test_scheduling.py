@@ -1,0 +1,184 @@
+"""The scheduler interface without a cluster: canned squeue/sacct/sacctmgr outputs through the Slurm scheduler's
+command runner, a fake clock for its query interval, the sbatch script submitit would write, and cluster
+profile checks."""
+
+from __future__ import annotations
+
+import getpass
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from a2rl.records import now
+from a2rl.scheduling.base import Schedulers, Shape, make_scheduler
+from a2rl.scheduling.launcher import Launcher, open_sweep, pending_runs
+from a2rl.scheduling.slurm import parse_assoc, parse_qos, parse_sacct, parse_squeue
+from a2rl.store.services import record_service_job
+from a2rl.store.sweepdir import RunStatus, SweepDir
+from conftest import write_sweep
+
+USER = getpass.getuser()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class CannedSlurm:
+    """Answers squeue/sacct/sacctmgr from `self.squeue` etc. (set by the test) and counts every call."""
+
+    def __init__(self) -> None:
+        self.squeue, self.sacct, self.assoc, self.qos = "", "", "", ""
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess:
+        self.calls.append(argv)
+        out = {"squeue": self.squeue, "sacct": self.sacct}.get(argv[0])
+        if argv[0] == "sacctmgr":
+            out = self.assoc if argv[4] == "assoc" else self.qos
+        if out is None:
+            raise AssertionError(f"unexpected command {argv}")
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    def count(self, cmd: str) -> int:
+        return sum(1 for c in self.calls if c[0] == cmd)
+
+
+def test_squeue_sacct_and_sacctmgr_outputs_parse():
+    assert parse_squeue("101_0|RUNNING|None\n101_1|PENDING|BeginTime\n\n102|PENDING|QOSMaxJobsPerUserLimit\n") == {
+        "101_0": ("RUNNING", "None"), "101_1": ("PENDING", "BeginTime"), "102": ("PENDING", "QOSMaxJobsPerUserLimit")}
+    assert parse_sacct("101_2|CANCELLED by 0|0:15\n101_3|COMPLETED|0:0\n103|RUNNING|0:0\n") == {
+        "101_2": ("CANCELLED", "0:15"), "101_3": ("COMPLETED", "0:0"), "103": ("RUNNING", "0:0")}
+    # Account|DefaultQOS|MaxSubmit|MaxJobs|GrpSubmit: one user, two accounts
+    assoc = "proj|long|200||\nother||50|40|\n"
+    assert parse_assoc(assoc, None) == ([200, 50, 40], "long")
+    assert parse_assoc(assoc, "other") == ([50, 40], None)
+    assert parse_qos("a2rl-test-qos|20||\n") == [20]
+    assert parse_qos("normal|||\n") == []
+
+
+def slurm(runner: CannedSlurm, clock: FakeClock, spec=None):
+    return make_scheduler("slurm", spec, runner=runner, clock=clock, min_interval_s=30)
+
+
+def test_states_come_from_squeue_then_sacct_and_are_asked_at_most_every_30_s():
+    runner, clock = CannedSlurm(), FakeClock()
+    s = slurm(runner, clock)
+    runner.squeue = "7_0|PENDING|BeginTime\n7_1|RUNNING|None\n"
+    runner.sacct = "7_2|CANCELLED by 0|0:15\n8|RUNNING|0:0\n"
+    st = s.states(["7_0", "7_1", "7_2", "8", "9"])
+    assert {k: (v.alive, v.state) for k, v in st.items()} == {
+        "7_0": (True, "PENDING"), "7_1": (True, "RUNNING"), "7_2": (False, "CANCELLED"), "8": (True, "RUNNING"),
+        "9": (False, "unknown")}
+    assert st["7_2"].reason == "Slurm state CANCELLED (exit code 0:15)"
+    assert runner.calls[0] == ["squeue", "-h", "-r", "-u", USER, "-o", "%i|%T|%r"]
+    assert runner.calls[1][-2:] == ["-j", "7_2,8,9"]  # sacct only for what squeue no longer lists
+    runner.squeue = ""  # everything ended; the cache answers until the interval is up
+    for _ in range(14):
+        clock.t += 2
+        assert s.states(["7_0", "7_1"])["7_0"].alive
+    assert (runner.count("squeue"), runner.count("sacct")) == (1, 1)
+    clock.t += 2
+    assert s.states(["7_0", "7_1"])["7_0"].alive is False
+    assert (runner.count("squeue"), runner.count("sacct")) == (2, 2)
+    s.states(["10"])  # a job id never seen is asked about at once
+    assert runner.count("squeue") == 3
+
+
+def fake_slurm_sweep(tmp_path: Path, n: int) -> SweepDir:
+    """A sweep whose runs were submitted to Slurm as array 7 (the records a launch leaves), no cluster needed."""
+    sweep, runs = open_sweep(write_sweep(tmp_path, seeds=list(range(n))), tmp_path / "sd")
+    for i, run in enumerate(runs):
+        RunStatus(run_id=run.run_id, state="submitted", job_id=f"7_{i}", executor="slurm",
+                  heartbeat_at=now()).dump(sweep.run_dir(run.run_id) / "status.json")
+    record_service_job(sweep.grader_jobs, "slurm", "6")
+    return sweep
+
+
+def test_a_follower_reads_files_every_2_s_but_asks_slurm_at_most_every_30_s(tmp_path):
+    sweep = fake_slurm_sweep(tmp_path, 3)
+    runner, clock = CannedSlurm(), FakeClock()
+    start = clock.t
+    runner.squeue = "6|RUNNING|None\n7_0|RUNNING|None\n7_1|RUNNING|None\n7_2|PENDING|Priority\n"
+    ticks = []
+
+    def sleep(s: float) -> None:
+        ticks.append(s)
+        clock.t += s
+        if clock.t - start >= 100:  # the jobs end (without results: the follower reaps them as lost)
+            runner.squeue = "6|RUNNING|None\n"
+            runner.sacct = "7_0|COMPLETED|0:0\n7_1|COMPLETED|0:0\n7_2|FAILED|1:0\n"
+
+    launcher = Launcher(sweep, "slurm", Schedulers(sweep.spec, tmp_path / "jobs", runner=runner, clock=clock,
+                                                   min_interval_s=30))
+    assert launcher.follow(poll_s=2.0, sleep=sleep) == 1  # every run lost → failed
+    assert len(ticks) == 60 and set(ticks) == {2.0}  # files read every 2 s until the query at t=120 s
+    assert runner.count("squeue") == 5  # t = 0, 30, 60, 90, 120 s
+    assert runner.count("sacct") == 1
+    assert "Slurm state FAILED" in (sweep.run_dir(sweep.runs()[2].run_id) / "result.json").read_text()
+
+
+def test_relaunch_submits_no_run_whose_job_is_alive_whatever_its_status_says(tmp_path):
+    sweep = fake_slurm_sweep(tmp_path, 5)
+    runs = sweep.runs()
+    for i, state in ((1, "interrupted"), (2, "running")):  # requeued; running but silent (stale heartbeat)
+        RunStatus(run_id=runs[i].run_id, state=state, job_id=f"7_{i}", executor="slurm",
+                  heartbeat_at=now() - 3600).dump(sweep.run_dir(runs[i].run_id) / "status.json")
+    (sweep.run_dir(runs[4].run_id) / "status.json").unlink()  # never submitted
+    runner = CannedSlurm()
+    runner.squeue = "7_0|PENDING|BeginTime\n7_1|PENDING|BeginTime\n"
+    runner.sacct = "7_2|RUNNING|0:0\n7_3|CANCELLED by 0|0:15\n"
+    todo = pending_runs(sweep, runs, False, Schedulers(runner=runner, clock=FakeClock()))
+    assert [r.run_id for r in todo] == [runs[3].run_id, runs[4].run_id]
+    assert (runner.count("squeue"), runner.count("sacct")) == (1, 1)  # once for the whole sweep
+
+
+def test_capacity_is_the_tightest_qos_or_association_limit_less_the_queued_jobs(tmp_path):
+    sweep = fake_slurm_sweep(tmp_path, 1)
+    spec = sweep.spec.model_copy(update={"resources": sweep.spec.resources.model_copy(update={"qos": "a2rl-test-qos"})})
+    runner, clock = CannedSlurm(), FakeClock()
+    runner.assoc = "root|normal|||\n"
+    runner.qos = "a2rl-test-qos|20|40|\n"
+    runner.squeue = "".join(f"5_{i}|PENDING|Priority\n" for i in range(15))
+    s = slurm(runner, clock, spec)
+    assert s.capacity() == 5
+    assert ["sacctmgr", "-n", "-P", "show", "qos", "where", "name=a2rl-test-qos",
+            "format=Name,MaxSubmitPU,MaxJobsPU,GrpSubmit"] in runner.calls
+    runner.assoc = "root|normal|12||\n"  # an association limit tighter than the QOS's (read once per scheduler)
+    assert slurm(runner, clock, spec).capacity() == 0
+    runner.assoc, runner.qos = "root||||\n", ""
+    assert slurm(runner, clock, spec).capacity() is None  # no limit anywhere
+
+
+def test_gres_gpu_asks_for_typed_gpus_as_gres(tmp_path, monkeypatch):
+    (tmp_path / "clusters").mkdir()
+    for name, extra in (("typed", {"gres_gpu": "gpu:a100"}), ("plain", {})):
+        (tmp_path / "clusters" / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "partition": "p", **extra}))
+    monkeypatch.setenv("A2RL_CLUSTERS_PATH", str(tmp_path / "clusters"))
+    sweep, _ = open_sweep(write_sweep(tmp_path, executor="slurm", cluster="typed"), tmp_path / "sd")
+
+    def script(spec, gpus: int) -> list[str]:
+        ex = make_scheduler("slurm", spec, tmp_path / "jobs").executor(Shape("n", 600, 1, gpus, 1))
+        return [line for line in ex._executor._make_submission_file_text("cmd", "u").splitlines()
+                if line.startswith(("#SBATCH --gres", "#SBATCH --gpus"))]
+
+    assert script(sweep.spec, 2) == ["#SBATCH --gres=gpu:a100:2"]
+    assert script(sweep.spec.model_copy(update={"cluster": "plain"}), 2) == ["#SBATCH --gpus-per-node=2"]
+
+
+def test_an_unknown_key_in_a_cluster_profile_is_a_one_line_error(tmp_path, monkeypatch):
+    (tmp_path / "clusters").mkdir()
+    (tmp_path / "clusters" / "bad.yaml").write_text("name: bad\npartition: debug\ngpu_gres: gpu\n")
+    monkeypatch.setenv("A2RL_CLUSTERS_PATH", str(tmp_path / "clusters"))
+    spec = write_sweep(tmp_path, executor="slurm", cluster="bad")
+    proc = subprocess.run([sys.executable, "-m", "a2rl", "launch", str(spec), "--dry-run"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().endswith("bad.yaml: gpu_gres: unknown key") and "Traceback" not in proc.stderr
