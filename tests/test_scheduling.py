@@ -52,8 +52,10 @@ class CannedSlurm:
 
 
 def test_squeue_sacct_and_sacctmgr_outputs_parse():
-    assert parse_squeue("101_0|RUNNING|None\n101_1|PENDING|BeginTime\n\n102|PENDING|QOSMaxJobsPerUserLimit\n") == {
-        "101_0": ("RUNNING", "None"), "101_1": ("PENDING", "BeginTime"), "102": ("PENDING", "QOSMaxJobsPerUserLimit")}
+    assert parse_squeue("101_0|RUNNING|None|normal\n101_1|PENDING|BeginTime|normal\n\n"
+                        "102|PENDING|QOSMaxJobsPerUserLimit|long\n") == {
+        "101_0": ("RUNNING", "None", "normal"), "101_1": ("PENDING", "BeginTime", "normal"),
+        "102": ("PENDING", "QOSMaxJobsPerUserLimit", "long")}
     assert parse_sacct("101_2|CANCELLED by 0|0:15\n101_3|COMPLETED|0:0\n103|RUNNING|0:0\n") == {
         "101_2": ("CANCELLED", "0:15"), "101_3": ("COMPLETED", "0:0"), "103": ("RUNNING", "0:0")}
     # Account|DefaultQOS|MaxSubmit|MaxJobs|GrpSubmit: one user, two accounts
@@ -78,7 +80,7 @@ def test_states_come_from_squeue_then_sacct_and_are_asked_at_most_every_30_s():
         "7_0": (True, "PENDING"), "7_1": (True, "RUNNING"), "7_2": (False, "CANCELLED"), "8": (True, "RUNNING"),
         "9": (False, "unknown")}
     assert st["7_2"].reason == "Slurm state CANCELLED (exit code 0:15)"
-    assert runner.calls[0] == ["squeue", "-h", "-r", "-u", USER, "-o", "%i|%T|%r"]
+    assert runner.calls[0] == ["squeue", "-h", "-r", "-u", USER, "-o", "%i|%T|%r|%q"]
     assert runner.calls[1][-2:] == ["-j", "7_2,8,9"]  # sacct only for what squeue no longer lists
     runner.squeue = ""  # everything ended; the cache answers until the interval is up
     for _ in range(14):
@@ -146,13 +148,17 @@ def test_capacity_is_the_tightest_qos_or_association_limit_less_the_queued_jobs(
     runner, clock = CannedSlurm(), FakeClock()
     runner.assoc = "root|normal|||\n"
     runner.qos = "a2rl-test-qos|20|40|\n"
-    runner.squeue = "".join(f"5_{i}|PENDING|Priority\n" for i in range(15))
+    runner.squeue = "".join(f"5_{i}|PENDING|Priority|a2rl-test-qos\n" for i in range(15)) \
+        + "".join(f"4_{i}|PENDING|Priority|normal\n" for i in range(30))  # other QOS: not under its limit
     s = slurm(runner, clock, spec)
     assert s.capacity() == 5
+    assert s.limits() == ("a2rl-test-qos", 20, None)
     assert ["sacctmgr", "-n", "-P", "show", "qos", "where", "name=a2rl-test-qos",
             "format=Name,MaxSubmitPU,MaxJobsPU,GrpSubmit"] in runner.calls
-    runner.assoc = "root|normal|12||\n"  # an association limit tighter than the QOS's (read once per scheduler)
-    assert slurm(runner, clock, spec).capacity() == 0
+    runner.assoc = "root|normal|50||\n"  # the association's limit counts all the user's 45 jobs
+    assert slurm(runner, clock, spec).capacity() == 5
+    runner.assoc = "root|normal|48||\n"
+    assert slurm(runner, clock, spec).capacity() == 3
     runner.assoc, runner.qos = "root||||\n", ""
     assert slurm(runner, clock, spec).capacity() is None  # no limit anywhere
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import re
 import time
+from collections import Counter
 from typing import Any, Callable, Iterable
 
 from submitit.core.utils import FailedJobError
@@ -23,13 +24,13 @@ LIMIT_REFUSAL = re.compile(r"QOSMax\w*Limit|QOSGrp\w*Limit|AssocMax\w*Limit|Asso
 _UNSET: Any = object()
 
 
-def parse_squeue(text: str) -> dict[str, tuple[str, str]]:
-    """`squeue -h -r -o %i|%T|%r` → job id → (state, reason)."""
+def parse_squeue(text: str) -> dict[str, tuple[str, str, str]]:
+    """`squeue -h -r -o %i|%T|%r|%q` → job id → (state, reason, QOS)."""
     out = {}
     for line in text.splitlines():
         if line.strip():
-            jid, state, reason = (line.strip().split("|") + ["", ""])[:3]
-            out[jid] = (state, reason)
+            jid, state, reason, qos = (line.strip().split("|") + ["", "", ""])[:4]
+            out[jid] = (state, reason, qos)
     return out
 
 
@@ -75,8 +76,10 @@ class SlurmScheduler(Scheduler):
         self.user = getpass.getuser()
         self._states: dict[str, JobState] = {}
         self._asked_at: float | None = None
-        self._queued = 0  # the user's queued jobs (array tasks) at the last query, plus those submitted since
-        self._limit: int | None = _UNSET
+        # the user's queued jobs (array tasks) at the last query plus those submitted since: all (None), per QOS
+        self._queued: Counter[str | None] = Counter()
+        self._refused = False  # a limit refused a submission since the last query
+        self._limits: tuple[str | None, int | None, int | None] = _UNSET
         self._max_array: int | None = None
 
     # ---------------------------------------------------------------- submitting
@@ -115,19 +118,21 @@ class SlurmScheduler(Scheduler):
             except FailedJobError as e:
                 if not LIMIT_REFUSAL.search(str(e)):
                     raise
-                self._queued = max(self._queued, self.queue_limit() or 0)  # full until a query says otherwise
+                self._refused = True  # full until a query says otherwise
                 break
             ids += [str(j.job_id) for j in jobs]
         self._states.update({i: JobState(True, state="PENDING") for i in ids})
-        self._queued += len(ids)
+        self._queued[None] += len(ids)
+        if self._limits is not _UNSET:
+            self._queued[self._limits[0]] += len(ids)
         return ids
 
     def submit_one(self, shape: Shape, fn: Callable) -> str:
         try:
             return super().submit_one(shape, fn)
         except QueueFull:
-            raise QueueFull(f"Slurm refused job {shape.name}: the user's queue limit "
-                            f"({self.queue_limit()} jobs) is reached") from None
+            raise QueueFull(f"Slurm refused job {shape.name}: a QOS or association limit on queued jobs "
+                            f"is reached") from None
 
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:
@@ -149,18 +154,19 @@ class SlurmScheduler(Scheduler):
         """One squeue for the user's jobs, then one sacct for the asked or live ones squeue no longer lists."""
         watch = ids | {i for i, s in self._states.items() if s.alive is not False}
         self._asked_at = self.clock()
-        q = self.runner(["squeue", "-h", "-r", "-u", self.user, "-o", "%i|%T|%r"])
+        q = self.runner(["squeue", "-h", "-r", "-u", self.user, "-o", "%i|%T|%r|%q"])
         if q.returncode != 0:
             self._states.update({i: JobState(None) for i in watch})
             return
         listed = parse_squeue(q.stdout)
-        self._queued = len(listed)
+        self._queued = Counter([None] * len(listed) + [qos for _, _, qos in listed.values()])
+        self._refused = False
         missing = sorted(watch - listed.keys())
         acct = parse_sacct(self.runner(["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j",
                                         ",".join(missing)]).stdout) if missing else {}
         for i in watch:
             if i in listed:
-                state, reason = listed[i]
+                state, reason, _ = listed[i]
                 self._states[i] = JobState(state in ALIVE, None if state in ALIVE else f"{state} {reason}", state)
             elif i in acct:
                 state, code = acct[i]
@@ -169,28 +175,36 @@ class SlurmScheduler(Scheduler):
             else:
                 self._states[i] = JobState(False, "the job is no longer known to Slurm (squeue) and sacct has no record")
 
-    def queue_limit(self) -> int | None:
-        """The fewest jobs the user may have queued under the sweep's QOS (or the default one) and association:
-        MaxSubmitJobsPU, MaxJobsPU, GrpSubmit; None where sacctmgr sets none (or does not answer)."""
-        if self._limit is _UNSET:
+    def limits(self) -> tuple[str | None, int | None, int | None]:
+        """(QOS, its limit, the association's limit) on the user's queued jobs: the fewest of MaxSubmitJobsPU,
+        MaxJobsPU, GrpSubmit of the sweep's QOS (or the user's default) and of the user's association; None
+        where sacctmgr sets none (or does not answer). Read once per scheduler."""
+        if self._limits is _UNSET:
             account = qos = None
             if self.spec is not None:
                 prof, r = profile_of(self.spec), self.spec.resources
                 account, qos = r.account or prof.account, r.qos or prof.qos
             a = self.runner(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={self.user}",
                              "format=Account,DefaultQOS,MaxSubmit,MaxJobs,GrpSubmit"])
-            limits, default_qos = parse_assoc(a.stdout, account) if a.returncode == 0 else ([], None)
+            assoc, default_qos = parse_assoc(a.stdout, account) if a.returncode == 0 else ([], None)
+            qos_limits = []
             if qos := qos or default_qos:
                 q = self.runner(["sacctmgr", "-n", "-P", "show", "qos", "where", f"name={qos}",
                                  "format=Name,MaxSubmitPU,MaxJobsPU,GrpSubmit"])
-                limits += parse_qos(q.stdout) if q.returncode == 0 else []
-            self._limit = min(limits, default=None)
-        return self._limit
+                qos_limits = parse_qos(q.stdout) if q.returncode == 0 else []
+            self._limits = (qos, min(qos_limits, default=None), min(assoc, default=None))
+        return self._limits
 
     def capacity(self) -> int | None:
-        limit = self.queue_limit()
-        if limit is None:
+        """Room under the QOS limit (counting the user's jobs in that QOS; a shared cluster's other jobs do not
+        count against it) and the association's (counting all the user's jobs)."""
+        qos, qos_limit, assoc_limit = self.limits()
+        if qos_limit is None and assoc_limit is None:
             return None
         if self._due():
             self._refresh(set())
-        return max(0, limit - self._queued)
+        if self._refused:
+            return 0
+        rooms = [limit - self._queued[key] for key, limit in ((qos, qos_limit), (None, assoc_limit))
+                 if limit is not None]
+        return max(0, min(rooms))
