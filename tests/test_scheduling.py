@@ -1,24 +1,28 @@
-"""The scheduler interface without a cluster: canned squeue/sacct/sacctmgr outputs through the Slurm scheduler's
+"""The scheduler interface: canned squeue/sacct/sacctmgr outputs through the Slurm scheduler's
 command runner, a fake clock for its query interval, the sbatch script submitit would write, and cluster
-profile checks."""
+profile checks; then the local scheduler for real (`a2rl cancel`, reap_lost, --retry-failed)."""
 
 from __future__ import annotations
 
 import getpass
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
 from a2rl.records import now
 from a2rl.scheduling.base import Schedulers, Shape, make_scheduler
 from a2rl.scheduling.launcher import Launcher, open_sweep, pending_runs
+from a2rl.scheduling.monitor import collect, reap_lost
 from a2rl.scheduling.slurm import parse_assoc, parse_qos, parse_sacct, parse_squeue
+from a2rl.store.results import RunResult, mark_lost
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import RunStatus, SweepDir
-from conftest import write_sweep
+from conftest import a2rl, write_sweep
 
 USER = getpass.getuser()
 
@@ -188,3 +192,65 @@ def test_an_unknown_key_in_a_cluster_profile_is_a_one_line_error(tmp_path, monke
                           text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().endswith("bad.yaml: gpu_gres: unknown key") and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ the local scheduler, for real
+def until(cond, timeout: float, what: str):
+    """Liveness only (a generous limit so a hung test ends), never a speed check."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := cond():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} after {timeout:.0f} s")
+
+
+def started_sleeper(tmp_path: Path) -> tuple[SweepDir, str]:
+    spec = write_sweep(tmp_path, agents=["sleeper"], budget=600)
+    a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
+    sweep = SweepDir(tmp_path / "sd")
+    (run,) = sweep.runs()
+    until(lambda: (s := sweep.status(run.run_id)) and s.state == "running", 300, "running run")
+    return sweep, run.run_id
+
+
+@pytest.mark.slow
+def test_a2rl_cancel_on_the_local_executor_stops_the_job_and_fails_the_run(tmp_path):
+    sweep, run_id = started_sleeper(tmp_path)
+    controller = int(sweep.status(run_id).job_id)
+    proc = a2rl("cancel", str(sweep.root), check=True)
+    assert f"cancelled 2 local job(s): {controller} " in proc.stdout  # the run's and the grader's
+    until(lambda: not psutil.pid_exists(controller), 300, "exit of the job's controller")
+    until(lambda: "failed" in a2rl("status", str(sweep.root), check=True).stdout, 300, "failed run in a2rl status")
+    result = RunResult.load(sweep.result_path(run_id))
+    assert result.status == "failed" and "cancelled by `a2rl cancel`" in result.failure_reason
+
+
+@pytest.mark.slow
+def test_a_killed_local_run_gets_its_failed_result_only_from_reap_lost(tmp_path):
+    sweep, run_id = started_sleeper(tmp_path)
+    controller = psutil.Process(int(sweep.status(run_id).job_id))
+    doomed = [controller, *controller.children(recursive=True)]
+    for p in doomed:  # the job's whole tree, as when its machine's OOM killer strikes (no result written)
+        p.kill()
+    psutil.wait_procs(doomed)
+    st = collect(sweep, Schedulers())
+    assert run_id in st.lost and "has exited" in st.lost[run_id]
+    assert not sweep.result_path(run_id).exists()  # collect only reads
+    (reaped,) = reap_lost(sweep, st)
+    assert reaped.status == "failed" and RunResult.load(sweep.result_path(run_id)).status == "failed"
+    a2rl("cancel", str(sweep.root), check=True)  # the grader
+
+
+@pytest.mark.slow
+def test_retry_failed_resubmits_only_failed_runs(tmp_path):
+    sweep, runs = open_sweep(write_sweep(tmp_path, seeds=[0, 1]), tmp_path / "sd")
+    mark_lost(sweep, runs[0], "lost in a test")
+    proc = a2rl("launch", str(sweep.root), "--wait")
+    assert proc.returncode == 1 and "submitted 1 of 2 runs" in proc.stdout, proc.stdout  # 1 failed
+    assert "nothing to submit" in a2rl("launch", str(sweep.root)).stdout  # a failed run has finished
+    proc = a2rl("launch", str(sweep.root), "--retry-failed", "--wait", check=True)
+    assert "submitted 1 of 2 runs" in proc.stdout, proc.stdout
+    assert [RunResult.load(sweep.result_path(r.run_id)).status for r in runs] == ["ok", "ok"]
+    (old,) = sweep.run_dir(runs[0].run_id).glob("result.failed-*.json")
+    assert RunResult.load(old).failure_reason == "lost in a test"
