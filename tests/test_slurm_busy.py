@@ -3,8 +3,10 @@ Slurm as gres, and a sweep larger than its QOS allows is submitted as room frees
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,18 @@ def test_60_runs_under_a_20_job_qos_all_finish(tmp_path, qos20):
     statuses = [RunResult.load(sweep.result_path(r.run_id)).status for r in sweep.runs()]
     assert statuses == ["ok"] * 60
     assert 0 < most[0] <= 20
+
+
+@pytest.mark.slow
+def test_without_a_follower_the_grader_job_tops_up_deferred_runs(tmp_path, qos20):
+    spec = write_sweep(tmp_path, seeds=list(range(25)), budget=120, resources={"mem_gb": 0.3, "qos": qos20}, **SLURM)
+    proc = a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
+    assert "submitted 19 of 25 runs and 1 grader(s)" in proc.stdout, proc.stdout
+    sweep = SweepDir(tmp_path / "sd")
+    deadline = time.monotonic() + 1800  # liveness only
+    while not all(sweep.result_path(r.run_id).exists() for r in sweep.runs()):
+        assert time.monotonic() < deadline, "the deferred runs were never submitted"
+        time.sleep(2)
+    assert [RunResult.load(sweep.result_path(r.run_id)).status for r in sweep.runs()] == ["ok"] * 25
+    log = "".join(p.read_text() for p in sweep.jobs.glob("*/*/*_0_log.out"))
+    assert sum(int(n) for n in re.findall(r"grader: submitted (\d+) deferred run", log)) == 6  # by the grader
