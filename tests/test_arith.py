@@ -80,6 +80,7 @@ def test_evaluate_counts_exact_matches(prepared):
     assert evaluator.evaluate(right_first(answers, 200), heldout, {})["score"] == 100.0
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_untrained_tiny_model_scores_about_zero(prepared, tmp_path):
     from a2rl.grading.inference import Generator
     from a2rl.spec.tinymodel import build_tiny_model

@@ -110,6 +110,7 @@ def test_grading_judges_only_real_answers(tiny_model: Path, data_root: Path) -> 
     assert details["judge"]["version"] == "stub-judge-2024-01-01" and details["unparsed_verdicts"] == 0
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_grading_the_real_model_end_to_end(tiny_model: Path, data_root: Path, tmp_path: Path) -> None:
     """Through the grader and the real backend: the untrained model writes no action, so nothing is answered and
     the judge (any failure of which would raise) is never called."""

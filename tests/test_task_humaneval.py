@@ -194,6 +194,7 @@ def test_run_many_keeps_order():
 
 # --------------------------------------------------------------------------- the scorer
 
+@pytest.mark.slow  # > 5 s: 82 sandboxed programs
 def test_canonical_solutions_score_100(data, graded):
     result = EVAL.evaluate(canned({p["prompt"]: p["canonical_solution"] for p in graded}),
                            data.heldout_dir, {"workers": 2})
@@ -204,6 +205,7 @@ def test_canonical_solutions_score_100(data, graded):
     assert (stubs["score"], stubs["n"]) == (0.0, 10)
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_tiny_model_scores_about_zero(data_root, tiny_model):
     score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=data_root,
                                     options={"limit": 8, "max_new_tokens": 16})

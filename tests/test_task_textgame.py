@@ -45,6 +45,7 @@ def test_split_is_disjoint_and_heldout_stays_out_of_train(prepared):
     assert all((prepared.train / f).exists() for f in TASK.spec.train_files)
 
 
+@pytest.mark.slow  # > 5 s: builds a game
 def test_generation_makes_a_playable_game(tmp_path, prepared):
     identity = prepared.prep._tw_make(tmp_path / "g.z8", 7, None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json", "g.z8"]
@@ -102,6 +103,7 @@ def test_replaying_walkthroughs_scores_100(prepared):
     assert gen.calls == longest  # all games stepped together, one generate call per turn
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_tiny_model_scores_zero(prepared, tiny_model):
     from a2rl.grading.inference import Generator
 
