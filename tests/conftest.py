@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fakes import FakeClock
+
 _SESSION = Path(tempfile.mkdtemp(prefix="a2rl-tests-"))
 os.environ["A2RL_CACHE"] = str(_SESSION / "cache")
 os.environ["A2RL_SCRATCH"] = str(_SESSION / "scratch")
@@ -25,6 +27,13 @@ def tiny_model() -> Path:
     from a2rl.spec.models import resolve_model
 
     return resolve_model("builtin:tiny-llama")
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    """Virtual time; install it where the code under test reads the clock:
+    monkeypatch.setattr(a2rl.run.budget, "time", fake_clock)."""
+    return FakeClock()
 
 
 def slurm_available() -> bool:

@@ -45,6 +45,7 @@ def fake_bin(tmp_path, monkeypatch) -> Path:
     return bindir
 
 
+@pytest.mark.slow  # a whole sweep
 @pytest.mark.parametrize("name", sorted(STACKS))
 def test_stack_runs_its_cli_and_records_usage(tmp_path, monkeypatch, fake_bin, name):
     driver, _, cost = STACKS[name]
@@ -109,6 +110,7 @@ def test_driver_families_and_modes(tmp_path):
 LOCAL_TINY = {"tiny": {"model": "builtin:tiny-llama", "backend": "transformers", "gpus": 0, "cpus": 1, "mem_gb": 4}}
 
 
+@pytest.mark.slow  # a whole sweep
 def test_local_driver_serves_agents_through_an_openai_compatible_server(tmp_path, monkeypatch, fake_bin):
     """A sweep-served model drives two stacks with no API key in the launcher's environment: each agent gets
     the server's URL and key in its stack's variables and gets a real completion; without the key, 401."""
@@ -144,6 +146,7 @@ def test_local_driver_serves_agents_through_an_openai_compatible_server(tmp_path
     assert "local driver tiny: exited: every run using it has finished tiny at http://127.0.0.1:" in status
 
 
+@pytest.mark.slow  # a whole sweep
 def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monkeypatch, fake_bin):
     """vLLM is not installed here: its server exits at start; the run waits `startup_timeout_s` (budget paused)
     and fails with a reason naming the driver, before its agent ever starts."""
@@ -152,7 +155,8 @@ def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monke
     sweep = launch(tmp_path, agents=["codex"], drivers=["local:big"], local_drivers=broken)
     result = only_result(sweep)
     assert result.status == "failed" and "local driver 'big': no live server after 10 s" in result.failure_reason
-    assert result.agent_seconds < 5 and result.submissions == 0
+    # the 10 s wait was not the agent's time: the budget clock counted at least 10 s less than the wall clock
+    assert result.agent_seconds <= result.wall_seconds - 10 and result.submissions == 0
     assert not (sweep.workspace(result.run_id) / "output" / "fakecli.json").exists()
     server_logs = list((sweep.drivers / "big").glob("server-*.log"))
     assert server_logs and "vllm" in server_logs[0].read_text()

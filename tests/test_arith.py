@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import FakeGenerator
 
 TASK_DIR = Path(__file__).resolve().parents[1] / "tasks" / "arith"
 
@@ -67,24 +68,19 @@ def test_extract_answer(completion, expected):
     assert evaluator.extract_answer(completion) == expected
 
 
-class ScriptedGenerator:
+def right_first(answers: list[str], n_right: int) -> FakeGenerator:
     """Answers correctly for the first `n_right` prompts and wrongly after."""
-
-    def __init__(self, answers: list[str], n_right: int):
-        self.replies = [f" {a}\n" if i < n_right else " -1\n" for i, a in enumerate(answers)]
-
-    def generate(self, prompts, *, max_new_tokens, batch_size=64, stop="\n"):
-        assert len(prompts) == len(self.replies)
-        return self.replies
+    return FakeGenerator(replies=[f" {a}\n" if i < n_right else " -1\n" for i, a in enumerate(answers)])
 
 
 def test_evaluate_counts_exact_matches(prepared):
     heldout = prepared / "heldout"
     answers = [r["answer"] for r in read_jsonl(heldout / "test.jsonl")]
-    assert evaluator.evaluate(ScriptedGenerator(answers, 50), heldout, {}) == {"score": 25.0, "n": 200, "correct": 50}
-    assert evaluator.evaluate(ScriptedGenerator(answers, 200), heldout, {})["score"] == 100.0
+    assert evaluator.evaluate(right_first(answers, 50), heldout, {}) == {"score": 25.0, "n": 200, "correct": 50}
+    assert evaluator.evaluate(right_first(answers, 200), heldout, {})["score"] == 100.0
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_untrained_tiny_model_scores_about_zero(prepared, tmp_path):
     from a2rl.grading.inference import Generator
     from a2rl.spec.tinymodel import build_tiny_model

@@ -36,11 +36,13 @@ def unstopped(generator) -> list[str]:
     return outputs
 
 
+@pytest.mark.slow  # > 5 s: decodes with the tiny model
 def test_batched_equals_one_by_one(generator, unstopped):
     assert generator.generate(PROMPTS, max_new_tokens=12, batch_size=1, stop=None) == unstopped
     assert generator.generate(PROMPTS, max_new_tokens=12, batch_size=5, stop=None) == unstopped
 
 
+@pytest.mark.slow  # > 5 s: decodes with the tiny model
 def test_stop_string_cuts_output(generator, unstopped):
     stop = Counter("".join(unstopped)).most_common(1)[0][0]
     assert any(o.split(stop, 1)[0] != o for o in unstopped)
@@ -86,6 +88,7 @@ def count_forwards(generator, prompts, stop) -> int:
     return len(forwards)
 
 
+@pytest.mark.slow  # > 5 s: decodes with the tiny model
 def test_generation_stops_once_every_sequence_hit_one_of_the_stops(generator, unstopped):
     stops = two_stops(unstopped)
     chosen = [p for p, o in zip(PROMPTS, unstopped) if o.startswith(stops)]

@@ -135,6 +135,7 @@ def test_local_server_serves_the_model_over_real_http(tiny_model: Path) -> None:
 
 # ---------------------------------------------------------------- the offline judge task
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_localjudge_scores_end_to_end_with_a_local_judge(tiny_model: Path, tmp_path: Path) -> None:
     task = get_task("localjudge")
     task.ensure_prepared(tmp_path)

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("trl")
 
 from transformers import AutoTokenizer  # noqa: E402
+from fakes import FakeGenerator  # noqa: E402
 
 from a2rl.agents.pipeline import data_format, judge_pairs  # noqa: E402
 from a2rl.grading.inference import Generator  # noqa: E402
@@ -32,17 +33,6 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
-class RecordingPolicy:
-    """Stands in for the grader's Generator: remembers the prompts the judge protocol feeds the policy."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.prompts = tokenizer, []
-
-    def generate(self, prompts, *, max_new_tokens, batch_size=64, stop="\n"):
-        self.prompts += prompts
-        return ["4"] * len(prompts)
-
-
 class AlwaysA:
     def chat_many(self, conversations, **kwargs):
         return [Completion("A", (), "fake", None) for _ in conversations]
@@ -53,7 +43,7 @@ def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_
     rows = read_jsonl(data.train_dir / "train.jsonl")[:50]
     assert data_format(rows).grpo is None  # a judge task: no rule reward
     pairs = judge_pairs(rows, tok)
-    policy = RecordingPolicy(tok)
+    policy = FakeGenerator("4", tokenizer=tok)  # it remembers the prompts the judge protocol feeds the policy
     compare_to_references(policy, [r["instruction"] for r in rows], [r["reference"] for r in rows], AlwaysA(),
                           max_new_tokens=64, batch_size=64)
     assert [p["prompt"] for p in pairs] == policy.prompts
@@ -82,6 +72,7 @@ def run_pipeline(data: Path, model: Path, out: Path, *args: str) -> subprocess.C
                           text=True, timeout=300)
 
 
+@pytest.mark.slow  # trains
 def test_pipeline_trains_on_judge_rows_and_skips_grpo(data, tiny_model, tmp_path):
     out = tmp_path / "out"
     proc = run_pipeline(data.train_dir, tiny_model, out, "--sft-steps", "30")

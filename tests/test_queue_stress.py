@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.store.queue import Lease
 from conftest import FIXTURES, write_sweep
@@ -53,6 +55,7 @@ def wait_recorded(sweep_dir: Path, n: int, timeout: float = 300) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # a whole sweep
 def test_no_submission_lost_or_doubled_when_the_grader_is_killed(tmp_path, tiny_model):
     spec = write_sweep(tmp_path, seeds=list(range(SUBMITTERS)),
                        grader={"poll_s": 0.02, "lease_s": 3, "idle_timeout_s": 600})

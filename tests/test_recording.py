@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from a2rl.recording.archive import WorkspaceArchive
 from a2rl.recording.snapshots import blob_path, load_snapshots, snapshot_dir
 from a2rl.recording.transcripts import parse_usage
@@ -13,6 +15,7 @@ from a2rl.reporting.runreport import write_run_report
 from test_runs import launch, only_result
 
 
+@pytest.mark.slow  # a whole sweep
 def test_three_submissions_have_snapshots_diffs_and_metrics(tmp_path):
     sweep = launch(tmp_path, agents=[{"name": "submitter", "args": {"count": 3, "edit_code": True}}],
                    recording={"max_file_mb": 0.5})

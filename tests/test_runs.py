@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from a2rl.store.ledger import Ledger
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
@@ -25,6 +27,7 @@ def only_result(sweep: SweepDir) -> RunResult:
     return RunResult.load(sweep.result_path(run.run_id))
 
 
+@pytest.mark.slow  # a whole sweep
 def test_three_submissions_are_scored_in_order(tmp_path):
     sweep = launch(tmp_path, agents=[{"name": "submitter", "args": {"count": 3}}])
     result = only_result(sweep)
@@ -43,6 +46,7 @@ def test_three_submissions_are_scored_in_order(tmp_path):
     assert not any((sweep.root / "submissions").glob("*/*.safetensors"))
 
 
+@pytest.mark.slow  # a whole sweep
 def test_relaunch_skips_finished_runs(tmp_path):
     sweep = launch(tmp_path)
     before = only_result(sweep)
@@ -52,6 +56,7 @@ def test_relaunch_skips_finished_runs(tmp_path):
     assert only_result(sweep) == before
 
 
+@pytest.mark.slow  # a whole sweep
 def test_an_agent_cannot_change_what_is_recorded(tmp_path):
     sweep = launch(tmp_path, agents=["tamper"])
     result = only_result(sweep)
@@ -81,23 +86,27 @@ def test_an_agent_cannot_change_what_is_recorded(tmp_path):
     assert (ws / "data" / "train.jsonl").stat().st_mode & 0o222 == 0
 
 
+@pytest.mark.slow  # a whole sweep
 def test_budget_end_stops_the_agent_and_its_setsid_children(tmp_path):
     sweep = launch(tmp_path, agents=["sleeper"], budget=4)
     result = only_result(sweep)
     assert result.status == "timeout"
-    assert 4.0 <= result.agent_seconds < 30
+    assert result.agent_seconds >= 4.0
+    assert "budget used up: stopping the agent" in (sweep.run_dir(result.run_id) / "agent.log").read_text()
     pids = json.loads((sweep.workspace(result.run_id) / "output" / "pids.json").read_text())
     time.sleep(0.5)
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), pid
 
 
+@pytest.mark.slow  # a whole sweep
 def test_baseline_agent_has_no_submissions(tmp_path):
     result = only_result(launch(tmp_path))
     assert result.status == "ok" and result.submissions == 0 and result.best is None
     assert result.baseline == 0.0
 
 
+@pytest.mark.slow  # a whole sweep
 def test_a_failed_baseline_is_an_error_not_zero(tmp_path):
     broken = tmp_path / "tasks" / "broken"
     broken.mkdir(parents=True)

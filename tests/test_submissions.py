@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import a2rl.run.budget as budget_clock
 from a2rl.run.budget import Budget
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.scheduling.launcher import open_sweep
@@ -135,17 +136,18 @@ def test_weights_are_frozen_at_submission(run, tiny_model):
     assert not artifact.exists()  # dropped after grading unless grader.keep_artifacts
 
 
-def test_budget_pauses_while_waiting_and_refuses_after_the_end():
+def test_budget_pauses_while_waiting_and_refuses_after_the_end(monkeypatch, fake_clock):
+    monkeypatch.setattr(budget_clock, "time", fake_clock)
     b = Budget(0.3)
     b.pause()
-    time.sleep(0.4)
+    fake_clock.sleep(0.4)
     assert not b.expired()  # grading waits are not the agent's time
     b.pause()  # a second concurrent submission
     b.resume()
-    time.sleep(0.1)
+    fake_clock.sleep(0.1)
     b.resume()
-    assert b.used() < 0.3
-    time.sleep(0.35)
+    assert b.used() == 0.0
+    fake_clock.sleep(0.35)
     assert b.expired() and b.remaining() == 0.0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fakes import FakeGenerator
 
 from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
@@ -29,18 +30,6 @@ class FakeAlfEnv:
         won = action == "move apple 1 to countertop 1"
         return ("You move the apple 1 to the countertop 1." if won else "Nothing happens."), float(won), won, \
             {"won": won}
-
-
-class FixedGenerator:
-    def __init__(self, completion: str):
-        self.completion = completion
-        self.model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1 << 20))
-        self.tokenizer = lambda text, add_special_tokens=True: {"input_ids": text.split()}
-        self.prompts: list[str] = []
-
-    def generate(self, prompts, *, max_new_tokens, batch_size=64, stop="\n"):
-        self.prompts += prompts
-        return [self.completion] * len(prompts)
 
 
 @pytest.fixture
@@ -76,7 +65,7 @@ def test_few_shot_places_objects_with_move_x_to_y():
 @pytest.mark.parametrize("completion, score", [(" move apple 1 to countertop 1\nObservation: x", 100.0),
                                                (" put apple 1 on countertop 1", 0.0)])
 def test_scoring_with_a_fake_env(prepared, completion, score):
-    gen = FixedGenerator(completion)
+    gen = FakeGenerator(completion)
     result = TASK.evaluator.evaluate(gen, prepared.heldout,
                                      {"max_steps": 4, "env_factory": "test_task_alfworld:FakeAlfEnv"})
     assert result["score"] == score and result["n"] == 1

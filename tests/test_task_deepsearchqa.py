@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
+from fakes import FakeGenerator
 from test_judge import completion, read_jsonl, stub_llm
 
 from a2rl.grading.daemon import evaluate_model
@@ -67,38 +68,26 @@ def test_bm25_finds_the_document_and_is_deterministic() -> None:
         ev.make_search_backend({"backend": "bm25", "corpus": None})
 
 
-class ScriptedPolicy:
-    """Stands in for the LLM policy (`generate` as a2rl.grading.inference.Generator has it): searches the country of its
-    question, then answers from the first result; some questions it answers with Finish[], some never finish."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.calls = 0
-
-    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64, stop: str = "\n") -> list[str]:
-        assert stop == "\nObservation:"
-        self.calls += 1
-        return [self._step(p) for p in prompts]
-
-    @staticmethod
-    def _step(prompt: str) -> str:
-        country = re.search(r"(?:capital city of|capital of|flow through) (\w+)", prompt).group(1)
-        observations = re.findall(r"\nObservation: (.*)\nThought:", prompt)
-        if int(country[-1]) % 3 == 1:
-            return " I give up.\nAction: Finish[]"
-        if int(country[-1]) % 3 == 2:
-            return " Hmm, let me think about it some more."
-        if not observations:
-            return f" I need the capital.\nAction: Search[{country} capital]\nObservation: (hallucinated)"
-        capital = re.search(r"Its capital city is (\w+)\.", observations[-1]).group(1)
-        return f" Found it.\nAction: Finish[{capital}]"
+def scripted_step(prompt: str) -> str:
+    """The LLM policy's next step: search the country of its question, then answer from the first result; some
+    questions it answers with Finish[], some never finish."""
+    country = re.search(r"(?:capital city of|capital of|flow through) (\w+)", prompt).group(1)
+    observations = re.findall(r"\nObservation: (.*)\nThought:", prompt)
+    if int(country[-1]) % 3 == 1:
+        return " I give up.\nAction: Finish[]"
+    if int(country[-1]) % 3 == 2:
+        return " Hmm, let me think about it some more."
+    if not observations:
+        return f" I need the capital.\nAction: Search[{country} capital]\nObservation: (hallucinated)"
+    capital = re.search(r"Its capital city is (\w+)\.", observations[-1]).group(1)
+    return f" Found it.\nAction: Finish[{capital}]"
 
 
 def test_grading_judges_only_real_answers(tiny_model: Path, data_root: Path) -> None:
     from a2rl.grading.inference import Generator
 
     rows = read_jsonl(TASK.data(data_root).heldout_dir / "test.jsonl")
-    policy = ScriptedPolicy(Generator.load(tiny_model).tokenizer)
+    policy = FakeGenerator(script=scripted_step, tokenizer=Generator.load(tiny_model).tokenizer)
 
     def reply(body: dict, headers: dict) -> tuple[int, dict]:
         prompt = body["messages"][-1]["content"]
@@ -116,10 +105,12 @@ def test_grading_judges_only_real_answers(tiny_model: Path, data_root: Path) -> 
     right = sum(r["answer_type"] == "Single Answer" for r in searched)
     assert len(seen) == details["answered"] == len(searched)  # Finish[] and never-finished: no judge call
     assert details["correct"] == right > 0 and details["score"] == pytest.approx(100 * right / len(rows))
+    assert set(policy.stops) == {"\nObservation:"}
     assert policy.calls == 6 and details["mean_steps"] > 1  # never-finishers run out the 6 steps
     assert details["judge"]["version"] == "stub-judge-2024-01-01" and details["unparsed_verdicts"] == 0
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_grading_the_real_model_end_to_end(tiny_model: Path, data_root: Path, tmp_path: Path) -> None:
     """Through the grader and the real backend: the untrained model writes no action, so nothing is answered and
     the judge (any failure of which would raise) is never called."""

@@ -12,6 +12,7 @@ import pytest
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import TaskData, get_task
 from conftest import FIXTURES
+from fakes import FakeGenerator
 
 SOURCE = FIXTURES / "gsm8k"
 TASK = get_task("gsm8k")
@@ -38,20 +39,11 @@ def data(data_root) -> TaskData:
     return TASK.data(data_root)
 
 
-class GoldGenerator:
-    """Stands in for a2rl.grading.inference.Generator: answers each prompt's last question with its gold reasoning."""
-
-    def __init__(self, rows: list[dict]):
-        self.gold = {r["question"]: r["answer"] for r in rows}
-        self.prompts: list[str] = []
-        self.stops: list[str | None] = []
-
-    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | None = "\n") -> list[str]:
-        self.prompts += prompts
-        self.stops.append(stop)
-        questions = [p.rsplit("Question: ", 1)[1].removesuffix("\nAnswer:") for p in prompts]
-        return [" " + EVAL.format_answer(self.gold[q]) for q in questions]
+def gold_generator(rows: list[dict]) -> FakeGenerator:
+    """Answers each prompt's last question with its gold reasoning."""
+    gold = {r["question"]: r["answer"] for r in rows}
+    return FakeGenerator(script=lambda p: " " + EVAL.format_answer(
+        gold[p.rsplit("Question: ", 1)[1].removesuffix("\nAnswer:")]))
 
 
 def test_prepare_is_deterministic_and_exposes_only_train(tmp_path, data):
@@ -97,14 +89,14 @@ def test_extract_number(text, expected):
 
 def test_gold_answers_score_100_through_the_prompt(data):
     test = read_jsonl(data.heldout_dir / "test.jsonl")
-    gen = GoldGenerator(test)
+    gen = gold_generator(test)
     result = EVAL.evaluate(gen, data.heldout_dir, {"max_new_tokens": 16})
     assert result["score"] == 100.0
     assert (result["n"], result["correct"], result["no_number"]) == (len(test), len(test), 0)
     assert gen.stops == [EVAL.STOP]
 
     # Answers that belong to other questions score 0: the scorer compares each prompt with its own gold.
-    shifted = GoldGenerator([{"question": r["question"], "answer": s["answer"]}
+    shifted = gold_generator([{"question": r["question"], "answer": s["answer"]}
                              for r, s in zip(test, test[1:] + test[:1])])
     assert EVAL.evaluate(shifted, data.heldout_dir, {})["score"] == 0.0
 
@@ -112,7 +104,7 @@ def test_gold_answers_score_100_through_the_prompt(data):
 def test_prompt_has_four_train_exemplars(data):
     train = {r["question"]: r["answer"] for r in read_jsonl(data.train_dir / "train.jsonl")}
     test = read_jsonl(data.heldout_dir / "test.jsonl")
-    gen = GoldGenerator(test)
+    gen = gold_generator(test)
     EVAL.evaluate(gen, data.heldout_dir, {"limit": 2})
     assert len(gen.prompts) == 2
     for prompt, row in zip(gen.prompts, test):

