@@ -3,7 +3,8 @@
     sweep.yaml            the spec as the user wrote it (frozen at first launch)
     sweep.json            FrozenSweep: the validated spec with absolute paths, and the sweep's id
     runs.json             RunIndex: every run of the grid
-    runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job)
+    runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job); resume/:
+                          the workspace's code/, output/ and home/ saved when the job was interrupted
     queue/  ledger/       submission queue and ledger (see submit_queue.py, ledger.py)
     submissions/<id>/     frozen copies of submitted weights, read by the grader
     baselines/            baseline scores per (task, model weights, evaluator version)
@@ -47,6 +48,7 @@ class RunIndex(Record):
 class RunStatus(Record):
     """Written by the launcher (submitted), then by the run's job: running, finishing, or interrupted (stopped
     by SIGTERM; a requeued job resumes it)."""
+    SCHEMA = 2  # 2: setup_seconds
     run_id: str
     state: Literal["submitted", "running", "finishing", "interrupted"]
     job_id: str | None = None
@@ -55,6 +57,7 @@ class RunStatus(Record):
     host: str | None = None
     heartbeat_at: float
     agent_seconds: float = 0.0  # budget clock used so far (carried across a requeue)
+    setup_seconds: list[float] = []  # per attempt: from the job's start to the agent's (the last one so far)
 
     def stale(self) -> bool:
         return now() - self.heartbeat_at > STALE_S
@@ -105,6 +108,9 @@ class SweepDir:
 
     def status(self, run_id: str) -> RunStatus | None:
         return RunStatus.load_or_none(self.run_dir(run_id) / "status.json")
+
+    def resume_dir(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "resume"
 
     def result_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "result.json"
