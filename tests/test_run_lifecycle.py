@@ -147,7 +147,8 @@ def test_result_is_written_before_the_wait_and_the_grader_completes_it(tmp_path,
 # ---------------------------------------------------------------- set-up is not the agent's time
 @pytest.mark.slow
 def test_setup_is_recorded_apart_and_not_charged_to_the_budget(tmp_path, monkeypatch):
-    """Creating the workspace "takes" 1000 s on the run's clock: setup_seconds has them, agent_seconds not."""
+    """Creating the workspace "takes" 1000 s on the run's clock: setup_seconds has them, agent_seconds not. The
+    run ends with no baseline recorded (no grader yet); the grader that starts later adds it."""
 
     class SlowSetupTime:
         offset = 0.0
@@ -176,6 +177,10 @@ def test_setup_is_recorded_apart_and_not_charged_to_the_budget(tmp_path, monkeyp
     assert result.agent_seconds < 1000
     status = sweep.status(run.run_id)
     assert status.setup_seconds == [result.setup_seconds] and status.agent_seconds == result.agent_seconds
+    # no grader ran: the baseline is missing, until a grader starts, scores it and refreshes the result
+    assert result.baseline is None and result.baseline_error == "no baseline was recorded"
+    assert GradingDaemon(sweep).run() == 0
+    assert RunResult.load(sweep.result_path(run.run_id)).baseline == 0.0
 
 
 # ---------------------------------------------------------------- resuming on an empty scratch
