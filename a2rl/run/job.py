@@ -108,7 +108,8 @@ class AgentRun:
     def execute(self) -> RunResult | None:
         self.beat()
         record_environment(self.dir / f"env-{self.attempt}.json", self.attempt)
-        threading.Thread(target=self._beat_loop, daemon=True).start()
+        beater = threading.Thread(target=self._beat_loop, daemon=True)
+        beater.start()
         status, reason, exit_code = "failed", None, None
         try:
             status, exit_code = self._run_agent()
@@ -119,9 +120,7 @@ class AgentRun:
             self.budget.pause()  # the agent is done: waiting for its scores below is not its time
         if status == "interrupted":
             self._save_for_resume()
-            self.state = "interrupted"
-            self.beat()
-            self._stop.set()
+            self._last_beat(beater, "interrupted")
             return None
         self.state = "finishing"
         self.beat()
@@ -138,8 +137,15 @@ class AgentRun:
         if (refreshed := refresh_result(self.sweep, run_id)) is not None:
             result = refreshed
             report(self.sweep, run_id, result)
-        self._stop.set()
+        self._last_beat(beater, "finished")
         return result
+
+    def _last_beat(self, beater: threading.Thread, state: str) -> None:
+        """The job's final state; no periodic beat of an earlier state can land after it."""
+        self._stop.set()
+        beater.join()
+        self.state = state
+        self.beat()
 
     def _run_agent(self) -> tuple[str, int | None]:
         spec, run = self.sweep.spec, self.run

@@ -46,11 +46,12 @@ class RunIndex(Record):
 
 
 class RunStatus(Record):
-    """Written by the launcher (submitted), then by the run's job: running, finishing, or interrupted (stopped
-    by SIGTERM; a requeued job resumes it)."""
-    SCHEMA = 2  # 2: setup_seconds
+    """Written by the launcher (submitted), then by the run's job: running, finishing (its result is written
+    and the job waits for the scores of its submissions), finished, or interrupted (stopped by SIGTERM; a
+    requeued job resumes it)."""
+    SCHEMA = 2  # 2: setup_seconds, state finished
     run_id: str
-    state: Literal["submitted", "running", "finishing", "interrupted"]
+    state: Literal["submitted", "running", "finishing", "finished", "interrupted"]
     job_id: str | None = None
     executor: str | None = None
     attempt: int = 0
@@ -58,6 +59,10 @@ class RunStatus(Record):
     heartbeat_at: float
     agent_seconds: float = 0.0  # budget clock used so far (carried across a requeue)
     setup_seconds: list[float] = []  # per attempt: from the job's start to the agent's (the last one so far)
+
+    def waiting_for_scores(self) -> bool:
+        """The job has written the run's result and still waits to complete it: the run is not over yet."""
+        return self.state == "finishing" and not self.stale()
 
     def stale(self) -> bool:
         return now() - self.heartbeat_at > STALE_S
