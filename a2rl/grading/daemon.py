@@ -69,6 +69,8 @@ class GradingDaemon:
             for task_name in self.spec.tasks:
                 for model in self.spec.model_entries:
                     self.baseline(task_name, model.name, retry_failed=True)
+            for run in self.sweep.runs():  # results written while no baseline was recorded yet
+                self.refresh(run.run_id)
             idle_since = now()
             while True:
                 claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
@@ -159,11 +161,7 @@ class GradingDaemon:
             self._state = "idle"
         if self.ledger.record(result):
             self.graded += 1
-            if (refreshed := refresh_result(self.sweep, entry.run_id)) is not None:
-                try:
-                    write_run_report(self.sweep, entry.run_id, refreshed)
-                except Exception:  # derived and rebuildable: never the grader's failure
-                    log.exception("run report for %s failed", entry.run_id)
+            self.refresh(entry.run_id)
             log.info("graded %s: %s", entry.submission_id,
                      f"{result.score:.2f}" if result.status == "scored" else f"invalid ({result.error})")
         else:
@@ -172,6 +170,14 @@ class GradingDaemon:
         if entry.artifact and not self.settings.keep_artifacts:
             shutil.rmtree(entry.artifact, ignore_errors=True)
         return self.ledger.get(entry.submission_id) or result
+
+    def refresh(self, run_id: str) -> None:
+        """Fold what was graded after the run's result was written (by its job, or by reaping a lost run) into it."""
+        if (refreshed := refresh_result(self.sweep, run_id)) is not None:
+            try:
+                write_run_report(self.sweep, run_id, refreshed)
+            except Exception:  # derived and rebuildable: never the grader's failure
+                log.exception("run report for %s failed", run_id)
 
     def _score(self, artifact: str, model_name: str, task: Task, fields: dict, t0: float) -> LedgerEntry:
         base = self.baseline(task.name, model_name)

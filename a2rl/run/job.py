@@ -1,13 +1,16 @@
 """One agent run, as executed inside its job (local process or Slurm job, via submitit).
 
-Lays out the workspace, serves the grading API on loopback, runs the agent under its budget clock, stops it
-with everything it spawned, waits for its submissions to be scored, and writes the run's result.
+Lays out the workspace, serves the grading API on loopback, runs the agent under its budget clock (started with
+the agent process: set-up before it is recorded apart), stops it with everything it spawned, writes the run's
+result at once (submissions not graded yet listed), then waits for their scores within the job's time limit to
+fold them in (the grader folds in those that land later).
 
 Ending: at the budget's end, or on the scheduler's time-limit signal (USR2), the agent is warned (a
 `WRAP_UP` file, `wrap_up` in /time), stopped after a grace period, its last saved model that was not scored yet
 is submitted for it, and the run ends as "timeout". On SIGTERM (preemption, `scontrol requeue`, cancel) the
-agent is stopped and the budget used so far is saved, so a requeued job resumes the same run in the same
-workspace with what is left of the budget.
+agent is stopped, the budget used so far is saved, and so are the workspace's code/, output/ and home/ (in the
+sweep directory), so a requeued job resumes the same run with what is left of the budget, in its workspace or, on a
+node whose scratch lacks it, in one restored from that copy.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import shutil
 import signal
 import socket
 import sys
@@ -22,6 +26,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from a2rl.spec.agents import AgentStack, agent_registry, mode_text
 from a2rl.run.process import AgentProcess
@@ -35,28 +40,34 @@ from a2rl.recording.transcripts import parse_usage
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
-from a2rl.store.results import RunResult, result_from_ledger, write_result
+from a2rl.store.results import RunResult, refresh_result, write_result
 from a2rl.reporting.runreport import write_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
 from a2rl.spec.sweep import local_driver_name
 from a2rl.store.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
-from a2rl.run.workspace import RunMeta, Workspace, agent_env, create_workspace
+from a2rl.run.workspace import (RunMeta, Workspace, agent_env, create_workspace, is_blank, restore_for_resume,
+                                 save_for_resume)
 
 log = logging.getLogger("a2rl.job")
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL for the agent
 WRAP_UP_S = 60.0  # warning before the budget ends (at most 5% of the budget)
 SIGNAL_GRACE_S = 20.0  # after a time-limit signal: warning → stop
+KILL_MARGIN_S = 15.0  # the grading wait ends this long before the scheduler kills the job
 
 
 class AgentRun:
     def __init__(self, sweep: SweepDir, run_id: str):
         self.sweep, self.run = sweep, sweep.run(run_id)
         self.dir = sweep.run_dir(run_id)
+        self.t0 = time.monotonic()  # the attempt's start: set-up lasts until the agent process starts
         prev = sweep.status(run_id)
         self.attempt = (prev.attempt if prev else 0) + 1
-        self.budget = Budget(self.run.budget_s, prev.agent_seconds if prev else 0.0)
+        self.used_before = prev.agent_seconds if prev else 0.0
+        self.setup_before = prev.setup_seconds if prev else []
+        self.budget: Budget | None = None  # created as the agent starts: set-up is not the agent's time
+        self.setup_s: float | None = None  # this attempt's, once the agent started
         self.started_at = now()
         self.state = "running"
         self.executor, self.job_id = job_identity()
@@ -70,7 +81,14 @@ class AgentRun:
     def beat(self) -> None:
         RunStatus(run_id=self.run.run_id, state=self.state, job_id=self.job_id, executor=self.executor,
                   attempt=self.attempt, host=socket.gethostname(), heartbeat_at=now(),
-                  agent_seconds=self.budget.used()).dump(self.dir / "status.json")
+                  agent_seconds=self.agent_seconds(), setup_seconds=self.setup_by_attempt()).dump(self.dir / "status.json")
+
+    def agent_seconds(self) -> float:
+        return self.budget.used() if self.budget is not None else self.used_before
+
+    def setup_by_attempt(self) -> list[float]:
+        this = self.setup_s if self.setup_s is not None else time.monotonic() - self.t0
+        return [*self.setup_before, round(this, 3)]
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -90,27 +108,44 @@ class AgentRun:
     def execute(self) -> RunResult | None:
         self.beat()
         record_environment(self.dir / f"env-{self.attempt}.json", self.attempt)
-        threading.Thread(target=self._beat_loop, daemon=True).start()
+        beater = threading.Thread(target=self._beat_loop, daemon=True)
+        beater.start()
         status, reason, exit_code = "failed", None, None
         try:
             status, exit_code = self._run_agent()
         except Exception:
             reason = "run set-up or supervision failed:\n" + traceback.format_exc(limit=6)
             log.exception("run %s failed", self.run.run_id)
-        self.budget.pause()  # the agent is done: waiting for its scores below is not its time
+        if self.budget is not None:
+            self.budget.pause()  # the agent is done: waiting for its scores below is not its time
         if status == "interrupted":
-            self.state = "interrupted"
-            self.beat()
-            self._stop.set()
+            self._save_for_resume()
+            self._last_beat(beater, "interrupted")
             return None
         self.state = "finishing"
         self.beat()
-        result = self._result(status, reason, exit_code)
+        run_id = self.run.run_id
+        result = self._write_result(status, reason, exit_code)  # before any wait: the job may be killed in it
+        shutil.rmtree(self.sweep.resume_dir(run_id), ignore_errors=True)  # a run with a result never resumes
+        report(self.sweep, run_id, result)
         self._archive_workspace()
-        report(self.sweep, self.run.run_id, result)
-        write_result(self.sweep, result)
-        self._stop.set()
+        why = wait_for_grading(self._graded, max_wait_s=self.sweep.spec.grader.max_wait_s,
+                               poll_s=self.sweep.spec.grader.poll_s, kill_at=self._kill_at,
+                               terminated=self._terminated)
+        if why != "graded":
+            self._log(f"stopped waiting for scores ({why}); the grader adds them to the result when they land")
+        if (refreshed := refresh_result(self.sweep, run_id)) is not None:
+            result = refreshed
+            report(self.sweep, run_id, result)
+        self._last_beat(beater, "finished")
         return result
+
+    def _last_beat(self, beater: threading.Thread, state: str) -> None:
+        """The job's final state; no periodic beat of an earlier state can land after it."""
+        self._stop.set()
+        beater.join()
+        self.state = state
+        self.beat()
 
     def _run_agent(self) -> tuple[str, int | None]:
         spec, run = self.sweep.spec, self.run
@@ -119,9 +154,11 @@ class AgentRun:
         model_dir = resolve_model(run.model.path)
         ws = create_workspace(self.sweep.workspace(run.run_id), task=task, data=data, model_dir=model_dir,
                               budget_s=run.budget_s, source_tree=HOME)
+        saved = self.sweep.resume_dir(run.run_id)
+        if saved.is_dir() and is_blank(ws.root):  # saved only by an interrupted attempt; dropped at the end
+            restore_for_resume(ws, saved)
+            self._log(f"workspace restored from {saved} (this node's scratch did not have it)")
         (ws.root / "WRAP_UP").unlink(missing_ok=True)  # a resumed run starts unwarned
-        meta = RunMeta(run_id=run.run_id, task=run.task, start_time=self.started_at, timeout_s=run.budget_s)
-        meta.dump(ws.meta_path)
         agents = agent_registry([Path(p) for p in spec.agent_paths])
         self.stack = stack = agents.get(run.agent.name)
         # the prompt mode's text joins the rules; CLIs that read a file from their working directory get it all
@@ -129,15 +166,20 @@ class AgentRun:
         atomic_write_text(ws.root / "instructions.md", rules)
         if stack.instructions_file:
             atomic_write_text(ws.code / stack.instructions_file, f"{task.description.rstrip()}\n\n{rules}")
+        driver, endpoint_env = run.driver, {}
+        if (local := local_driver_name(run.driver)) is not None:
+            driver, endpoint_env = self._connect_local_driver(local, stack)
+        # set-up ends here: the clock starts with the grading API the agent process is started against
+        self.budget = Budget(run.budget_s, self.used_before)
+        self.setup_s = time.monotonic() - self.t0
+        meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s)
+        meta.dump(ws.meta_path)
         self.submitter = RunSubmitter(self.sweep, run, ws, self.budget)
 
         def on_submit(_: dict) -> None:
             meta.last_submit_time = now()
             meta.dump(ws.meta_path)
 
-        driver, endpoint_env = run.driver, {}
-        if (local := local_driver_name(run.driver)) is not None:
-            driver, endpoint_env = self._connect_local_driver(local, stack)
         with GradingAPI(self.submitter, self.budget, on_submit=on_submit,
                         wrap_up=lambda: (ws.root / "WRAP_UP").exists()) as api:
             env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=api.url,
@@ -159,6 +201,22 @@ class AgentRun:
                 self._auto_submit(ws)
         return status, code
 
+    def _save_for_resume(self) -> None:
+        """Keep what the agent made where the sweep is, for a requeue on a node without this node's scratch;
+        never fails the interruption."""
+        ws = self.sweep.workspace(self.run.run_id)
+        if not ws.is_dir() or self.sweep.root in ws.resolve().parents:
+            return
+        cap_mb = self.sweep.spec.recording.resume_max_mb
+        try:
+            copied, skipped = save_for_resume(Workspace(ws), self.sweep.resume_dir(self.run.run_id), cap_mb * 2**20)
+        except Exception:
+            log.exception("saving the workspace of %s for resuming failed", self.run.run_id)
+            return
+        self._log(f"workspace saved for resuming: {copied / 2**20:.1f} MiB of code/, output/ and home/"
+                  + (f"; {len(skipped)} file(s) skipped, past recording.resume_max_mb={cap_mb:g}: "
+                     f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}" if skipped else ""))
+
     def _archive_workspace(self) -> None:
         """Keep what the agent left where the sweep is (node-local scratch goes with the job); never fails the run."""
         ws = self.sweep.workspace(self.run.run_id)
@@ -173,14 +231,10 @@ class AgentRun:
             log.exception("archiving the workspace of %s failed", self.run.run_id)
 
     def _connect_local_driver(self, name: str, stack: AgentStack) -> tuple[str, dict[str, str]]:
-        """Wait for the sweep's server of this driver (not the agent's time); the driver string and the
-        endpoint variables for the stack."""
-        self._log(f"waiting for local driver {name!r} (budget paused)")
-        self.budget.pause()
-        try:
-            endpoint = wait_for_endpoint(self.sweep, name, self.sweep.spec.local_drivers[name].startup_timeout_s)
-        finally:
-            self.budget.resume()
+        """Wait for the sweep's server of this driver (set-up, before the budget starts); the driver string and
+        the endpoint variables for the stack."""
+        self._log(f"waiting for local driver {name!r} (set-up: the budget has not started)")
+        endpoint = wait_for_endpoint(self.sweep, name, self.sweep.spec.local_drivers[name].startup_timeout_s)
         self._log(f"local driver {name!r}: model {endpoint.model!r} at {endpoint.base_url} ({endpoint.backend})")
         assert stack.openai_compatible is not None  # checked when the sweep was loaded
         return stack.openai_compatible.render(model=endpoint.model, base_url=endpoint.base_url,
@@ -230,26 +284,45 @@ class AgentRun:
         self._log(f"auto-submitting {candidate} (saved, not yet scored)")
         self.submitter.submit(str(candidate), wait=False, force=True)
 
-    def _result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
-        """Wait (bounded, and within the job's time limit) for the run's submissions and its baseline to be
-        graded, then summarise the ledger. Scores that arrive later are added by the grader."""
-        settings = self.sweep.spec.grader
-        submitted = self.sweep.queue.count(self.run.run_id)
-        bpath = baseline_path(self.sweep, self.run.task, self.run.model.name)
-        wait_s = settings.max_wait_s
-        if self._time_limit_at is not None:  # the scheduler kills the job SIGNAL_DELAY_S after its signal
-            left = self._time_limit_at + (SIGNAL_DELAY_S if self.executor == "slurm" else 30) - 15 - time.monotonic()
-            wait_s = min(wait_s, max(0.0, left))
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if len(self.sweep.ledger.entries(self.run.run_id)) >= submitted and bpath.exists():
-                break
-            time.sleep(settings.poll_s)
+    def _graded(self) -> bool:
+        """Every submission of the run and its baseline are recorded."""
+        run = self.run
+        return len(self.sweep.ledger.entries(run.run_id)) >= self.sweep.queue.count(run.run_id) \
+            and baseline_path(self.sweep, run.task, run.model.name).exists()
+
+    def _kill_at(self) -> float | None:
+        """When the scheduler kills the job (monotonic), once its time-limit signal has arrived."""
+        if self._time_limit_at is None:
+            return None
+        return self._time_limit_at + (SIGNAL_DELAY_S if self.executor == "slurm" else 30)
+
+    def _write_result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
         usage = None if self.stack is None else \
             parse_usage(self.stack.transcript, (self.dir / "agent.log").read_text(errors="replace"))
-        return result_from_ledger(self.sweep, self.run.run_id, status=status, failure_reason=reason,
-                                  agent_exit_code=exit_code, agent_seconds=self.budget.used(),
-                                  started_at=self.started_at, ended_at=now(), usage=usage, **self.recorded)
+        setup = self.setup_by_attempt()
+        return write_result(self.sweep, self.run.run_id, status=status, failure_reason=reason,
+                            agent_exit_code=exit_code, agent_seconds=self.agent_seconds(), started_at=self.started_at,
+                            ended_at=now(), usage=usage, setup_seconds=round(sum(setup), 3),
+                            setup_seconds_by_attempt=setup, **self.recorded)
+
+
+def wait_for_grading(graded: Callable[[], bool], *, max_wait_s: float, poll_s: float,
+                     kill_at: Callable[[], float | None], terminated: threading.Event,
+                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Poll until `graded()`, for at most `max_wait_s`, and no later than KILL_MARGIN_S before the job is
+    killed: `kill_at()` is asked at every poll, as the time-limit signal may arrive during the wait; SIGTERM
+    ends it at once. Why it ended: "graded", "max_wait_s", "time limit" or "SIGTERM"."""
+    deadline = clock() + max_wait_s
+    while not graded():
+        if terminated.is_set():
+            return "SIGTERM"
+        t, kill = clock(), kill_at()
+        if kill is not None and t >= kill - KILL_MARGIN_S:
+            return "time limit"
+        if t >= deadline:
+            return "max_wait_s"
+        sleep(poll_s)
+    return "graded"
 
 
 def _children_cpu() -> float:

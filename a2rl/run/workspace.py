@@ -8,7 +8,9 @@
     models/base      link to the base model (read-only)
     description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible)
 
-Nothing here is ever read back for scoring: results live in the sweep directory.
+Nothing here is ever read back for scoring: results live in the sweep directory. What the agent made (code/,
+output/, and its own state in home/) is saved there when its job is interrupted and put back when a requeue lands
+on a node whose scratch lacks it (`save_for_resume`, `restore_for_resume`).
 """
 
 from __future__ import annotations
@@ -102,6 +104,51 @@ def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path,
     (root / "description.md").write_text(task.description)
     (root / "instructions.md").write_text(INSTRUCTIONS.format(budget=_budget_text(budget_s)))
     return ws
+
+
+RESUMED = ("home", "code", "output")  # in saving order: under a size cap, weights in output/ go first
+
+
+def is_blank(root: Path) -> bool:
+    """No code or output in the workspace: it is new, or its node-local scratch was wiped (another node)."""
+    return not any(any((root / d).iterdir()) for d in ("code", "output") if (root / d).is_dir())
+
+
+def save_for_resume(ws: Workspace, dest: Path, max_bytes: float) -> tuple[int, list[str]]:
+    """Copy the workspace's code/, output/ and home/ into `dest`, replacing an earlier copy only once this one is
+    complete (temp dir + rename). Regular files past `max_bytes` in total are skipped. (bytes copied, skipped)."""
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    copied, skipped = 0, []
+    for name in RESUMED:
+        for dirpath, dirnames, filenames in os.walk(ws.root / name):
+            rel = Path(dirpath).relative_to(ws.root)
+            (tmp / rel).mkdir(parents=True, exist_ok=True)
+            for entry in (*dirnames, *filenames):
+                src, dst = Path(dirpath) / entry, tmp / rel / entry
+                if src.is_symlink():
+                    os.symlink(os.readlink(src), dst)
+                elif src.is_file():
+                    size = src.stat().st_size
+                    if copied + size > max_bytes:
+                        skipped.append(str(rel / entry))
+                        continue
+                    shutil.copy2(src, dst)
+                    copied += size
+    tmp.mkdir(parents=True, exist_ok=True)
+    old = dest.with_name(dest.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if dest.exists():
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return copied, skipped
+
+
+def restore_for_resume(ws: Workspace, src: Path) -> None:
+    for name in RESUMED:
+        if (src / name).is_dir():
+            shutil.copytree(src / name, ws.root / name, symlinks=True, dirs_exist_ok=True)
 
 
 def _read_only(path: Path) -> None:

@@ -109,7 +109,9 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
                 st.deferred += 1
             else:
                 st.waiting += 1
-        if result is not None:
+        if result is not None and (status := sweep.status(run.run_id)) is not None and status.waiting_for_scores():
+            st.running += 1  # its job completes the result with the scores it waits for
+        elif result is not None:
             setattr(st, result.status, getattr(st, result.status) + 1)
         for e in sweep.ledger.entries(run.run_id):
             st.graded += 1

@@ -105,7 +105,7 @@ class LocalDriver(_Strict):
     gpus: int = Field(1, ge=0)
     mem_gb: float = Field(64, gt=0)
     args: dict[str, Any] = {}  # further `vllm serve` options, e.g. {max_model_len: 32768}
-    startup_timeout_s: float = Field(1800, gt=0)  # a run waits this long for the server (budget paused)
+    startup_timeout_s: float = Field(1800, gt=0)  # a run waits this long for the server (set-up: before the budget starts)
 
 
 class RecordingSettings(_Strict):
@@ -117,6 +117,9 @@ class RecordingSettings(_Strict):
     archive_workspace: bool = True
     workspace_max_file_mb: float = Field(20, gt=0)
     workspace_max_mb: float = Field(200, gt=0)
+    # an interrupted run's code/, output/ (weights included) and home/, saved in the sweep directory for a
+    # requeue on another node; files past this total are skipped, output/ last
+    resume_max_mb: float = Field(50_000, gt=0)
 
 
 class SweepSpec(_Strict):

@@ -1,6 +1,8 @@
 """`runs/<run_id>/result.json`, built from the ledger and the baseline, never from anything in the agent's
-workspace. This module is its only writer: the run's job writes it at the end (`write_result`), the grader
-folds in scores that arrive later (`refresh_result`), and reaping gives a lost run a failed one (`mark_lost`)."""
+workspace. This module is its only writer: the run's job writes it as soon as its agent has ended, listing the
+submissions not graded yet (`write_result`); scores that arrive later are folded in (`refresh_result`) by the job
+while it waits for them and by the grader after; reaping gives a lost run a failed one (`mark_lost`), which the
+grader completes the same way: a lost run stays failed, with its reason, but its scores and best appear."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from a2rl.records import Record, now
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import SweepDir
 
+LOCK_TIMEOUT_S = 120.0
+_NO_BASELINE = "no baseline was recorded"  # the baseline_error a refresh replaces once the baseline lands
+
 
 class AgentUsage(BaseModel):
     """Totals over the run's transcript. input_tokens counts every prompt token, cached ones included."""
@@ -27,6 +32,7 @@ class AgentUsage(BaseModel):
 
 
 class RunResult(Record):
+    SCHEMA = 2  # 2: setup_seconds, setup_seconds_by_attempt
     run_id: str
     task: str
     agent: str
@@ -48,7 +54,9 @@ class RunResult(Record):
     ungraded_submissions: int = 0  # still queued when the run ended
     scores: list[float | None] = []  # per submission, in order (None = invalid)
     budget_s: float
-    agent_seconds: float = 0.0  # budget clock used
+    agent_seconds: float = 0.0  # budget clock used (it starts when the agent process starts)
+    setup_seconds: float = 0.0  # before the agent started (task data, model, workspace, local driver), all attempts
+    setup_seconds_by_attempt: list[float] = []
     wall_seconds: float = 0.0
     started_at: float
     ended_at: float
@@ -70,7 +78,7 @@ def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], basel
         seed=run.seed, status=status, failure_reason=failure_reason, agent_exit_code=agent_exit_code,
         baseline=base,
         baseline_error=(baseline.error if baseline is not None and baseline.status == "failed"
-                        else None if baseline is not None else "no baseline was recorded"),
+                        else None if baseline is not None else _NO_BASELINE),
         best=best.score if best else None, best_submission=best.submission_id if best else None,
         improvement=(best.score - base) if best is not None and base is not None else None,
         submissions=submitted, valid_submissions=len(scored), ungraded_submissions=submitted - len(entries),
@@ -89,42 +97,56 @@ def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     return build_result(run, entries=entries, baseline=base, submitted=submitted, failure_reason=reason, **fields)
 
 
-def write_result(sweep: SweepDir, result: RunResult) -> None:
-    with FileLock(str(sweep.result_path(result.run_id)) + ".lock"):
-        result.dump(sweep.result_path(result.run_id))
+def _lock(sweep: SweepDir, run_id: str) -> FileLock:
+    return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=LOCK_TIMEOUT_S)
+
+
+def write_result(sweep: SweepDir, run_id: str, **fields) -> RunResult:
+    """The job's result, built from the ledger under the lock, so a score the grader records meanwhile is
+    either in it or folded in by the grader's refresh after it."""
+    with _lock(sweep, run_id):
+        result = result_from_ledger(sweep, run_id, **fields)
+        result.dump(sweep.result_path(run_id))
+    return result
+
+
+# what a refresh keeps of the result it replaces; the rest is rebuilt from the ledger and the baseline
+_KEPT = {"status", "agent_exit_code", "agent_seconds", "started_at", "ended_at", "agent_started_at", "agent_ended_at",
+         "cpu_seconds", "usage", "setup_seconds", "setup_seconds_by_attempt"}
 
 
 def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
-    """Fold scores recorded after the run ended (its job hit a time limit) into its result; the new result, or
-    None when there was nothing to fold in."""
+    """Fold scores (and a baseline) recorded after the result was written into it, whoever wrote it: the job,
+    or `mark_lost`. The new result, or None when there was nothing to fold in."""
     path = sweep.result_path(run_id)
-    with FileLock(str(path) + ".lock"):
+    with _lock(sweep, run_id):
         old = RunResult.load_or_none(path)
-        if old is None or old.ungraded_submissions == 0:
+        if old is None:
             return None
-        new = result_from_ledger(sweep, run_id, status=old.status, agent_exit_code=old.agent_exit_code,
-                                 agent_seconds=old.agent_seconds, started_at=old.started_at, ended_at=old.ended_at,
-                                 failure_reason=None if old.failure_reason and "not graded yet" in old.failure_reason
-                                 else old.failure_reason,
-                                 **old.model_dump(include={"agent_started_at", "agent_ended_at", "cpu_seconds",
-                                                           "usage"}))
+        run = sweep.run(run_id)
+        baseline_landed = old.baseline_error == _NO_BASELINE and baseline_path(sweep, run.task, run.model.name).exists()
+        if old.ungraded_submissions == 0 and not baseline_landed:
+            return None
+        reason = None if old.failure_reason and "not graded yet" in old.failure_reason else old.failure_reason
+        new = result_from_ledger(sweep, run_id, failure_reason=reason, **old.model_dump(include=_KEPT))
         new.dump(path)
         return new
 
 
 def mark_lost(sweep: SweepDir, run: RunSpec, reason: str) -> RunResult:
-    """A failed result for a run whose job ended without writing one. Published only if the job has not
+    """A failed result for a run whose job ended without writing one, with what the ledger holds of its
+    submissions (the rest are listed as ungraded, for the grader to fold in). Published only if the job has not
     written its own meanwhile (a job's result always replaces this one)."""
     status = sweep.status(run.run_id)
     cancel = sweep.run_dir(run.run_id) / "cancelled"
     if cancel.exists():
         reason = f"cancelled by `a2rl cancel` ({reason})"
     t = now()
-    result = RunResult(run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, model=run.model.name,
-                       seed=run.seed, status="failed", failure_reason=reason, budget_s=run.budget_s,
-                       agent_seconds=status.agent_seconds if status else 0.0,
-                       submissions=sweep.queue.count(run.run_id), started_at=status.heartbeat_at if status else t,
-                       ended_at=t)
+    setup = status.setup_seconds if status else []
+    result = result_from_ledger(sweep, run.run_id, status="failed", failure_reason=reason, agent_exit_code=None,
+                                agent_seconds=status.agent_seconds if status else 0.0,
+                                started_at=status.heartbeat_at if status else t, ended_at=t,
+                                setup_seconds=sum(setup), setup_seconds_by_attempt=setup)
     if not result.publish_once(sweep.result_path(run.run_id)):
         return RunResult.load(sweep.result_path(run.run_id))
     return result

@@ -3,7 +3,8 @@
     sweep.yaml            the spec as the user wrote it (frozen at first launch)
     sweep.json            FrozenSweep: the validated spec with absolute paths, and the sweep's id
     runs.json             RunIndex: every run of the grid
-    runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job)
+    runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job); resume/:
+                          the workspace's code/, output/ and home/ saved when the job was interrupted
     queue/  ledger/       submission queue and ledger (see submit_queue.py, ledger.py)
     submissions/<id>/     frozen copies of submitted weights, read by the grader
     baselines/            baseline scores per (task, model weights, evaluator version)
@@ -46,15 +47,22 @@ class RunIndex(Record):
 
 class RunStatus(Record):
     """Written by the launcher (submitted, or deferred: held back by a queue limit until a top-up submits it),
-    then by the run's job: running, finishing, or interrupted (stopped by SIGTERM; a requeued job resumes it)."""
+    then by the run's job: running, finishing (its result is written and the job waits for the scores of its
+    submissions), finished, or interrupted (stopped by SIGTERM; a requeued job resumes it)."""
+    SCHEMA = 2  # 2: setup_seconds, states deferred and finished
     run_id: str
-    state: Literal["deferred", "submitted", "running", "finishing", "interrupted"]
+    state: Literal["deferred", "submitted", "running", "finishing", "finished", "interrupted"]
     job_id: str | None = None
     executor: str | None = None
     attempt: int = 0
     host: str | None = None
     heartbeat_at: float
     agent_seconds: float = 0.0  # budget clock used so far (carried across a requeue)
+    setup_seconds: list[float] = []  # per attempt: from the job's start to the agent's (the last one so far)
+
+    def waiting_for_scores(self) -> bool:
+        """The job has written the run's result and still waits to complete it: the run is not over yet."""
+        return self.state == "finishing" and not self.stale()
 
     def stale(self) -> bool:
         return now() - self.heartbeat_at > STALE_S
@@ -105,6 +113,9 @@ class SweepDir:
 
     def status(self, run_id: str) -> RunStatus | None:
         return RunStatus.load_or_none(self.run_dir(run_id) / "status.json")
+
+    def resume_dir(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "resume"
 
     def result_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "result.json"
