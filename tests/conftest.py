@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,13 @@ def a2rl(*args: str, timeout: float = 600, check: bool = False, cwd: Path | None
     if check and proc.returncode != 0:
         raise AssertionError(f"a2rl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def until(cond, timeout: float, what: str, every: float = 0.5):
+    """cond()'s first truthy value. Liveness only (a generous limit so a hung test ends), never a speed check."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := cond():
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -55,14 +55,19 @@ class FakeGenerator:
 class FakeClock:
     """Virtual time for code that reads time.monotonic()/time.time() and waits with time.sleep(): sleeping
     advances the clock at once, so a test can bound what the code accounts (a budget) exactly. It stands in
-    for a module's `time` (monkeypatch.setattr(module, "time", clock)); other names come from the real one."""
+    for a module's `time` (monkeypatch.setattr(module, "time", clock)), where other names come from the real
+    one, or for an injected clock function (calling it gives monotonic()). `at[t] = fn` runs fn once the clock
+    passes t."""
 
     def __init__(self, start: float = 1000.0, epoch: float = 1.7e9):
         self.now = start
         self._epoch = epoch  # time() = epoch + now, so both clocks move together
+        self.at: dict[float, Callable[[], object]] = {}
 
     def monotonic(self) -> float:
         return self.now
+
+    __call__ = monotonic
 
     def time(self) -> float:
         return self._epoch + self.now
@@ -71,6 +76,8 @@ class FakeClock:
         if seconds < 0:
             raise ValueError("sleep length must be non-negative")
         self.now += seconds
+        for when in sorted(w for w in self.at if w <= self.now):
+            self.at.pop(when)()
 
     advance = sleep
 

@@ -18,37 +18,13 @@ import a2rl.run.job as job_module
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.run.job import AgentRun, wait_for_grading
 from a2rl.run.workspace import Workspace, is_blank, restore_for_resume, save_for_resume
-from a2rl.scheduling.executor import local_state
+from a2rl.scheduling.local import LocalScheduler
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult, mark_lost, refresh_result
 from a2rl.store.sweepdir import SweepDir
-from conftest import a2rl, write_sweep
-
-
-class FakeClock:
-    """monotonic() and sleep() of a test: sleeping advances the clock; `at` runs callbacks as it passes times."""
-
-    def __init__(self, at: dict[float, object] | None = None):
-        self.t = 1000.0
-        self.at = dict(at or {})
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.t += s
-        for when in sorted(w for w in self.at if w <= self.t):
-            self.at.pop(when)()
-
-
-def until(cond, what: str, timeout: float = 300, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := cond():
-            return value
-        time.sleep(every)
-    raise AssertionError(f"gave up waiting for {what}")
+from conftest import a2rl, until, write_sweep
+from fakes import FakeClock
 
 
 # ---------------------------------------------------------------- the grading wait (fake clock)
@@ -56,30 +32,30 @@ def test_grading_wait_reacts_to_a_time_limit_signal_during_the_wait():
     """USR2 arrives 5 s into an hour's wait; the job is killed 30 s after it: the wait ends KILL_MARGIN_S before."""
     kill: list[float] = []
     clock = FakeClock()
-    start = clock.t
-    clock.at[start + 5] = lambda: kill.append(clock.t + 30)
+    start = clock.now
+    clock.at[start + 5] = lambda: kill.append(clock.now + 30)
     why = wait_for_grading(lambda: False, max_wait_s=3600, poll_s=1.0, kill_at=lambda: kill[0] if kill else None,
                            terminated=threading.Event(), clock=clock, sleep=clock.sleep)
     assert why == "time limit"
-    assert kill[0] - job_module.KILL_MARGIN_S <= clock.t < kill[0] - job_module.KILL_MARGIN_S + 1.0
+    assert kill[0] - job_module.KILL_MARGIN_S <= clock.now < kill[0] - job_module.KILL_MARGIN_S + 1.0
 
 
 def test_grading_wait_ends_at_sigterm_at_max_wait_and_when_graded():
     term = threading.Event()
     clock = FakeClock()
-    clock.at[clock.t + 3] = term.set
+    clock.at[clock.now + 3] = term.set
     assert wait_for_grading(lambda: False, max_wait_s=3600, poll_s=1.0, kill_at=lambda: None, terminated=term,
                             clock=clock, sleep=clock.sleep) == "SIGTERM"
-    assert clock.t < 1000 + 3600
+    assert clock.now < 1000 + 3600
     clock = FakeClock()
     assert wait_for_grading(lambda: False, max_wait_s=50, poll_s=1.0, kill_at=lambda: None,
                             terminated=threading.Event(), clock=clock, sleep=clock.sleep) == "max_wait_s"
-    assert 1050 <= clock.t < 1051
+    assert 1050 <= clock.now < 1051
     clock = FakeClock()
     graded = iter([False, False, True])
     assert wait_for_grading(lambda: next(graded), max_wait_s=50, poll_s=1.0, kill_at=lambda: None,
                             terminated=threading.Event(), clock=clock, sleep=clock.sleep) == "graded"
-    assert clock.t == 1002
+    assert clock.now == 1002
 
 
 # ---------------------------------------------------------------- results completed later
@@ -219,17 +195,17 @@ def test_an_interrupted_run_resumes_on_a_wiped_scratch_with_its_code_and_output(
     (run,) = sweep.runs()
     ws = sweep.workspace(run.run_id)
     until(lambda: (ws / "output" / "v1" / "config.json").exists() and sweep.ledger.entries(run.run_id),
-          "v0 scored and v1 saved")
+          timeout=300, what="v0 scored and v1 saved")
     job = sweep.status(run.run_id).job_id
     os.kill(int(job), signal.SIGTERM)
-    until(lambda: sweep.status(run.run_id).state == "interrupted" and local_state(job).alive is False,
-          "the job to stop")
+    until(lambda: sweep.status(run.run_id).state == "interrupted" and LocalScheduler().states([job])[job].alive is False,
+          timeout=300, what="the job to stop")
     saved = sweep.resume_dir(run.run_id)
     assert (saved / "output" / "v0" / "config.json").exists() and (saved / "output" / "v1" / "config.json").exists()
     shutil.rmtree(scratch)
     a2rl("launch", str(sweep.root), "--wait", check=True)
     result = until(lambda: (r := RunResult.load(sweep.result_path(run.run_id))).ungraded_submissions == 0 and r,
-                   "the auto-submission's score")
+                   timeout=300, what="the auto-submission's score")
     assert result.status == "timeout"
     assert [(e.seq, e.score) for e in sweep.ledger.entries(run.run_id)] == [(1, 10.0), (2, 25.0)]
     assert "workspace restored from" in (sweep.run_dir(run.run_id) / "agent.log").read_text()

@@ -22,17 +22,10 @@ from a2rl.scheduling.slurm import parse_assoc, parse_qos, parse_sacct, parse_squ
 from a2rl.store.results import RunResult, mark_lost
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import RunStatus, SweepDir
-from conftest import a2rl, write_sweep
+from conftest import a2rl, until, write_sweep
+from fakes import FakeClock
 
 USER = getpass.getuser()
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class CannedSlurm:
@@ -88,10 +81,10 @@ def test_states_come_from_squeue_then_sacct_and_are_asked_at_most_every_30_s():
     assert runner.calls[1][-2:] == ["-j", "7_2,8,9"]  # sacct only for what squeue no longer lists
     runner.squeue = ""  # everything ended; the cache answers until the interval is up
     for _ in range(14):
-        clock.t += 2
+        clock.advance(2)
         assert s.states(["7_0", "7_1"])["7_0"].alive
     assert (runner.count("squeue"), runner.count("sacct")) == (1, 1)
-    clock.t += 2
+    clock.advance(2)
     assert s.states(["7_0", "7_1"])["7_0"].alive is False
     assert (runner.count("squeue"), runner.count("sacct")) == (2, 2)
     s.states(["10"])  # a job id never seen is asked about at once
@@ -111,14 +104,14 @@ def fake_slurm_sweep(tmp_path: Path, n: int) -> SweepDir:
 def test_a_follower_reads_files_every_2_s_but_asks_slurm_at_most_every_30_s(tmp_path):
     sweep = fake_slurm_sweep(tmp_path, 3)
     runner, clock = CannedSlurm(), FakeClock()
-    start = clock.t
+    start = clock.now
     runner.squeue = "6|RUNNING|None\n7_0|RUNNING|None\n7_1|RUNNING|None\n7_2|PENDING|Priority\n"
     ticks = []
 
     def sleep(s: float) -> None:
         ticks.append(s)
-        clock.t += s
-        if clock.t - start >= 100:  # the jobs end (without results: the follower reaps them as lost)
+        clock.advance(s)
+        if clock.now - start >= 100:  # the jobs end (without results: the follower reaps them as lost)
             runner.squeue = "6|RUNNING|None\n"
             runner.sacct = "7_0|COMPLETED|0:0\n7_1|COMPLETED|0:0\n7_2|FAILED|1:0\n"
 
@@ -195,16 +188,6 @@ def test_an_unknown_key_in_a_cluster_profile_is_a_one_line_error(tmp_path, monke
 
 
 # ------------------------------------------------------------------ the local scheduler, for real
-def until(cond, timeout: float, what: str):
-    """Liveness only (a generous limit so a hung test ends), never a speed check."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := cond():
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"no {what} after {timeout:.0f} s")
-
-
 def started_sleeper(tmp_path: Path) -> tuple[SweepDir, str]:
     spec = write_sweep(tmp_path, agents=["sleeper"], budget=600)
     a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
@@ -254,3 +237,32 @@ def test_retry_failed_resubmits_only_failed_runs(tmp_path):
     assert [RunResult.load(sweep.result_path(r.run_id)).status for r in runs] == ["ok", "ok"]
     (old,) = sweep.run_dir(runs[0].run_id).glob("result.failed-*.json")
     assert RunResult.load(old).failure_reason == "lost in a test"
+
+
+def test_a_relaunched_interrupted_run_keeps_its_attempts_and_used_budget(tmp_path):
+    """Relaunching (not a scheduler requeue) must not hand an interrupted run a fresh budget."""
+    from a2rl.scheduling.base import Scheduler
+    from a2rl.scheduling.launcher import submit_runs
+
+    class Accepting(Scheduler):
+        kind = "local"
+
+        def submit(self, shape, fn, args):
+            return [str(100 + i) for i in range(len(args))]
+
+        def states(self, job_ids):
+            return {}
+
+        def cancel(self, job_ids):
+            pass
+
+    sweep = fake_slurm_sweep(tmp_path, 2)
+    resumed, fresh = sweep.runs()
+    RunStatus(run_id=resumed.run_id, state="interrupted", job_id="7_0", executor="slurm", attempt=2,
+              agent_seconds=41.5, setup_seconds=[3.0, 2.0],
+              heartbeat_at=now()).dump(sweep.run_dir(resumed.run_id) / "status.json")
+    assert submit_runs(sweep, Accepting(), [resumed, fresh]) == ["100", "101"]
+    st = sweep.status(resumed.run_id)
+    assert (st.state, st.job_id, st.attempt, st.agent_seconds, st.setup_seconds) == \
+        ("submitted", "100", 2, 41.5, [3.0, 2.0])
+    assert (sweep.status(fresh.run_id).attempt, sweep.status(fresh.run_id).agent_seconds) == (0, 0.0)

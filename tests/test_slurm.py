@@ -13,7 +13,7 @@ import pytest
 
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
-from conftest import FIXTURES, a2rl, slurm_available, write_sweep
+from conftest import FIXTURES, a2rl, slurm_available, until, write_sweep
 
 
 if not slurm_available():
@@ -22,16 +22,6 @@ if not slurm_available():
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # every test here launches a sweep
 SLURM = {"executor": "slurm", "cluster": "local",
          "grader": {"poll_s": 0.1, "lease_s": 10, "idle_timeout_s": 300, "mem_gb": 2}}
-
-
-def until(cond, timeout: float, what: str, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def results(sweep: SweepDir) -> list[RunResult]:

@@ -61,9 +61,13 @@ def _submit_locked(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -
                            [(str(sweep.root), run.run_id) for run in head]) if head else []
     for i, run in enumerate(runs):
         submitted = i < len(ids)
+        prev = sweep.status(run.run_id)
+        # an interrupted run resumes: its attempts and the budget it used carry over to the new job
+        carried = prev.model_dump(include={"attempt", "agent_seconds", "setup_seconds"}) \
+            if prev is not None and prev.state == "interrupted" else {}
         RunStatus(run_id=run.run_id, state="submitted" if submitted else "deferred",
                   job_id=ids[i] if submitted else None, executor=scheduler.kind,
-                  heartbeat_at=now()).dump(sweep.run_dir(run.run_id) / "status.json")
+                  heartbeat_at=now(), **carried).dump(sweep.run_dir(run.run_id) / "status.json")
     return ids
 
 
