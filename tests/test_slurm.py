@@ -111,7 +111,7 @@ def test_cancelled_grader_then_relaunch_loses_nothing(tmp_path):
         assert r.status == "ok" and r.scores == [10.0, 20.0, 30.0]
 
 
-def test_cancelled_agent_job_shows_failed_within_a_minute(tmp_path):
+def test_cancelled_agent_job_shows_failed(tmp_path):
     spec = write_sweep(tmp_path, agents=["sleeper"], budget=600, resources={"mem_gb": 2}, **SLURM)
     a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
     sweep = SweepDir(tmp_path / "sd")
