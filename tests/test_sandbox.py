@@ -239,7 +239,10 @@ def test_network_reaches_only_the_grading_server_and_the_allowlist(layout, netwo
             if " 200 " not in status:
                 return status
             s.sendall(b"GET /via-proxy HTTP/1.0\\r\\n\\r\\n")
-            return s.recv(1000).decode().rsplit("\\r\\n", 1)[-1]
+            answer = b""
+            while chunk := s.recv(1000):  # HTTP/1.0: the server closes after the body
+                answer += chunk
+            return answer.decode().rsplit("\\r\\n", 1)[-1]
         print(json.dumps({"api": get(os.environ["API"] + "/x"), "other": get(os.environ["OTHER"] + "/x"),
                           "allowed": tunnel(os.environ["ALLOWED"]), "denied": tunnel(os.environ["DENIED"])}))
     """
