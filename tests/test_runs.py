@@ -4,6 +4,7 @@ with test agents that submit, attack their own run, or refuse to stop."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def test_an_agent_cannot_change_what_is_recorded(tmp_path):
         "PATH", "HOME", "LANG", "TMPDIR", "TASK", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH",
         "OUTPUT_DIR", "GRADING_SERVER_URL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
         "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "A2RL_RUN_TOKEN",
-        "CUDA_VISIBLE_DEVICES"})
+        "CUDA_VISIBLE_DEVICES", "PWD", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"})
     # the train split is a read-only copy, not a link into the data root
     assert not (ws / "data").is_symlink()
     assert (ws / "data" / "train.jsonl").stat().st_mode & 0o222 == 0
@@ -93,10 +94,22 @@ def test_budget_end_stops_the_agent_and_its_setsid_children(tmp_path):
     assert result.status == "timeout"
     assert result.agent_seconds >= 4.0
     assert "budget used up: stopping the agent" in (sweep.run_dir(result.run_id) / "agent.log").read_text()
-    pids = json.loads((sweep.workspace(result.run_id) / "output" / "pids.json").read_text())
+    seen = json.loads((sweep.workspace(result.run_id) / "output" / "pids.json").read_text())
     time.sleep(0.5)
-    for pid in pids:
-        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), pid
+    assert live_processes_with(seen["tag"]) == [] and live_processes_with(seen["agent"]) == []
+
+
+def live_processes_with(needle: str) -> list[int]:
+    """Host pids of live (not zombie) processes whose command line contains `needle`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if needle.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() \
+                    and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.mark.slow  # a whole sweep

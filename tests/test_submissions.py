@@ -25,7 +25,7 @@ from a2rl.spec.tasks import get_task
 from a2rl.run.workspace import create_workspace
 from conftest import FIXTURES, REPO, write_sweep
 
-sys.path.insert(0, str(FIXTURES))
+sys.path.insert(0, str(FIXTURES / "agents"))
 from variants import make_variant  # noqa: E402
 
 

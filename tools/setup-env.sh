@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tools/setup-env.sh [VENV_DIR] - create/refresh the project's virtual environment (default: .venv in the
 # repo root): upgrade pip, install torch (pinned, CPU wheel where the local wheelhouse has it) and then
-# `pip install -e ".[train,test,tasks]"` from the repo root, then `pip check`.
+# `pip install -e ".[train,test,tasks]"` from the repo root, then `pip check`. Then, every time: installs
+# bubblewrap (the agents' sandbox; apt-get, as root on Debian/Ubuntu) when `bwrap` is missing, and builds the
+# agents' own environment (tools/setup-agent-env.sh; A2RL_AGENT_VENV, default .venv-agent in the repo root).
 #
 # Idempotent and quick: a stamp file in the venv holds the sha256 of pyproject.toml, this script and the
 # settings below; when it matches (and the venv's python runs), pip is not called at all.
@@ -22,9 +24,25 @@ PY=${PYTHON:-python3}
 TORCH=${A2RL_TORCH:-torch==2.13.0}
 EXTRAS=${A2RL_EXTRAS:-train,test,tasks}
 STAMP=$VENV/.a2rl-setup.sha256
+AGENT_VENV=${A2RL_AGENT_VENV:-$ROOT/.venv-agent}  # where sweeps look for it by default (spec/sweep.py agent_python)
 t0=$(date +%s)
 say() { echo "[setup-env +$(( $(date +%s) - t0 ))s] $*"; }
 die() { echo "setup-env: ERROR: $*" >&2; exit 1; }
+apt_install() {  # PKG: as root with apt-get only
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || return 1
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" </dev/null >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" </dev/null >/dev/null; }
+}
+sandbox_and_agent_env() {
+  if ! command -v bwrap >/dev/null; then
+    say "installing bubblewrap (the agents' sandbox)"
+    apt_install bubblewrap || say "WARNING: no bwrap and cannot apt-get it; sweeps with isolation: auto run agents unisolated"
+  fi
+  local cons; cons=$(mktemp)
+  "$VENV/bin/python" -m pip --disable-pip-version-check freeze --exclude-editable >"$cons"
+  A2RL_AGENT_CONSTRAINTS=$cons PYTHON=$PY A2RL_TORCH=$TORCH bash "$ROOT/tools/setup-agent-env.sh" "$AGENT_VENV"
+  rm -f "$cons"
+}
 
 [ -f "$ROOT/pyproject.toml" ] || die "no pyproject.toml in $ROOT"
 want=$( { sha256sum "$ROOT/pyproject.toml" "${BASH_SOURCE[0]}" | cut -d' ' -f1; echo "$ROOT|$TORCH|$EXTRAS"; } | sha256sum | cut -d' ' -f1)
@@ -37,6 +55,7 @@ flock 9
 if [ "${A2RL_SETUP_FORCE:-0}" != 1 ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c '' 2>/dev/null \
    && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
   say "up to date: $VENV (stamp matches; A2RL_SETUP_FORCE=1 to reinstall)"
+  sandbox_and_agent_env
   exit 0
 fi
 rm -f "$STAMP"
@@ -86,3 +105,4 @@ print(f"[setup-env] python {__import__('platform').python_version()}, torch {tor
 EOF
 echo "$want" >"$STAMP"
 say "done: $VENV"
+sandbox_and_agent_env

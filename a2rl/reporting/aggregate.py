@@ -72,5 +72,11 @@ def render(sweep: SweepDir, fmt: str) -> str:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(HEADERS)
         w.writerows(table)
-        return buf.getvalue().rstrip("\n")
-    return tabulate(table, headers=HEADERS, tablefmt=fmt, disable_numparse=True)
+        return buf.getvalue().rstrip("\n") + untrusted_note(sweep)
+    return tabulate(table, headers=HEADERS, tablefmt=fmt, disable_numparse=True) + untrusted_note(sweep)
+
+
+def untrusted_note(sweep: SweepDir) -> str:
+    """Agents run without a sandbox could read held-out data and other runs: say so under every table."""
+    return "\n# UNTRUSTED: isolation: none (agents ran unisolated; scores may use held-out data)" \
+        if sweep.spec.isolation == "none" else ""

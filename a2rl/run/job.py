@@ -25,11 +25,13 @@ import sys
 import threading
 import time
 import traceback
+import urllib.parse
 from pathlib import Path
 from typing import Callable
 
 from a2rl.spec.agents import AgentStack, agent_registry, mode_text
 from a2rl.run.process import AgentProcess
+from a2rl.run.sandbox import AgentSandbox, choose, with_link_targets
 from a2rl.store.baselines import baseline_path
 from a2rl.run.budget import Budget
 from a2rl.drivers.endpoint import wait_for_endpoint
@@ -44,7 +46,7 @@ from a2rl.store.results import RunResult, refresh_result, write_result
 from a2rl.reporting.runreport import write_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
-from a2rl.spec.sweep import local_driver_name
+from a2rl.spec.sweep import agent_python, local_driver_name
 from a2rl.store.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
 from a2rl.run.workspace import (RunMeta, Workspace, agent_env, create_workspace, is_blank, restore_for_resume,
@@ -166,9 +168,9 @@ class AgentRun:
         atomic_write_text(ws.root / "instructions.md", rules)
         if stack.instructions_file:
             atomic_write_text(ws.code / stack.instructions_file, f"{task.description.rstrip()}\n\n{rules}")
-        driver, endpoint_env = run.driver, {}
+        driver, endpoint_env, forwards = run.driver, {}, []
         if (local := local_driver_name(run.driver)) is not None:
-            driver, endpoint_env = self._connect_local_driver(local, stack)
+            driver, endpoint_env, forwards = self._connect_local_driver(local, stack)
         # set-up ends here: the clock starts with the grading API the agent process is started against
         self.budget = Budget(run.budget_s, self.used_before)
         self.setup_s = time.monotonic() - self.t0
@@ -180,19 +182,30 @@ class AgentRun:
             meta.last_submit_time = now()
             meta.dump(ws.meta_path)
 
+        choice = choose(spec.isolation)
+        self._log(f"isolation: {choice.mode} ({choice.reason}); network: {spec.network}")
+        python = agent_python(spec)
         with GradingAPI(self.submitter, self.budget, on_submit=on_submit,
-                        wrap_up=lambda: (ws.root / "WRAP_UP").exists()) as api:
+                        wrap_up=lambda: (ws.root / "WRAP_UP").exists()) as api, \
+                AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
+                             allow_hosts=spec.allow_hosts,
+                             on_refused=lambda t: self._log(f"network: refused {t} (not in allow_hosts)")) as box:
             env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=api.url,
                                       cpus=spec.resources.cpus, passthrough=[*stack.passthrough_env,
-                                                                             *stack.credentials]), driver)
+                                                                             *stack.credentials], python=python),
+                            driver)
             env.update(endpoint_env)
+            env.update(box.env)
+            stack_dir = agents.path(run.agent.name).parent
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
-                              stack_dir=agents.path(run.agent.name).parent)
+                              stack_dir=stack_dir, python=python)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
                       f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
+            argv = box.command(argv, workspace=ws.root, python=python, cwd=ws.code,
+                               read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())])])
             cpu0 = _children_cpu()
             self.recorded["agent_started_at"] = now()
-            proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log")
+            proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log", sandboxed=choice.trusted)
             status, code = self._supervise(proc, ws)
             self.recorded.update(agent_ended_at=now(), cpu_seconds=round(_children_cpu() - cpu0, 3))
             meta.end_time = now()
@@ -230,15 +243,19 @@ class AgentRun:
         except Exception:
             log.exception("archiving the workspace of %s failed", self.run.run_id)
 
-    def _connect_local_driver(self, name: str, stack: AgentStack) -> tuple[str, dict[str, str]]:
-        """Wait for the sweep's server of this driver (set-up, before the budget starts); the driver string and
-        the endpoint variables for the stack."""
+    def _connect_local_driver(self, name: str, stack: AgentStack) -> tuple[str, dict[str, str], list[tuple[str, int]]]:
+        """Wait for the sweep's server of this driver (set-up, before the budget starts); the driver string, the
+        endpoint variables for the stack and the server's host:port (which the sandbox forwards)."""
         self._log(f"waiting for local driver {name!r} (set-up: the budget has not started)")
         endpoint = wait_for_endpoint(self.sweep, name, self.sweep.spec.local_drivers[name].startup_timeout_s)
         self._log(f"local driver {name!r}: model {endpoint.model!r} at {endpoint.base_url} ({endpoint.backend})")
         assert stack.openai_compatible is not None  # checked when the sweep was loaded
-        return stack.openai_compatible.render(model=endpoint.model, base_url=endpoint.base_url,
-                                              api_key=endpoint.api_key)
+        server = _host_port(endpoint.base_url)
+        base_url = endpoint.base_url
+        if self.sweep.spec.network != "full":  # the sandbox relays it to its own loopback, at the same port
+            base_url = base_url.replace(f"//{server[0]}:", "//127.0.0.1:", 1)
+        driver, env = stack.openai_compatible.render(model=endpoint.model, base_url=base_url, api_key=endpoint.api_key)
+        return driver, env, [server]
 
     def _supervise(self, proc: AgentProcess, ws: Workspace) -> tuple[str, int | None]:
         warn_before = min(WRAP_UP_S, 0.05 * self.run.budget_s)
@@ -323,6 +340,11 @@ def wait_for_grading(graded: Callable[[], bool], *, max_wait_s: float, poll_s: f
             return "max_wait_s"
         sleep(poll_s)
     return "graded"
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 80
 
 
 def _children_cpu() -> float:

@@ -1,6 +1,10 @@
 """The agent process: started in its own session with an environment built from scratch (never the launcher's),
 and stopped with everything it spawned: its process group, plus any descendant that escaped with `setsid`,
-found by a per-run marker in its environment."""
+found by a per-run marker in its environment. A sandboxed agent (its argv starts its sandbox) also ends with
+the sandbox: killing the sandbox's process ends every process in its PID namespace, marked or not.
+
+Its output goes through a pipe that this process copies to the log, so no descriptor the agent holds leads to
+a file in the sweep directory."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import os
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -23,18 +28,34 @@ def _ignore_time_limit_signal() -> None:
 class AgentProcess:
     """One running agent. `stop()` leaves nothing of it behind."""
 
-    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, log: Path):
+    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, log: Path, sandboxed: bool = False):
         self.token = secrets.token_hex(8)
+        self.sandboxed = sandboxed
         self.log = open(log, "ab", buffering=0)
         self.proc = subprocess.Popen(argv, cwd=cwd, env={**env, MARKER: self.token}, stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                      preexec_fn=_ignore_time_limit_signal)
+        self._copier = threading.Thread(target=self._copy_output, daemon=True)
+        self._copier.start()
+
+    def _copy_output(self) -> None:
+        assert self.proc.stdout is not None
+        while chunk := self.proc.stdout.read1(65536):
+            self.log.write(chunk)
+
+    def _close_log(self) -> None:
+        self._copier.join(timeout=5.0)  # a stray of an unsandboxed agent may hold the pipe: do not wait on it
+        self.log.close()
 
     def poll(self) -> int | None:
         return self.proc.poll()
 
     def signal(self, sig: int) -> None:
-        for pid in self._pids():
+        pids = self._pids()
+        if self.sandboxed and sig != signal.SIGKILL:
+            # the sandbox's own processes would die of it and take the agent down at once, without its grace
+            pids = {p for p in pids if _comm(p) != "bwrap" and p != self.proc.pid}
+        for pid in pids:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
@@ -50,14 +71,15 @@ class AgentProcess:
             self.signal(signal.SIGKILL)
             time.sleep(0.05)
             self.proc.poll()
-        self.log.close()
+        self._close_log()
         return self.proc.wait()
 
     def reap_strays(self) -> None:
         """After a normal exit: kill what the agent left running in the background."""
         if self._marked():
             self.stop(grace_s=2.0)
-        self.log.close()
+        if not self.log.closed:
+            self._close_log()
 
     def _pids(self) -> set[int]:
         pids = self._marked()
@@ -79,3 +101,11 @@ class AgentProcess:
                 continue
         found.discard(os.getpid())
         return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,11 +158,11 @@ def _read_only(path: Path) -> None:
         os.chmod(dirpath, 0o555)
 
 
-def agent_env(ws: Workspace, *, task: str, model_name: str, url: str, cpus: int,
-              passthrough: list[str]) -> dict[str, str]:
+def agent_env(ws: Workspace, *, task: str, model_name: str, url: str, cpus: int, passthrough: list[str],
+              python: Path) -> dict[str, str]:
     """The agent's whole environment: the paper's variables and a minimal base. No launcher variable leaks
     through unless the agent stack lists it, so no path into the sweep directory reaches the agent."""
-    bindir = os.path.dirname(sys.executable)  # `python` and `a2rl` resolve to this installation
+    bindir = str(python.parent)  # `python` and `a2rl` resolve to the agents' own environment
     env = {
         "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
         # a home of its own: the launcher's holds ~/.cache/a2rl (the data root, held-out split included)

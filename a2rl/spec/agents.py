@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +35,7 @@ class AgentStack(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    # argv; placeholders: {python} (this interpreter), {workspace}, {driver}, {seed} (the run's),
+    # argv; placeholders: {python} (the agents' interpreter, the sweep's agent_python), {workspace}, {driver}, {seed} (the run's),
     # {stack_dir} (this YAML's folder), {prompt} (the kick-off prompt pointing at the instructions file)
     command: list[str]
     args: dict[str, Any] = {}  # defaults, rendered as --key value; a sweep may override known keys
@@ -62,11 +61,15 @@ class AgentStack(BaseModel):
         given = set(self.openai_compatible.env) if local_driver and self.openai_compatible else set()
         return [name for name in self.credentials if not environ.get(name) and name not in given]
 
+    def search_dirs(self) -> list[str]:
+        """`path`, expanded here; entries whose variable is unset are dropped."""
+        dirs = [os.path.expanduser(os.path.expandvars(d)) for d in self.path]
+        return [d for d in dirs if "$" not in d]
+
     def env(self, base: dict[str, str], driver: str) -> dict[str, str]:
         """`base` (agent_env's) with this stack's directories on PATH and its driver variable."""
         env = dict(base)
-        dirs = [os.path.expanduser(os.path.expandvars(d)) for d in self.path]
-        dirs = [d for d in dirs if "$" not in d]
+        dirs = self.search_dirs()
         if dirs:
             first, _, rest = env["PATH"].partition(":")  # first: this installation's bin/ (python, a2rl)
             env["PATH"] = ":".join([first, *dirs, rest])
@@ -81,8 +84,8 @@ class AgentStack(BaseModel):
                              f"(known: {', '.join(sorted(self.args)) or 'none'})"])
 
     def argv(self, overrides: dict[str, Any], *, workspace: Path, driver: str, seed: int,
-             stack_dir: Path) -> list[str]:
-        subst = {"python": sys.executable, "workspace": str(workspace), "driver": driver, "seed": seed,
+             stack_dir: Path, python: Path) -> list[str]:
+        subst = {"python": str(python), "workspace": str(workspace), "driver": driver, "seed": seed,
                  "stack_dir": str(stack_dir), "prompt": KICKOFF.format(file=self.instructions_file or
                                                                        "../instructions.md")}
         return [part.format(**subst) for part in self.command] + cli_flags({**self.args, **overrides})

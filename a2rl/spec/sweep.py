@@ -6,6 +6,7 @@ unknown keys are errors. Nothing is submitted unless the whole spec is valid.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from a2rl.errors import SpecError, format_validation_error
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
-from a2rl.spec.registry import load_yaml
+from a2rl.spec.registry import HOME, load_yaml
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 LOCAL_DRIVER = "local:"  # drivers served by the sweep itself: `local:<name of a local_drivers entry>`
@@ -141,6 +142,14 @@ class SweepSpec(_Strict):
     data_root: str | None = None  # prepared task data; default ~/.cache/a2rl/data
     task_paths: list[str] = []  # extra task folders
     agent_paths: list[str] = []  # extra agent stack folders
+    # the sandbox around each agent (run/sandbox.py): auto = bubblewrap where it works, else apptainer
+    isolation: Literal["auto", "bwrap", "apptainer", "none"] = "auto"
+    # full: the host's network; api: only the grading server, the run's local driver and, through a proxy,
+    # allow_hosts; none: only the grading server and the local driver (api and none need a sandbox)
+    network: Literal["full", "api", "none"] = "api"
+    allow_hosts: list[str] = []  # host or host:port (default port 443) reachable under network: api
+    # the agents' interpreter ({python} in stacks); default $A2RL_AGENT_PYTHON, else <source tree>/.venv-agent
+    agent_python: str | None = None
 
     @field_validator("budget", mode="before")
     @classmethod
@@ -189,6 +198,15 @@ def _model_name(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", base) or "model"
 
 
+def agent_python(spec: SweepSpec) -> Path:
+    """The agents' interpreter: the sweep's, else $A2RL_AGENT_PYTHON, else the source tree's .venv-agent."""
+    return Path(os.path.expandvars(spec.agent_python)).expanduser() if spec.agent_python else default_agent_python()
+
+
+def default_agent_python() -> Path:
+    return Path(os.environ.get("A2RL_AGENT_PYTHON") or HOME / ".venv-agent" / "bin" / "python")
+
+
 def load_sweep(path: Path) -> SweepSpec:
     """Parse and fully validate a sweep file: schema, registries, files. Raises SpecError listing every problem."""
     path = Path(path)
@@ -216,7 +234,7 @@ def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
     return spec.model_copy(update={
         "models": [m.model_copy(update={"path": ab(m.path)}) for m in spec.model_entries],
         "scratch_root": ab(spec.scratch_root), "data_root": ab(spec.data_root),
-        "task_paths": [ab(p) for p in spec.task_paths], "agent_paths": [ab(p) for p in spec.agent_paths],
+        "task_paths": [ab(p) for p in spec.task_paths], "agent_python": ab(spec.agent_python), "agent_paths": [ab(p) for p in spec.agent_paths],
         "grader": spec.grader.model_copy(update={"baseline_cache": ab(spec.grader.baseline_cache)}),
         "local_drivers": {k: d.model_copy(update={"model": ab(d.model)}) for k, d in spec.local_drivers.items()},
     })
@@ -284,6 +302,10 @@ def check_references(spec: SweepSpec) -> list[str]:
         for i, p in enumerate(getattr(spec, field)):
             if not Path(p).is_dir():
                 problems.append(f"{field}[{i}]: directory {p!r} does not exist")
+    python = agent_python(spec)
+    if not python.is_file():
+        problems.append(f"agent_python: no interpreter at {python} (build the agents' environment with "
+                        f"tools/setup-agent-env.sh, or set agent_python / $A2RL_AGENT_PYTHON)")
     if spec.cluster is not None:
         from a2rl.spec.clusters import cluster_registry
 

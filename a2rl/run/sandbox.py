@@ -1,0 +1,294 @@
+"""Isolation policies → command lines: what an agent process can see and reach.
+
+A `View` says what the agent needs (its workspace read-write; the base model, its Python environment and its
+CLI's directories read-only; the run's GPUs; the unix sockets that carry its network); `wrap` turns it into the
+argv of the chosen isolation:
+
+    bwrap      bubblewrap: new user, PID, IPC, UTS (and, unless `network: full`, network) namespaces, no
+               capabilities; system directories read-only with /etc's secrets masked; a private /tmp; a /proc
+               that lists only the agent's own processes; every process ends with the sandbox
+    apptainer  the same binds through `apptainer exec --containall --no-home` (not run on this machine)
+    none       the command as is: the agent runs as the launcher's user and sees what that user sees (untrusted)
+
+Nothing else is bound: not the data root, the sweep directory, other workspaces, the source tree or the
+launcher's HOME (only the parts listed above, at their real paths, so `$WORKSPACE` paths stay valid).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ISOLATIONS = ("auto", "bwrap", "apptainer", "none")
+NETWORKS = ("full", "api", "none")
+SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/sys")  # read-only; /bin, /lib* are links into /usr on Debian 12
+ETC_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/munge", "/etc/slurm",
+               "/etc/ssh", "/etc/sudoers", "/etc/sudoers.d", "/etc/mysql")
+SOCKET_DIR = "/run/a2rl"  # where the unix sockets appear inside the sandbox
+PROXY_PORT = 3128  # the allowlist proxy's port on the sandbox's loopback (`network: api`)
+_GPU = re.compile(r"^nvidia(\d+)$")
+_GPU_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+
+
+@dataclass(frozen=True)
+class Choice:
+    mode: str  # bwrap | apptainer | none
+    reason: str
+
+    @property
+    def trusted(self) -> bool:
+        return self.mode != "none"
+
+
+def _system_links() -> list[str]:
+    """/bin, /lib* as on the host: links into /usr (merged /usr, Debian 12), else read-only directories."""
+    a = []
+    for link in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / link
+        if p.is_symlink():
+            a += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            a += ["--ro-bind", str(p), str(p)]
+    return a
+
+
+def bwrap_works(bwrap: str) -> tuple[bool, str]:
+    """Whether bubblewrap can make the namespaces the policy needs here (user namespaces may be disabled)."""
+    try:
+        p = subprocess.run([bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
+                            "--ro-bind", "/usr", "/usr", *_system_links(), "--proc", "/proc", "--dev", "/dev",
+                            "/usr/bin/true"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    return p.returncode == 0, (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+
+
+def choose(isolation: str, *, which: Callable[[str], str | None] = shutil.which,
+           probe: Callable[[str], tuple[bool, str]] = bwrap_works) -> Choice:
+    """The isolation to use on this node, and why. `auto`: bubblewrap where it works, else apptainer where it
+    is installed; never silently none (only an explicit `isolation: none` runs agents unisolated)."""
+    if isolation == "none":
+        return Choice("none", "isolation: none was asked for (untrusted: the agent sees what the launcher sees)")
+    if isolation == "apptainer":
+        if which("apptainer") is None:
+            raise SandboxError("isolation: apptainer, but no `apptainer` on PATH")
+        return Choice("apptainer", "isolation: apptainer was asked for")
+    bwrap = which("bwrap")
+    if bwrap is None:
+        why = "no `bwrap` on PATH (Debian: apt-get install bubblewrap)"
+    else:
+        ok, detail = probe(bwrap)
+        if ok:
+            return Choice("bwrap", f"bubblewrap at {bwrap} makes user, PID and network namespaces here")
+        why = f"bubblewrap cannot make namespaces here ({detail})"
+    if isolation == "bwrap":
+        raise SandboxError(f"isolation: bwrap, but {why}")
+    if which("apptainer") is not None:
+        return Choice("apptainer", f"{why}; apptainer is installed")
+    raise SandboxError(f"isolation: auto, but {why} and no apptainer is installed; set `isolation: none` "
+                       f"to run agents unisolated (untrusted)")
+
+
+class SandboxError(Exception):
+    """The asked-for isolation is not available on this node (one line, for the user)."""
+
+
+def gpu_devices(environ: dict[str, str], dev_names: list[str]) -> list[str]:
+    """The /dev entries of the run's GPUs: the allocation's (SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES; unset:
+    all) plus the shared control devices. `dev_names` is the listing of /dev."""
+    present = {int(m.group(1)) for n in dev_names if (m := _GPU.match(n))}
+    if not present:
+        return []
+    given = environ.get("SLURM_JOB_GPUS", environ.get("CUDA_VISIBLE_DEVICES"))
+    if given is None:
+        wanted = present
+    else:
+        wanted = {int(i) for i in given.split(",") if i.strip().isdigit()} & present
+    if not wanted:
+        return []
+    shared = [n for n in _GPU_SHARED if n in dev_names]
+    caps = ["nvidia-caps"] if "nvidia-caps" in dev_names else []
+    return [f"/dev/nvidia{i}" for i in sorted(wanted)] + [f"/dev/{n}" for n in shared + caps]
+
+
+def python_prefixes(python: Path) -> list[Path]:
+    """What an interpreter needs visible: its venv (not resolved: the venv's own path) and, for a venv, the base
+    installation its `home` names."""
+    venv = python.parent.parent
+    prefixes = [venv]
+    cfg = venv / "pyvenv.cfg"
+    if cfg.is_file():
+        for line in cfg.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home":
+                prefixes.append(Path(value.strip()).parent)
+    else:
+        prefixes = [Path(python).resolve().parent.parent]
+    return prefixes
+
+
+@dataclass(frozen=True)
+class View:
+    workspace: Path  # read-write, at its real path
+    python: Path  # the agent's interpreter (its venv and base installation: read-only)
+    read_only: list[Path] = field(default_factory=list)  # the base model dir, the stack's CLI directories
+    devices: list[str] = field(default_factory=list)  # from gpu_devices
+    network: str = "full"
+    sockets: dict[str, Path] = field(default_factory=dict)  # name → host path, appearing under SOCKET_DIR
+    relays: dict[int, str] = field(default_factory=dict)  # loopback port inside → socket name
+
+    def socket_path(self, name: str) -> str:
+        return f"{SOCKET_DIR}/{name}.sock"
+
+    def relayed(self, argv: list[str]) -> list[str]:
+        """argv behind the in-sandbox relays (none: argv as is)."""
+        if not self.relays:
+            return argv
+        pairs = [f"{port}={self.socket_path(name)}" for port, name in sorted(self.relays.items())]
+        return [str(self.python), "-m", "a2rl.run.relay", *pairs, "--", *argv]
+
+
+def _ro_paths(view: View) -> list[Path]:
+    prefixes = python_prefixes(view.python)
+    seen, out = set(), []
+    for p in [*prefixes, *view.read_only]:
+        if p.exists() and str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
+
+
+def _base_site_packages(view: View) -> list[str]:
+    """The base installation's own site-packages (not the venv's): masked, it may hold the grader's packages."""
+    prefixes = python_prefixes(view.python)
+    return [str(p) for base in prefixes[1:] for p in base.glob("lib/python3*/site-packages")]
+
+
+def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") -> list[str]:
+    a = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+         "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    if view.network != "full":
+        a.append("--unshare-net")
+    for d in SYSTEM_DIRS:
+        if os.path.isdir(d):
+            a += ["--ro-bind", d, d]
+    a += _system_links()
+    for secret in ETC_SECRETS:
+        if os.path.isdir(secret):
+            a += ["--tmpfs", secret]
+        elif os.path.lexists(secret):
+            a += ["--ro-bind", "/dev/null", secret]
+    a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var",
+          "--dir", "/var/tmp"]
+    for dev in view.devices:
+        a += ["--dev-bind", dev, dev]
+    for p in _ro_paths(view):
+        a += ["--ro-bind", str(p), str(p)]
+    for sp in _base_site_packages(view):
+        a += ["--tmpfs", sp]
+    a += ["--bind", str(view.workspace), str(view.workspace)]
+    if view.sockets:
+        a += ["--dir", SOCKET_DIR]
+        for name, host in view.sockets.items():
+            a += ["--bind", str(host), view.socket_path(name)]
+    a += ["--chdir", str(cwd), "--", *view.relayed(argv)]
+    return a
+
+
+def apptainer_argv(view: View, argv: list[str], *, cwd: Path, image: str = "/",
+                   apptainer: str = "apptainer") -> list[str]:
+    """The same policy for clusters where bubblewrap cannot make user namespaces. `--containall` gives private
+    /tmp, /dev, PID and IPC namespaces; the host's / as image (a sandbox directory) keeps the system's tools."""
+    a = [apptainer, "exec", "--containall", "--no-home", "--no-mount", "hostfs,cwd", "--pwd", str(cwd)]
+    if view.network != "full":
+        a += ["--net", "--network", "none"]
+    binds = [f"{p}:{p}:ro" for p in _ro_paths(view)] + [f"{view.workspace}:{view.workspace}:rw"]
+    binds += [f"{dev}:{dev}" for dev in view.devices]
+    binds += [f"{host}:{view.socket_path(name)}" for name, host in view.sockets.items()]
+    for b in binds:
+        a += ["--bind", b]
+    return a + [image, *view.relayed(argv)]
+
+
+def wrap(choice: Choice, view: View, argv: list[str], *, cwd: Path,
+         which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    if choice.mode == "bwrap":
+        return bwrap_argv(view, argv, cwd=cwd, bwrap=which("bwrap") or "bwrap")
+    if choice.mode == "apptainer":
+        return apptainer_argv(view, argv, cwd=cwd, apptainer=which("apptainer") or "apptainer")
+    return argv
+
+
+class AgentSandbox:
+    """The host side of one agent's sandbox: the chosen isolation, the unix sockets that are its only way out
+    when its network is not the host's, and its command line. `forwards` are the host:port services the agent
+    must reach (its grading API first, a local driver's server): each appears on the sandbox's loopback at
+    the same port. Under `network: api`, HTTPS_PROXY leads to a proxy that relays only to `allow_hosts`."""
+
+    def __init__(self, choice: Choice, network: str, *, forwards: list[tuple[str, int]], allow_hosts: list[str],
+                 on_refused: Callable[[str], None] = lambda target: None):
+        self.choice, self.network = choice, network
+        self.forwards, self.allow_hosts, self.on_refused = forwards, allow_hosts, on_refused
+        self.sockets: dict[str, Path] = {}
+        self.relays: dict[int, str] = {}
+        self.env: dict[str, str] = {}
+        self._servers: list = []
+        self._dir: str | None = None
+
+    @property
+    def relayed(self) -> bool:
+        """Whether the agent's network is its own loopback, reached from outside through unix sockets."""
+        return self.choice.mode != "none" and self.network != "full"
+
+    def __enter__(self) -> "AgentSandbox":
+        if not self.relayed:
+            return self
+        from a2rl.run.relay import ConnectProxy, UnixToTCP
+
+        self._dir = tempfile.mkdtemp(prefix="a2rl-net-")
+        for i, (host, port) in enumerate(self.forwards):
+            name = f"fwd{i}"
+            self.sockets[name] = Path(self._dir) / f"{name}.sock"
+            self._servers.append(UnixToTCP(str(self.sockets[name]), host, port))
+            self.relays[port] = name
+        if self.network == "api":
+            self.sockets["proxy"] = Path(self._dir) / "proxy.sock"
+            self._servers.append(ConnectProxy(str(self.sockets["proxy"]), self.allow_hosts, self.on_refused))
+            self.relays[PROXY_PORT] = "proxy"
+            proxy = f"http://127.0.0.1:{PROXY_PORT}"
+            self.env = {"HTTPS_PROXY": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy, "http_proxy": proxy,
+                        "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s in self._servers:
+            s.close()
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def command(self, argv: list[str], *, workspace: Path, python: Path, read_only: list[Path], cwd: Path,
+                environ: dict[str, str] | None = None, dev_names: list[str] | None = None) -> list[str]:
+        environ = os.environ if environ is None else environ
+        dev_names = sorted(os.listdir("/dev")) if dev_names is None else dev_names
+        view = View(workspace=workspace, python=python, read_only=read_only,
+                    devices=gpu_devices(dict(environ), dev_names), network=self.network,
+                    sockets=self.sockets, relays=self.relays)
+        return wrap(self.choice, view, argv, cwd=cwd)
+
+
+def with_link_targets(dirs: list[Path]) -> list[Path]:
+    """The existing `dirs`, each followed by the directories its links point into (an npm prefix's bin/ links
+    into lib/node_modules/<package>/, a Hugging Face snapshot's files into blobs/), to bind them all."""
+    out: list[Path] = []
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        out.append(d)
+        out += sorted({e.resolve().parent for e in d.iterdir() if e.is_symlink() and e.exists()} - {d})
+    return out
