@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.run.sandbox import (AgentSandbox, Choice, SandboxError, View, apptainer_argv, bwrap_works, choose,
+from a2rl.run.sandbox import (AgentSandbox, SandboxError, View, apptainer_argv, bwrap_works, choose,
                               gpu_devices, python_prefixes)
 from a2rl.spec.sweep import default_agent_python
 

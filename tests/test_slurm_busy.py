@@ -7,7 +7,6 @@ import re
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import yaml
