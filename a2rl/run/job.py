@@ -35,7 +35,7 @@ from a2rl.recording.transcripts import parse_usage
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
-from a2rl.store.results import RunResult, result_from_ledger, write_result
+from a2rl.store.results import RunResult, load_result, result_from_ledger, write_result
 from a2rl.reporting.runreport import write_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
@@ -56,7 +56,8 @@ class AgentRun:
         self.dir = sweep.run_dir(run_id)
         prev = sweep.status(run_id)
         self.attempt = (prev.attempt if prev else 0) + 1
-        self.budget = Budget(self.run.budget_s, prev.agent_seconds if prev else 0.0)
+        self.budget = Budget(self.run.budget_s, prev.agent_seconds if prev else 0.0,
+                             uncharged_cap_s=sweep.spec.grader.uncharged_wait_fraction * self.run.budget_s)
         self.started_at = now()
         self.state = "running"
         self.executor, self.job_id = job_identity()
@@ -143,7 +144,7 @@ class AgentRun:
             env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=api.url,
                                       cpus=spec.resources.cpus, passthrough=[*stack.passthrough_env,
                                                                              *stack.credentials]), driver)
-            env.update(endpoint_env)
+            env.update(endpoint_env, GRADING_TOKEN=api.token)  # the API's credential: this agent's alone
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
                               stack_dir=agents.path(run.agent.name).parent)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
@@ -249,6 +250,7 @@ class AgentRun:
             parse_usage(self.stack.transcript, (self.dir / "agent.log").read_text(errors="replace"))
         return result_from_ledger(self.sweep, self.run.run_id, status=status, failure_reason=reason,
                                   agent_exit_code=exit_code, agent_seconds=self.budget.used(),
+                                  uncharged_seconds=round(self.budget.uncharged(), 1),
                                   started_at=self.started_at, ended_at=now(), usage=usage, **self.recorded)
 
 
@@ -277,7 +279,7 @@ def run_agent_job(sweep_dir: str, run_id: str) -> str:
     """Job entry point (submitit pickles this). Returns the run's final status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sweep = SweepDir(Path(sweep_dir))
-    done = RunResult.load_or_none(sweep.result_path(run_id))
+    done = load_result(sweep, run_id)
     if done is not None:  # a requeued job whose run already finished
         return done.status
     run = AgentRun(sweep, run_id)

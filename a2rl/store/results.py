@@ -1,17 +1,22 @@
 """`runs/<run_id>/result.json`, built from the ledger and the baseline, never from anything in the agent's
 workspace. This module is its only writer: the run's job writes it at the end (`write_result`), the grader
-folds in scores that arrive later (`refresh_result`), and reaping gives a lost run a failed one (`mark_lost`)."""
+folds in scores that arrive later (`refresh_result`), and reaping gives a lost run a failed one (`mark_lost`).
+Each is signed with the sweep's key; readers get one through `load_result`, which skips (and reports) one that
+does not verify.
+Its lock is taken with the sweep's lock timeout (filelock.Timeout past it), so a held lock never stalls a grader."""
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from filelock import FileLock
 from pydantic import BaseModel
 
-from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.store.baselines import BaselineRecord, load_baseline
+from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
-from a2rl.records import Record, now
+from a2rl.records import RecordError, now
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import SweepDir
 
@@ -26,7 +31,8 @@ class AgentUsage(BaseModel):
     cost_usd: float | None = None
 
 
-class RunResult(Record):
+class RunResult(SignedRecord):
+    SCHEMA = 2  # 2 added hmac and uncharged_seconds
     run_id: str
     task: str
     agent: str
@@ -49,6 +55,7 @@ class RunResult(Record):
     scores: list[float | None] = []  # per submission, in order (None = invalid)
     budget_s: float
     agent_seconds: float = 0.0  # budget clock used
+    uncharged_seconds: float = 0.0  # grading waits not charged to the budget (capped; README "budget rule")
     wall_seconds: float = 0.0
     started_at: float
     ended_at: float
@@ -81,7 +88,7 @@ def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], basel
 def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     run = sweep.run(run_id)
     entries = sweep.ledger.entries(run_id)
-    base = BaselineRecord.load_or_none(baseline_path(sweep, run.task, run.model.name))
+    base = load_baseline(sweep, run.task, run.model.name)
     reason = fields.pop("failure_reason")
     submitted = sweep.queue.count(run_id)
     if len(entries) < submitted and reason is None and fields["status"] != "failed":
@@ -89,17 +96,36 @@ def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     return build_result(run, entries=entries, baseline=base, submitted=submitted, failure_reason=reason, **fields)
 
 
+log = logging.getLogger("a2rl.results")
+
+
+def load_result(sweep: SweepDir, run_id: str, problems: list[str] | None = None) -> RunResult | None:
+    """The run's verified result; None when there is none or it does not load or verify (logged, and added to
+    `problems` for the caller to show)."""
+    try:
+        return RunResult.load_verified_or_none(sweep.result_path(run_id), sweep.key)
+    except RecordError as e:
+        log.warning("%s", e)
+        if problems is not None:
+            problems.append(str(e))
+        return None
+
+
+def _lock(sweep: SweepDir, run_id: str) -> FileLock:
+    return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=sweep.spec.grader.lock_timeout_s)
+
+
 def write_result(sweep: SweepDir, result: RunResult) -> None:
-    with FileLock(str(sweep.result_path(result.run_id)) + ".lock"):
-        result.dump(sweep.result_path(result.run_id))
+    with _lock(sweep, result.run_id):
+        result.sign(sweep.key).dump(sweep.result_path(result.run_id))
 
 
 def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
     """Fold scores recorded after the run ended (its job hit a time limit) into its result; the new result, or
     None when there was nothing to fold in."""
     path = sweep.result_path(run_id)
-    with FileLock(str(path) + ".lock"):
-        old = RunResult.load_or_none(path)
+    with _lock(sweep, run_id):
+        old = load_result(sweep, run_id)
         if old is None or old.ungraded_submissions == 0:
             return None
         new = result_from_ledger(sweep, run_id, status=old.status, agent_exit_code=old.agent_exit_code,
@@ -107,8 +133,8 @@ def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
                                  failure_reason=None if old.failure_reason and "not graded yet" in old.failure_reason
                                  else old.failure_reason,
                                  **old.model_dump(include={"agent_started_at", "agent_ended_at", "cpu_seconds",
-                                                           "usage"}))
-        new.dump(path)
+                                                           "uncharged_seconds", "usage"}))
+        new.sign(sweep.key).dump(path)
         return new
 
 
@@ -125,6 +151,8 @@ def mark_lost(sweep: SweepDir, run: RunSpec, reason: str) -> RunResult:
                        agent_seconds=status.agent_seconds if status else 0.0,
                        submissions=sweep.queue.count(run.run_id), started_at=status.heartbeat_at if status else t,
                        ended_at=t)
-    if not result.publish_once(sweep.result_path(run.run_id)):
-        return RunResult.load(sweep.result_path(run.run_id))
+    if not result.sign(sweep.key).publish_once(sweep.result_path(run.run_id)):
+        if (written := load_result(sweep, run.run_id)) is not None:
+            return written
+        result.dump(sweep.result_path(run.run_id))  # what was there was not written by this sweep
     return result
