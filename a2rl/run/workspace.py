@@ -26,9 +26,9 @@ from a2rl.spec.tasks import Task, TaskData
 INSTRUCTIONS = """\
 # Instructions
 
-You have {budget} of wall time (time spent waiting for grading is not counted) to improve the base model at
-`$MODEL_PATH` on the task described in description.md. The training data is in `$DATA_PATH`; the held-out
-evaluation data is not available to you.
+You have {budget} of wall time (time spent waiting for grading is not counted, up to a cap) to improve the
+base model at `$MODEL_PATH` on the task described in description.md. The training data is in `$DATA_PATH`;
+the held-out evaluation data is not available to you.
 
 - Work in `$WORKSPACE/code`. Save each model you want scored as a directory under `$OUTPUT_DIR` with full
   weights in safetensors (`model.save_pretrained(dir)`; merge LoRA adapters first) and the tokenizer.
@@ -39,8 +39,8 @@ evaluation data is not available to you.
   One submission at a time: another one sent while it waits is refused (HTTP 429). A submission holds at most
   a few dozen files (weights, config, tokenizer) of bounded size.
 - `curl -s -H "Authorization: Bearer $GRADING_TOKEN" $GRADING_SERVER_URL/time` tells the remaining budget.
-  Submissions after the budget ends are refused. Grading waits are not counted only up to half the budget in
-  total; keeping submissions in flight while you work does not stop the clock.
+  Submissions after the budget ends are refused. Grading waits go uncounted only up to a cap (by default half
+  the budget in total); keeping submissions in flight while you work does not stop the clock.
 - Your best submission counts. Submitting the base model unchanged scores the baseline.
 """
 
