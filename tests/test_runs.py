@@ -72,7 +72,7 @@ def test_an_agent_cannot_change_what_is_recorded(tmp_path):
     assert not any("heldout" in p or p.endswith("test.jsonl") for p in report["seen"])
     assert sorted(report["env"]) == sorted(set(report["env"]) & {
         "PATH", "HOME", "LANG", "TMPDIR", "TASK", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH",
-        "OUTPUT_DIR", "GRADING_SERVER_URL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+        "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
         "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "A2RL_RUN_TOKEN",
         "CUDA_VISIBLE_DEVICES"})
     # the train split is a read-only copy, not a link into the data root
