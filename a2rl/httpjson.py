@@ -1,5 +1,6 @@
 """JSON over HTTP on loopback: the request handler and background serving shared by the grading API and the
-local model server."""
+local model server. Every request gets a JSON answer: protocol errors too (send_error), and an exception in a
+handler becomes a 500 through `answer`."""
 
 from __future__ import annotations
 
@@ -9,16 +10,48 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger("a2rl.http")
 
 
+class BadRequest(ValueError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 class JSONRequestHandler(BaseHTTPRequestHandler):
     """JSON in and out, access lines to the debug log rather than stderr (an agent's log stays its own)."""
+    max_body = 1 << 20
 
     def read_json(self) -> Any:
-        return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        """The body as JSON; BadRequest (400, or 413 past max_body) for anything else."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise BadRequest(400, "Content-Length is not a number") from None
+        if length > self.max_body or length < 0:
+            raise BadRequest(413, f"request body of {length} bytes; at most {self.max_body} accepted")
+        try:
+            return json.loads(self.rfile.read(length) or b"{}")
+        except ValueError as e:  # invalid UTF-8 included
+            raise BadRequest(400, f"the body is not JSON: {e}") from None
+
+    def answer(self, handle: Callable[[], None]) -> None:
+        """Run a request's handler; a BadRequest becomes its 4xx, anything else a 500, both as JSON."""
+        try:
+            handle()
+        except BadRequest as e:
+            self.send_json(e.status, {"error": str(e)})
+        except Exception as e:
+            log.exception("request %s %s failed", self.command, self.path[:200])
+            self.send_json(500, {"error": f"internal error: {type(e).__name__}: {e}"})
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The server's own protocol errors (overlong request line, bad method...), as JSON too."""
+        self.close_connection = True
+        self.send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
 
     def send_json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()

@@ -40,10 +40,13 @@ class Record(BaseModel):
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
             raise RecordError(f"cannot read {cls.__name__} from {path}: {e}") from e
-        version = data.get("schema_version")
+        version = data.get("schema_version") if isinstance(data, dict) else None
         if version != cls.SCHEMA:
             raise RecordError(f"{path}: {cls.__name__} schema_version {version!r}, this a2rl reads {cls.SCHEMA}")
-        return cls.model_validate(data)
+        try:
+            return cls.model_validate(data)
+        except ValueError as e:  # a record of the right version with the wrong shape is as unreadable
+            raise RecordError(f"{path}: not a valid {cls.__name__}: {str(e).splitlines()[0]}") from None
 
     @classmethod
     def load_or_none(cls: type[R], path: Path) -> R | None:

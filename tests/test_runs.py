@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.store.ledger import Ledger
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl, write_sweep
@@ -36,7 +35,7 @@ def test_three_submissions_are_scored_in_order(tmp_path):
     assert result.scores == [10.0, 20.0, 30.0]
     assert (result.baseline, result.best, result.improvement) == (0.0, 30.0, 30.0)
     assert result.submissions == result.valid_submissions == 3
-    entries = Ledger(sweep.root / "ledger").entries(result.run_id)
+    entries = sweep.ledger.entries(result.run_id)
     assert [e.seq for e in entries] == [1, 2, 3] and not any(e.copy_of_base for e in entries)
     lines = (sweep.workspace(result.run_id) / "output" / "answers.jsonl").read_text().splitlines()
     answers = [json.loads(line)["answer"] for line in lines]
@@ -68,7 +67,7 @@ def test_an_agent_cannot_change_what_is_recorded(tmp_path):
     assert json.loads((ws / "scores.json").read_text())["score"] == 100.0
     assert (ws / "output" / "copy" / "results.json").exists()
     # ...and changed nothing: the copy is recognised as the base model and scores the baseline
-    (entry,) = Ledger(sweep.root / "ledger").entries(result.run_id)
+    (entry,) = sweep.ledger.entries(result.run_id)
     assert entry.copy_of_base and entry.score == 0.0
     assert json.loads(report["submit"])["note"].startswith("identical to the base model")
     assert (result.best, result.improvement, result.baseline) == (0.0, 0.0, 0.0)
@@ -79,7 +78,7 @@ def test_an_agent_cannot_change_what_is_recorded(tmp_path):
     assert not any("heldout" in p or p.endswith("test.jsonl") for p in report["seen"])
     assert sorted(report["env"]) == sorted(set(report["env"]) & {
         "PATH", "HOME", "LANG", "TMPDIR", "TASK", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH",
-        "OUTPUT_DIR", "GRADING_SERVER_URL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+        "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
         "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "A2RL_RUN_TOKEN",
         "CUDA_VISIBLE_DEVICES", "PWD", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"})
     # the train split is a read-only copy, not a link into the data root

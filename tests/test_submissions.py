@@ -20,7 +20,8 @@ from a2rl.run.budget import Budget
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.run.api import GradingAPI
-from a2rl.run.submit import BudgetExhausted, RunSubmitter
+from a2rl.run.budget import BudgetExhausted
+from a2rl.run.submit import RunSubmitter
 from a2rl.spec.tasks import get_task
 from a2rl.run.workspace import create_workspace
 from conftest import FIXTURES, REPO, write_sweep
@@ -72,7 +73,7 @@ CASES = {
                "only pickle checkpoints"),
     "no weights": (lambda ws, m: str(model_dir(ws, "cfg", m, config__json=b"{}")), "no *.safetensors weights"),
     "remote code": (lambda ws, m: _with_config(ws, m, auto_map={"AutoModel": "x.Y"}), "trust_remote_code"),
-    "corrupt": (lambda ws, m: _corrupt(ws, m), "could not evaluate the model"),
+    "corrupt": (lambda ws, m: _corrupt(ws, m), "unreadable safetensors header"),
     "no model_path": (lambda ws, m: None, "model_path is required"),
 }
 
@@ -155,14 +156,16 @@ def test_http_api_and_cli(run, tiny_model):
     sweep, ws, submitter, _ = run
     submitter.budget = budget = Budget(1.0)
     with GradingAPI(submitter, budget) as api:
-        health = json.loads(urllib.request.urlopen(f"{api.url}/health").read())
+        health = json.loads(urllib.request.urlopen(f"{api.url}/health?token={api.token}").read())
         assert health == {"status": "ok", "run_id": submitter.run.run_id, "task": "echo"}
-        assert json.loads(urllib.request.urlopen(f"{api.url}/time").read())["budget_s"] == 1.0
+        auth = {"Authorization": f"Bearer {api.token}"}
+        assert json.loads(urllib.request.urlopen(urllib.request.Request(f"{api.url}/time", headers=auth))
+                          .read())["budget_s"] == 1.0
         wrong = api.url.rsplit("/", 1)[0] + "/guess/health"
         with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(wrong)
+            urllib.request.urlopen(urllib.request.Request(wrong, headers=auth))
         assert e.value.code == 404
-        env = {**os.environ, "GRADING_SERVER_URL": api.url}
+        env = {**os.environ, "GRADING_SERVER_URL": api.url, "GRADING_TOKEN": api.token}
         time.sleep(1.1)
         assert budget.expired()
         late = subprocess.run([sys.executable, "-m", "a2rl", "submit", "output/x"], env=env, capture_output=True,

@@ -21,10 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     if not sweep.exists():
         print(f"error: {args.sweep_dir} is not a sweep directory (no sweep.json)", file=sys.stderr)
         return 2
+    problems: list[str] = []
     try:
-        print(render(sweep, args.format))
+        print(render(sweep, args.format, problems))
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for problem in problems:
+        print(f"skipped: {problem}", file=sys.stderr)
     return 0
 

@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     from a2rl.reporting.aggregate import render
 
-    print(render(sweep, "simple"))
+    problems: list[str] = []
+    print(render(sweep, "simple", problems))
+    for problem in problems:
+        print(f"skipped: {problem}", file=sys.stderr)
     return code
 

@@ -19,8 +19,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 2
     path = Path(args.model_path)
     model_path = str(path.resolve()) if path.exists() else args.model_path  # else: relative to $WORKSPACE
+    headers = {"Content-Type": "application/json",
+               "Authorization": f"Bearer {os.environ.get('GRADING_TOKEN', '')}"}  # the run's credential
     req = urllib.request.Request(f"{url}/submit", data=json.dumps({"model_path": model_path}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+                                 headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req) as resp:
             body = json.loads(resp.read())
@@ -91,7 +93,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
     from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
-    from a2rl.store.results import RunResult
+    from a2rl.store.results import load_result
 
     sweep = open_sweep_dir(args.sweep_dir)
     schedulers = Schedulers()
@@ -99,13 +101,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     reap_lost(sweep, st)  # runs whose job is gone without a result end failed
     jobs = st.jobs
     table = []
+    ledger = sweep.ledger
     for run in sweep.runs():
-        result = RunResult.load_or_none(sweep.result_path(run.run_id))
+        result = load_result(sweep, run.run_id)
         status = sweep.status(run.run_id)
         state = result.status if result else (status.state if status else "not submitted")
         if not result and run.run_id in jobs and jobs[run.run_id].alive and status and status.stale():
             state = "waiting (scheduler)"
-        best = result.best if result else max((e.score for e in sweep.ledger.entries(run.run_id)
+        best = result.best if result else max((e.score for e in ledger.entries(run.run_id)
                                                if e.score is not None), default=None)
         reason = (result.failure_reason or "").strip().splitlines()[-1][:100] if result and result.failure_reason else ""
         job = jobs.get(run.run_id)
@@ -120,6 +123,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{'serving' if endpoint.live() else endpoint.state + (': ' + endpoint.note if endpoint.note else '')}" \
             f" {endpoint.model} at {endpoint.base_url}"
         print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}")
+    for problem in st.problems:
+        print(f"skipped: {problem}")
     return 0
 
 

@@ -2,6 +2,11 @@
 split, and records each result in the ledger. It is its own process (its own job); several may serve one queue.
 
 It exits when every run of the sweep has its result and nothing is pending, or after an idle limit.
+
+It trusts nothing it reads from the shared file system: queue entries must carry the sweep's HMAC (the queue
+rejects others), the artifact must be a frozen copy directly under submissions/ whose files pass
+grading/trust.py, it deletes only such copies, and a lock held past the sweep's lock timeout costs a round (a
+log line), never the daemon.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import threading
 from pathlib import Path
 
 import submitit
+from filelock import Timeout
 
 from a2rl.store.baselines import BaselineRecord, ensure_baseline
 from a2rl.errors import InfraError
@@ -25,6 +31,7 @@ from a2rl.store.results import refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import Task, get_task
+from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 
 log = logging.getLogger("a2rl.grader")
 INFRA_RETRY_S = 30.0  # pause after a judge outage or similar before claiming again
@@ -73,7 +80,11 @@ class GradingDaemon:
                 self.refresh(run.run_id)
             idle_since = now()
             while True:
-                claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
+                try:
+                    claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
+                except Timeout as e:
+                    self._held(e)
+                    claim = None
                 if claim is not None:
                     self.grade(claim)
                     idle_since = now()
@@ -90,6 +101,9 @@ class GradingDaemon:
             self._stop.set()
             self._beat()
             log.info("grader %s exits (%s), graded %d", self.holder, self._note, self.graded)
+
+    def _held(self, e: Timeout) -> None:
+        log.warning("lock %s held for %g s; skipping this round", e.lock_file, self.settings.lock_timeout_s)
 
     def sweep_finished(self) -> bool:
         return all(self.sweep.result_path(r.run_id).exists() for r in self.sweep.runs()) \
@@ -166,14 +180,25 @@ class GradingDaemon:
                      f"{result.score:.2f}" if result.status == "scored" else f"invalid ({result.error})")
         else:
             log.warning("%s was already recorded by another grader; keeping the first result", entry.submission_id)
-        self.queue.finish(entry.submission_id)
+        try:
+            self.queue.finish(entry.submission_id)
+        except Timeout as e:  # recorded: the next claim retires it
+            self._held(e)
         if entry.artifact and not self.settings.keep_artifacts:
-            shutil.rmtree(entry.artifact, ignore_errors=True)
+            try:
+                shutil.rmtree(frozen_dir(entry.artifact, self.sweep.submissions), ignore_errors=True)
+            except (UntrustedArtifact, OSError):
+                log.warning("not deleting %s: not a frozen copy under %s", entry.artifact, self.sweep.submissions)
         return self.ledger.get(entry.submission_id) or result
 
     def refresh(self, run_id: str) -> None:
         """Fold what was graded after the run's result was written (by its job, or by reaping a lost run) into it."""
-        if (refreshed := refresh_result(self.sweep, run_id)) is not None:
+        try:
+            refreshed = refresh_result(self.sweep, run_id)
+        except Timeout as e:  # the next score of the run folds this one in too
+            self._held(e)
+            return
+        if refreshed is not None:
             try:
                 write_run_report(self.sweep, run_id, refreshed)
             except Exception:  # derived and rebuildable: never the grader's failure
@@ -182,11 +207,16 @@ class GradingDaemon:
     def _score(self, artifact: str, model_name: str, task: Task, fields: dict, t0: float) -> LedgerEntry:
         base = self.baseline(task.name, model_name)
         try:
-            digest = weights_hash(Path(artifact))
+            frozen = check_frozen(artifact, self.sweep.submissions)
+        except (UntrustedArtifact, OSError) as e:
+            return LedgerEntry(**fields, graded_at=now(), status="invalid", error=f"refused: {e}",
+                               eval_seconds=now() - t0)
+        try:
+            digest = weights_hash(frozen)
             if base.status == "ok" and digest == base.weights_hash:
                 return LedgerEntry(**fields, graded_at=now(), status="scored", score=base.score,
                                    weights_hash=digest, copy_of_base=True, eval_seconds=now() - t0)
-            score, details = self._evaluate(task, Path(artifact), Path(base.model_path))
+            score, details = self._evaluate(task, frozen, Path(base.model_path))
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash
@@ -198,7 +228,12 @@ class GradingDaemon:
 
     def _renew_loop(self, sid: str, done: threading.Event) -> None:
         while not done.wait(self.settings.lease_s / 3):
-            if not self.queue.renew(sid, self.holder, self.settings.lease_s):
+            try:
+                renewed = self.queue.renew(sid, self.holder, self.settings.lease_s)
+            except Timeout as e:  # try again next time; the lease outlives a few missed renewals
+                self._held(e)
+                continue
+            if not renewed:
                 log.warning("lost the lease on %s; another grader may grade it too (first result wins)", sid)
                 return
 

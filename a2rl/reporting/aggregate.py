@@ -1,7 +1,8 @@
 """The results table (`python -m a2rl.aggregate SWEEP_DIR`): one row per task × agent × driver × model over seeds.
 
 best is the mean ± SEM over seeds of each run's best score, where a run with no valid submission keeps the
-base model (its baseline), as in the paper; improvement is best − baseline.
+base model (its baseline), as in the paper; improvement is best − baseline. Results and baselines that do not verify against the sweep's key are left out,
+and each is named in `problems` (the command prints them to stderr).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections import defaultdict
 
 from tabulate import tabulate
 
-from a2rl.store.baselines import BaselineRecord, baseline_path
-from a2rl.store.results import RunResult
+from a2rl.store.baselines import load_baseline
+from a2rl.store.results import RunResult, load_result
 from a2rl.store.sweepdir import SweepDir
 
 HEADERS = ["task", "agent", "driver", "model", "baseline", "best (mean ± SEM)", "improvement", "submissions",
@@ -29,21 +30,21 @@ def mean_sem(xs: list[float]) -> tuple[float, float]:
     return m, math.sqrt(var / len(xs))
 
 
-def rows(sweep: SweepDir) -> list[list[str]]:
+def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
     groups: dict[tuple, list[RunResult]] = defaultdict(list)
     order: list[tuple] = []
     for run in sweep.runs():
         key = (run.task, run.agent.key, run.driver, run.model.name)
         if key not in groups:
             order.append(key)
-        result = RunResult.load_or_none(sweep.result_path(run.run_id))
+        result = load_result(sweep, run.run_id, problems)
         groups[key].append(result)
     out = []
     for key in order:
         task, agent, driver, model = key
         results = [r for r in groups[key] if r is not None]
         unfinished = len(groups[key]) - len(results)
-        base = BaselineRecord.load_or_none(baseline_path(sweep, task, model))
+        base = load_baseline(sweep, task, model, problems)
         if base is None:
             base_txt, base_score = "pending", None
         elif base.status == "failed":
@@ -65,8 +66,8 @@ def rows(sweep: SweepDir) -> list[list[str]]:
     return out
 
 
-def render(sweep: SweepDir, fmt: str) -> str:
-    table = rows(sweep)
+def render(sweep: SweepDir, fmt: str, problems: list[str]) -> str:
+    table = rows(sweep, problems)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

@@ -115,7 +115,7 @@ def run_failure(result: RunResult, best: SubmissionRow | None, rows: list[Submis
 
 
 def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tuple[RunMetrics, list[SubmissionRow]]:
-    result = result or RunResult.load(sweep.result_path(run_id))
+    result = result or RunResult.load_verified(sweep.result_path(run_id), sweep.key)
     run = sweep.run(run_id)
     entries = sweep.ledger.entries(run_id)
     snaps = {s.seq: s for s in load_snapshots(sweep.root, run_id)}

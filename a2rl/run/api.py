@@ -4,19 +4,29 @@
                                                             best, total_submissions, error?}
     GET  $GRADING_SERVER_URL/health, GET $GRADING_SERVER_URL/time
 
-The URL carries a random path prefix, so on a shared node another user's process cannot submit for this run.
+Every request carries the run's token, `Authorization: Bearer $GRADING_TOKEN` (or `?token=...`); the token is
+given only to this run's agent, and any other caller gets 401. Every request gets a JSON answer: 400 for a
+malformed body or model_path, 413 for an oversized body, 403 after the budget, 429 while the run's previous
+submission is still in flight (nothing is enqueued for any of them), 500 if the server itself fails.
 It feeds the same queue as every other submission path; it never grades anything itself.
 """
 
 from __future__ import annotations
 
+import hmac
 import secrets
 from http.server import ThreadingHTTPServer
 from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
 
-from a2rl.run.budget import Budget
-from a2rl.httpjson import JSONRequestHandler, running
-from a2rl.run.submit import BudgetExhausted, RunSubmitter
+from a2rl.httpjson import BadRequest, JSONRequestHandler, running
+from a2rl.run.artifacts import MalformedPath
+from a2rl.run.budget import Budget, BudgetExhausted, WaitInFlight
+from a2rl.run.submit import RunSubmitter
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # a burst of submissions is answered (429), not refused by the kernel
 
 
 class GradingAPI:
@@ -24,14 +34,25 @@ class GradingAPI:
                  wrap_up: Callable[[], bool] = lambda: False):
         self.submitter, self.budget, self.on_submit, self.wrap_up = submitter, budget, on_submit, wrap_up
         self.prefix = "/" + secrets.token_urlsafe(12)
+        self.token = secrets.token_urlsafe(32)
         api = self
 
         class Handler(JSONRequestHandler):
-            def _route(self) -> str | None:
-                path = self.path.split("?", 1)[0]
-                return path[len(api.prefix):] if path.startswith(api.prefix + "/") else None
+            max_body = 64 << 10
+
+            def _route(self) -> str:
+                """The endpoint asked for, once the caller has shown the token (BadRequest 401 otherwise)."""
+                url = urlsplit(self.path)
+                auth = self.headers.get("Authorization", "")
+                given = auth[7:] if auth.startswith("Bearer ") else (parse_qs(url.query).get("token") or [""])[0]
+                if not hmac.compare_digest(given.encode(), api.token.encode()):
+                    raise BadRequest(401, "missing or wrong token: send 'Authorization: Bearer $GRADING_TOKEN'")
+                return url.path[len(api.prefix):] if url.path.startswith(api.prefix + "/") else ""
 
             def do_GET(self) -> None:
+                self.answer(self._get)
+
+            def _get(self) -> None:
                 route = self._route()
                 if route == "/health":
                     self.send_json(200, {"status": "ok", "run_id": api.submitter.run.run_id,
@@ -42,25 +63,27 @@ class GradingAPI:
                     self.send_json(404, {"error": "unknown endpoint; use /submit, /health or /time"})
 
             def do_POST(self) -> None:
+                self.answer(self._post)
+
+            def _post(self) -> None:
                 if self._route() != "/submit":
-                    self.send_json(404, {"error": "unknown endpoint; use POST /submit"})
-                    return
+                    raise BadRequest(404, "unknown endpoint; use POST /submit")
+                body = self.read_json()
+                model_path = body.get("model_path") if isinstance(body, dict) else None
+                if not isinstance(body, dict) or not isinstance(model_path, (str, type(None))):
+                    raise BadRequest(400, "bad request body: send {\"model_path\": \"<directory>\"}")
                 try:
-                    body = self.read_json()
-                    if not isinstance(body, dict):
-                        raise ValueError("expected a JSON object")
-                except ValueError as e:
-                    self.send_json(400, {"error": f"bad request body: {e}; send {{\"model_path\": \"...\"}}"})
-                    return
-                try:
-                    result = api.submitter.submit(body.get("model_path"))
+                    result = api.submitter.submit(model_path)
+                except MalformedPath as e:
+                    raise BadRequest(400, str(e)) from None
                 except BudgetExhausted as e:
-                    self.send_json(403, {"error": str(e)})
-                    return
+                    raise BadRequest(403, str(e)) from None
+                except WaitInFlight as e:
+                    raise BadRequest(429, str(e)) from None
                 api.on_submit(result)
                 self.send_json(200, result)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}{self.prefix}"
         self._serving = running(self._server)
 

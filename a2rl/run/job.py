@@ -42,7 +42,7 @@ from a2rl.recording.transcripts import parse_usage
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
-from a2rl.store.results import RunResult, refresh_result, write_result
+from a2rl.store.results import RunResult, load_result, refresh_result, write_result
 from a2rl.reporting.runreport import write_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
@@ -172,7 +172,8 @@ class AgentRun:
         if (local := local_driver_name(run.driver)) is not None:
             driver, endpoint_env, forwards = self._connect_local_driver(local, stack)
         # set-up ends here: the clock starts with the grading API the agent process is started against
-        self.budget = Budget(run.budget_s, self.used_before)
+        self.budget = Budget(run.budget_s, self.used_before,
+                             uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
         self.setup_s = time.monotonic() - self.t0
         meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s)
         meta.dump(ws.meta_path)
@@ -194,7 +195,7 @@ class AgentRun:
                                       cpus=spec.resources.cpus, passthrough=[*stack.passthrough_env,
                                                                              *stack.credentials], python=python),
                             driver)
-            env.update(endpoint_env)
+            env.update(endpoint_env, GRADING_TOKEN=api.token)  # the API's credential: this agent's alone
             env.update(box.env)
             stack_dir = agents.path(run.agent.name).parent
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
@@ -320,6 +321,7 @@ class AgentRun:
         return write_result(self.sweep, self.run.run_id, status=status, failure_reason=reason,
                             agent_exit_code=exit_code, agent_seconds=self.agent_seconds(), started_at=self.started_at,
                             ended_at=now(), usage=usage, setup_seconds=round(sum(setup), 3),
+                            uncharged_seconds=round(self.budget.uncharged(), 1) if self.budget else 0.0,
                             setup_seconds_by_attempt=setup, **self.recorded)
 
 
@@ -372,7 +374,7 @@ def run_agent_job(sweep_dir: str, run_id: str) -> str:
     """Job entry point (submitit pickles this). Returns the run's final status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sweep = SweepDir(Path(sweep_dir))
-    done = RunResult.load_or_none(sweep.result_path(run_id))
+    done = load_result(sweep, run_id)
     if done is not None:  # a requeued job whose run already finished
         return done.status
     run = AgentRun(sweep, run_id)

@@ -1,8 +1,8 @@
 """A run's submissions: from a model path the agent names to the paper's /submit answer.
 
 Runs inside the agent's job (behind the HTTP API): it checks the path and the directory, freezes the accepted
-files into the sweep directory, enqueues, and blocks until the grader has recorded the result. The budget
-clock stops meanwhile.
+files into the sweep directory, enqueues (a signed queue entry), and blocks until the grader has recorded the
+result. That is the run's one grading wait at a time (run/budget.py has the rule for the clock).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import logging
 import time
 from typing import Any
 
-from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.run.budget import Budget
-from a2rl.run.artifacts import ArtifactError, check_artifact, freeze, resolve_submission
+from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, check_model_path, freeze, resolve_submission
 from a2rl.store.ledger import LedgerEntry
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.spec.grid import RunSpec
@@ -24,35 +24,39 @@ from a2rl.run.workspace import Workspace
 log = logging.getLogger("a2rl.submit")
 
 
-class BudgetExhausted(Exception):
-    pass
-
-
 class RunSubmitter:
     def __init__(self, sweep: SweepDir, run: RunSpec, ws: Workspace, budget: Budget):
         self.sweep, self.run, self.ws, self.budget = sweep, run, ws, budget
         self.settings = sweep.spec.grader
         self.queue, self.ledger = sweep.queue, sweep.ledger
+        self.limits = Limits.for_base(self.settings, ws.model)
 
     def submit(self, model_path: str, *, wait: bool = True, force: bool = False) -> dict[str, Any]:
-        """Enqueue and (by default) wait for the score. `force` is for the run's own wrap-up submission."""
-        if self.budget.expired() and not force:
-            raise BudgetExhausted(f"the budget of {self.budget.total_s:g} s is used up; submissions are refused")
-        self.budget.pause()
-        try:
+        """Enqueue and (by default) wait for the score. `force` is for the run's own wrap-up submission, made
+        after the agent stopped (its time is not the agent's). MalformedPath, WaitInFlight and BudgetExhausted
+        are refusals: nothing is enqueued."""
+        check_model_path(model_path)
+        if force:
+            self.budget.pause()
             try:
-                path = resolve_submission(model_path, self.ws.root)
-                files, error = check_artifact(path, self.ws.output), None
-            except ArtifactError as e:
-                files, error = [], str(e)
-            entry = self.queue.submit(self.run.run_id, str(model_path),
-                                      lambda sid: str(freeze(files, self.sweep.submissions / sid)), error)
-            self.snapshot(entry.submission_id, entry.seq)
-            if not wait:
-                return {"submission_id": entry.submission_id, "queued": True}
-            recorded = self.wait_for(entry.submission_id, self.settings.max_wait_s)
-        finally:
-            self.budget.resume()
+                return self._submit(model_path, wait)
+            finally:
+                self.budget.resume()
+        with self.budget.grading_wait():
+            return self._submit(model_path, wait)
+
+    def _submit(self, model_path: str, wait: bool) -> dict[str, Any]:
+        try:
+            path = resolve_submission(model_path, self.ws.root)
+            files, error = check_artifact(path, self.ws.output, self.limits), None
+        except ArtifactError as e:
+            files, error = [], str(e)
+        entry = self.queue.submit(self.run.run_id, str(model_path),
+                                  lambda sid: str(freeze(files, self.sweep.submissions / sid)), error)
+        self.snapshot(entry.submission_id, entry.seq)
+        if not wait:
+            return {"submission_id": entry.submission_id, "queued": True}
+        recorded = self.wait_for(entry.submission_id, self.settings.max_wait_s)
         if recorded is None:
             return {"submission_id": entry.submission_id,
                     "error": f"not graded within {self.settings.max_wait_s:g} s; it stays queued and will be "
@@ -78,7 +82,7 @@ class RunSubmitter:
         return None
 
     def baseline(self) -> BaselineRecord | None:
-        return BaselineRecord.load_or_none(baseline_path(self.sweep, self.run.task, self.run.model.name))
+        return load_baseline(self.sweep, self.run.task, self.run.model.name)
 
     def response(self, entry: LedgerEntry) -> dict[str, Any]:
         """The paper's /submit answer for a recorded submission, with the best of this run so far."""

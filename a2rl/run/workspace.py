@@ -27,16 +27,21 @@ from a2rl.spec.tasks import Task, TaskData
 INSTRUCTIONS = """\
 # Instructions
 
-You have {budget} of wall time (time spent waiting for grading is not counted) to improve the base model at
-`$MODEL_PATH` on the task described in description.md. The training data is in `$DATA_PATH`; the held-out
-evaluation data is not available to you.
+You have {budget} of wall time (time spent waiting for grading is not counted, up to a cap) to improve the
+base model at `$MODEL_PATH` on the task described in description.md. The training data is in `$DATA_PATH`;
+the held-out evaluation data is not available to you.
 
 - Work in `$WORKSPACE/code`. Save each model you want scored as a directory under `$OUTPUT_DIR` with full
   weights in safetensors (`model.save_pretrained(dir)`; merge LoRA adapters first) and the tokenizer.
 - Submit it with `a2rl submit $OUTPUT_DIR/<dir>` or
-  `curl -s -X POST $GRADING_SERVER_URL/submit -H 'Content-Type: application/json' -d '{{"model_path": "<dir>"}}'`.
+  `curl -s -X POST $GRADING_SERVER_URL/submit -H "Authorization: Bearer $GRADING_TOKEN" -H 'Content-Type: application/json' -d '{{"model_path": "<dir>"}}'`
+  (every request needs the token, as that header or as `?token=$GRADING_TOKEN`).
   The call blocks until the model is scored and returns its score, the baseline and your best so far.
-- `curl -s $GRADING_SERVER_URL/time` tells the remaining budget. Submissions after the budget ends are refused.
+  One submission at a time: another one sent while it waits is refused (HTTP 429). A submission holds at most
+  a few dozen files (weights, config, tokenizer) of bounded size.
+- `curl -s -H "Authorization: Bearer $GRADING_TOKEN" $GRADING_SERVER_URL/time` tells the remaining budget.
+  Submissions after the budget ends are refused. Grading waits go uncounted only up to a cap (by default half
+  the budget in total); keeping submissions in flight while you work does not stop the clock.
 - Your best submission counts. Submitting the base model unchanged scores the baseline.
 """
 

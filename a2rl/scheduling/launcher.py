@@ -25,7 +25,7 @@ from a2rl.run.job import run_agent_job
 from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
 from a2rl.store.services import record_service_job
 from a2rl.records import now
-from a2rl.store.results import RunResult
+from a2rl.store.results import load_result
 from a2rl.spec.grid import RunSpec, expand
 from a2rl.spec.sweep import SweepSpec, load_sweep, local_driver_name
 from a2rl.store.sweepdir import RunStatus, SweepDir
@@ -195,7 +195,7 @@ def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool, sched
     status.json says: a PENDING or requeued job must never get a twin); failed ones too with --retry-failed."""
     todo = []
     for run in runs:
-        result = RunResult.load_or_none(sweep.result_path(run.run_id))
+        result = load_result(sweep, run.run_id)
         if result is not None:
             if not (retry_failed and result.status == "failed"):
                 continue

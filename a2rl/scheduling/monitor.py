@@ -10,10 +10,10 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.scheduling.base import JobState, Schedulers
-from a2rl.records import now
-from a2rl.store.results import RunResult, mark_lost
+from a2rl.records import RecordError, now
+from a2rl.store.results import RunResult, load_result, mark_lost
 from a2rl.store.services import ServiceJobs, service_jobs
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import STALE_S, GraderBeat, SweepDir
@@ -35,6 +35,7 @@ class SweepState:
     baselines: dict[str, BaselineRecord] = field(default_factory=dict)  # "task/model" → record
     jobs: dict[str, JobState] = field(default_factory=dict)  # run_id → the scheduler's word (probed runs)
     lost: dict[str, str] = field(default_factory=dict)  # run_id → why: its job is gone without a result
+    problems: list[str] = field(default_factory=list)  # records skipped: unreadable or failing their HMAC
 
     @property
     def finished(self) -> int:
@@ -91,8 +92,9 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
     st.total = len(runs)
     probe = schedulers is not None
     st.jobs = states = probe_runs(sweep, runs, schedulers) if probe else {}  # before reading results: see mark_lost
+    ledger = sweep.ledger
     for run in runs:
-        result = RunResult.load_or_none(sweep.result_path(run.run_id))
+        result = load_result(sweep, run.run_id, st.problems)
         if result is None:
             status = sweep.status(run.run_id)
             job = states.get(run.run_id, JobState(None))
@@ -113,19 +115,24 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             st.running += 1  # its job completes the result with the scores it waits for
         elif result is not None:
             setattr(st, result.status, getattr(st, result.status) + 1)
-        for e in sweep.ledger.entries(run.run_id):
+        for e in ledger.entries(run.run_id):
             st.graded += 1
             key = f"{run.task}/{run.agent.key}"
             if e.score is not None and e.score > st.best.get(key, float("-inf")):
                 st.best[key] = e.score
     st.pending_submissions = len(sweep.queue.pending_ids())
+    st.problems += ledger.problems
     for beat_file in sweep.graders.glob("grader*.json"):
-        beat = GraderBeat.load(beat_file)
+        try:
+            beat = GraderBeat.load(beat_file)
+        except RecordError as e:
+            st.problems.append(str(e))
+            continue
         if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
             st.graders_alive += 1
     for task in sweep.spec.tasks:
         for model in sweep.spec.model_entries:
-            rec = BaselineRecord.load_or_none(baseline_path(sweep, task, model.name))
+            rec = load_baseline(sweep, task, model.name, st.problems)
             if rec is not None:
                 st.baselines[f"{task}/{model.name}"] = rec
     return st

@@ -94,6 +94,13 @@ class GraderSettings(_Strict):
     baseline_cache: str | None = None  # share baselines across sweeps; default: in the sweep directory
     keep_artifacts: bool = False  # keep frozen submission weights after grading
     task_options: dict[str, dict[str, Any]] = {}  # per task, merged over task.yaml's `eval` (judge endpoints...)
+    lock_timeout_s: float = Field(30, gt=0)  # a queue or result lock held longer: skip this round, log it
+    # grading waits are uncharged up to this fraction of the budget; past it they are the agent's time
+    uncharged_wait_fraction: float = Field(0.5, ge=0)
+    # what one submission may hold (top-level files, apparent sizes); the byte caps default to 3x the base model
+    max_files: int = Field(64, ge=1)
+    max_file_gb: float | None = Field(None, gt=0)
+    max_total_gb: float | None = Field(None, gt=0)
 
 
 class LocalDriver(_Strict):

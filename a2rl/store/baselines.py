@@ -1,22 +1,30 @@
 """Baselines: the untouched base model's score, once per (task, model weights, evaluator version).
 
 A failed baseline is recorded as failed, with its error, and shown as such everywhere; it never becomes 0.
+Records are signed (store/integrity.py): the sweep's copy with the sweep's key, the shared cache's with the
+cache directory's own; one that does not verify is ignored (and computed again by the grader).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 from filelock import FileLock
 
 from a2rl.spec.models import resolve_model, weights_hash
-from a2rl.records import Record, now
+from a2rl.records import RecordError, now
+from a2rl.store.integrity import SignedRecord, create_key, read_key
 from a2rl.store.sweepdir import SweepDir
 from a2rl.spec.tasks import Task
 
 
-class BaselineRecord(Record):
+log = logging.getLogger("a2rl.baselines")
+
+
+class BaselineRecord(SignedRecord):
+    SCHEMA = 2  # 2 added hmac
     task: str
     model: str
     model_path: str
@@ -34,6 +42,21 @@ def baseline_path(sweep: SweepDir, task: str, model: str) -> Path:
     return sweep.baselines / f"{task}__{model}.json"
 
 
+def _load(path: Path, key: bytes, problems: list[str] | None = None) -> BaselineRecord | None:
+    """The verified record at `path`, or None (missing, or unverifiable: logged and added to `problems`)."""
+    try:
+        return BaselineRecord.load_verified_or_none(path, key)
+    except RecordError as e:
+        log.warning("%s", e)
+        if problems is not None:
+            problems.append(str(e))
+        return None
+
+
+def load_baseline(sweep: SweepDir, task: str, model: str, problems: list[str] | None = None) -> BaselineRecord | None:
+    return _load(baseline_path(sweep, task, model), sweep.key, problems)
+
+
 def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: str,
                     evaluate: Callable[[Task, Path, Path], tuple[float, dict]], *,
                     retry_failed: bool = False) -> BaselineRecord:
@@ -46,7 +69,7 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
     own = baseline_path(sweep, task.name, model_name)
     own.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(own) + ".lock"):
-        rec = BaselineRecord.load_or_none(own)
+        rec = _load(own, sweep.key)
         if rec is not None and rec.evaluator_version == task.spec.evaluator_version \
                 and not (retry_failed and rec.status == "failed"):
             return rec
@@ -54,11 +77,14 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
         digest = weights_hash(model_dir)
         shared = None
         if sweep.spec.grader.baseline_cache:
-            shared = Path(sweep.spec.grader.baseline_cache) / f"{task.name}__{digest[:20]}__v{task.spec.evaluator_version}.json"
-            cached = BaselineRecord.load_or_none(shared)
+            cache = Path(sweep.spec.grader.baseline_cache)
+            create_key(cache)
+            cache_key = read_key(cache)
+            shared = cache / f"{task.name}__{digest[:20]}__v{task.spec.evaluator_version}.json"
+            cached = _load(shared, cache_key)
             if cached is not None and cached.status == "ok":
                 cached.model, cached.model_path = model_name, str(model_dir)
-                cached.dump(own)
+                cached.sign(sweep.key).dump(own)
                 return cached
         t0 = now()
         try:
@@ -70,7 +96,7 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
             rec = BaselineRecord(task=task.name, model=model_name, model_path=str(model_dir), weights_hash=digest,
                                  evaluator_version=task.spec.evaluator_version, status="failed",
                                  error=f"{type(e).__name__}: {e}", graded_at=now(), eval_seconds=now() - t0)
-        rec.dump(own)
+        rec.sign(sweep.key).dump(own)
         if shared is not None and rec.status == "ok":
-            rec.dump(shared)
+            rec.model_copy().sign(cache_key).dump(shared)
         return rec

@@ -3,17 +3,25 @@
 It lives in the sweep directory, outside every workspace, and only the grader writes it. Each entry is
 published with a no-replace link, so a submission graded twice (a lease that expired under a slow grader)
 is still recorded exactly once: the first result stands.
+
+Entries carry an HMAC (store/integrity.py); one that does not verify, or does not parse, is skipped by every
+reader and listed in `problems`, and a grader recording that submission replaces it.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from a2rl.records import Record
+from a2rl.records import RecordError
+from a2rl.store.integrity import SignedRecord
+
+log = logging.getLogger("a2rl.ledger")
 
 
-class LedgerEntry(Record):
+class LedgerEntry(SignedRecord):
+    SCHEMA = 2  # 2 added hmac
     submission_id: str
     run_id: str
     seq: int
@@ -35,8 +43,9 @@ class LedgerEntry(Record):
 
 
 class Ledger:
-    def __init__(self, root: Path):
-        self.root = Path(root)
+    def __init__(self, root: Path, key: bytes):
+        self.root, self.key = Path(root), key
+        self.problems: list[str] = []  # entries skipped because they do not load or verify, one line each
 
     def path(self, sid: str) -> Path:
         run_id = sid.rsplit(".", 1)[0]
@@ -44,16 +53,41 @@ class Ledger:
 
     def record(self, entry: LedgerEntry) -> bool:
         """True when this call recorded it, False when it was already recorded."""
-        return entry.publish_once(self.path(entry.submission_id))
+        path = self.path(entry.submission_id)
+        if entry.sign(self.key).publish_once(path):
+            return True
+        if self.get(entry.submission_id) is not None:
+            return False
+        log.warning("replacing %s: it was not written by a grader of this sweep", path)
+        entry.dump(path)
+        return True
 
     def has(self, sid: str) -> bool:
-        return self.path(sid).exists()
+        return self.get(sid) is not None
 
     def get(self, sid: str) -> LedgerEntry | None:
-        return LedgerEntry.load_or_none(self.path(sid))
+        path = self.path(sid)
+        return self._load(path) if path.exists() else None
+
+    def _load(self, path: Path) -> LedgerEntry | None:
+        try:
+            entry = LedgerEntry.load_verified(path, self.key)
+        except RecordError as e:
+            self._report(str(e))
+            return None
+        if self.path(entry.submission_id) != path:  # a signed entry copied under another name
+            self._report(f"{path}: holds the entry of {entry.submission_id}: ignored")
+            return None
+        return entry
+
+    def _report(self, problem: str) -> None:
+        if problem not in self.problems:
+            log.warning("%s", problem)
+            self.problems.append(problem)
 
     def entries(self, run_id: str) -> list[LedgerEntry]:
-        return sorted((LedgerEntry.load(p) for p in (self.root / run_id).glob("*.json")), key=lambda e: e.seq)
+        loaded = (self._load(p) for p in (self.root / run_id).glob("*.json"))
+        return sorted((e for e in loaded if e is not None), key=lambda e: e.seq)
 
     def all_entries(self) -> list[LedgerEntry]:
         return [e for d in sorted(self.root.glob("*/")) for e in self.entries(d.name)]

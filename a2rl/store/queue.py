@@ -5,6 +5,7 @@
     queue/pending/<id>.json  QueueEntry, written once by the agent's job
     queue/leases/<id>.json   Lease held by the grader evaluating it; expires unless renewed
     queue/done/<id>.json     the entry after its ledger entry exists
+    queue/rejected/<id>.json a pending file that does not load or verify (written without the sweep's key)
 
 A grader that dies stops renewing its lease; once it expires another grader (or the restarted one) claims the
 entry again. The ledger, not the queue, says whether a submission was graded, so a crash between recording and
@@ -13,6 +14,7 @@ moving to done/ only leaves a stale pending entry that the next claim clears.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -21,10 +23,14 @@ from typing import Callable
 
 from filelock import FileLock
 
-from a2rl.records import Record, atomic_write_text, now
+from a2rl.records import Record, RecordError, atomic_write_text, now
+from a2rl.store.integrity import SignedRecord
+
+log = logging.getLogger("a2rl.queue")
 
 
-class QueueEntry(Record):
+class QueueEntry(SignedRecord):
+    SCHEMA = 2  # 2 added hmac: the run's job signs, the grader verifies before grading
     submission_id: str
     run_id: str
     seq: int
@@ -49,10 +55,11 @@ class Claim:
 
 
 class SubmissionQueue:
-    def __init__(self, root: Path, lock_timeout_s: float = 120.0):
-        self.root = Path(root)
-        self.pending, self.leases, self.done, self.seq = (self.root / d for d in ("pending", "leases", "done", "seq"))
-        for d in (self.pending, self.leases, self.done, self.seq):
+    def __init__(self, root: Path, key: bytes, lock_timeout_s: float = 120.0):
+        self.root, self.key = Path(root), key
+        self.pending, self.leases, self.done, self.seq, self.rejected = (
+            self.root / d for d in ("pending", "leases", "done", "seq", "rejected"))
+        for d in (self.pending, self.leases, self.done, self.seq, self.rejected):
             d.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(self.root / ".lock"), timeout=lock_timeout_s)
 
@@ -71,7 +78,7 @@ class SubmissionQueue:
             except Exception as e:  # a failed snapshot is the agent's invalid submission, not our crash
                 error = f"could not snapshot the model directory: {e}"
         entry = QueueEntry(submission_id=sid, run_id=run_id, seq=seq, submitted_at=now(),
-                           model_path=model_path, artifact=artifact, error=error)
+                           model_path=model_path, artifact=artifact, error=error).sign(self.key)
         entry.dump(self.pending / f"{sid}.json")  # atomic rename: graders never see half an entry
         return entry
 
@@ -89,8 +96,24 @@ class SubmissionQueue:
                     continue
                 lease = Lease(submission_id=sid, holder=holder, claimed_at=t, expires_at=t + lease_s,
                               attempt=(old.attempt + 1) if old else 1)
+                if (entry := self._verified(path)) is None:
+                    continue
                 lease.dump(self.leases / f"{sid}.json")
-                return Claim(QueueEntry.load(path), lease)
+                return Claim(entry, lease)
+        return None
+
+    def _verified(self, path: Path) -> QueueEntry | None:
+        """The pending entry at `path` if the sweep's key signed it; else it is moved to rejected/, logged,
+        and never graded (nor its artifact touched)."""
+        try:
+            entry = QueueEntry.load_verified(path, self.key)
+            if entry.submission_id == path.stem:
+                return entry
+            problem = f"{path}: holds the entry of {entry.submission_id}"
+        except RecordError as e:
+            problem = str(e)
+        log.warning("rejected queue entry: %s", problem)
+        os.replace(path, self.rejected / path.name)
         return None
 
     def renew(self, sid: str, holder: str, lease_s: float) -> bool:
@@ -124,13 +147,18 @@ class SubmissionQueue:
     def entry(self, sid: str) -> QueueEntry | None:
         for d in (self.pending, self.done):
             if (d / f"{sid}.json").exists():
-                return QueueEntry.load(d / f"{sid}.json")
+                return QueueEntry.load_verified(d / f"{sid}.json", self.key)
         return None
 
     def entries(self, run_id: str) -> list[QueueEntry]:
-        """Every submission the run made that reached the queue, graded or not."""
-        return sorted((QueueEntry.load(p) for d in (self.pending, self.done) for p in d.glob(f"{run_id}.*.json")),
-                      key=lambda e: e.seq)
+        """Every submission the run made that reached the queue, graded or not; unverifiable ones skipped."""
+        out = []
+        for p in (p for d in (self.pending, self.done) for p in d.glob(f"{run_id}.*.json")):
+            try:
+                out.append(QueueEntry.load_verified(p, self.key))
+            except RecordError as e:
+                log.warning("%s", e)
+        return sorted(out, key=lambda e: e.seq)
 
     def count(self, run_id: str) -> int:
         """How many submissions the run has made."""

@@ -2,22 +2,26 @@
 workspace. This module is its only writer: the run's job writes it as soon as its agent has ended, listing the
 submissions not graded yet (`write_result`); scores that arrive later are folded in (`refresh_result`) by the job
 while it waits for them and by the grader after; reaping gives a lost run a failed one (`mark_lost`), which the
-grader completes the same way: a lost run stays failed, with its reason, but its scores and best appear."""
+grader completes the same way: a lost run stays failed, with its reason, but its scores and best appear.
+Each is signed with the sweep's key; readers get one through `load_result`, which skips (and reports) one that
+does not verify. Its lock is taken with the sweep's lock timeout (filelock.Timeout past it), so a held lock never
+stalls a grader."""
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from filelock import FileLock
 from pydantic import BaseModel
 
-from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.store.baselines import BaselineRecord, baseline_path, load_baseline
+from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
-from a2rl.records import Record, now
+from a2rl.records import RecordError, now
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import SweepDir
 
-LOCK_TIMEOUT_S = 120.0
 _NO_BASELINE = "no baseline was recorded"  # the baseline_error a refresh replaces once the baseline lands
 
 
@@ -31,8 +35,8 @@ class AgentUsage(BaseModel):
     cost_usd: float | None = None
 
 
-class RunResult(Record):
-    SCHEMA = 2  # 2: setup_seconds, setup_seconds_by_attempt
+class RunResult(SignedRecord):
+    SCHEMA = 2  # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt
     run_id: str
     task: str
     agent: str
@@ -55,6 +59,7 @@ class RunResult(Record):
     scores: list[float | None] = []  # per submission, in order (None = invalid)
     budget_s: float
     agent_seconds: float = 0.0  # budget clock used (it starts when the agent process starts)
+    uncharged_seconds: float = 0.0  # grading waits not charged to the budget (capped; README "budget rule")
     setup_seconds: float = 0.0  # before the agent started (task data, model, workspace, local driver), all attempts
     setup_seconds_by_attempt: list[float] = []
     wall_seconds: float = 0.0
@@ -89,7 +94,7 @@ def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], basel
 def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     run = sweep.run(run_id)
     entries = sweep.ledger.entries(run_id)
-    base = BaselineRecord.load_or_none(baseline_path(sweep, run.task, run.model.name))
+    base = load_baseline(sweep, run.task, run.model.name)
     reason = fields.pop("failure_reason")
     submitted = sweep.queue.count(run_id)
     if len(entries) < submitted and reason is None and fields["status"] != "failed":
@@ -97,8 +102,23 @@ def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     return build_result(run, entries=entries, baseline=base, submitted=submitted, failure_reason=reason, **fields)
 
 
+log = logging.getLogger("a2rl.results")
+
+
+def load_result(sweep: SweepDir, run_id: str, problems: list[str] | None = None) -> RunResult | None:
+    """The run's verified result; None when there is none or it does not load or verify (logged, and added to
+    `problems` for the caller to show)."""
+    try:
+        return RunResult.load_verified_or_none(sweep.result_path(run_id), sweep.key)
+    except RecordError as e:
+        log.warning("%s", e)
+        if problems is not None:
+            problems.append(str(e))
+        return None
+
+
 def _lock(sweep: SweepDir, run_id: str) -> FileLock:
-    return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=LOCK_TIMEOUT_S)
+    return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=sweep.spec.grader.lock_timeout_s)
 
 
 def write_result(sweep: SweepDir, run_id: str, **fields) -> RunResult:
@@ -106,13 +126,13 @@ def write_result(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     either in it or folded in by the grader's refresh after it."""
     with _lock(sweep, run_id):
         result = result_from_ledger(sweep, run_id, **fields)
-        result.dump(sweep.result_path(run_id))
+        result.sign(sweep.key).dump(sweep.result_path(run_id))
     return result
 
 
 # what a refresh keeps of the result it replaces; the rest is rebuilt from the ledger and the baseline
 _KEPT = {"status", "agent_exit_code", "agent_seconds", "started_at", "ended_at", "agent_started_at", "agent_ended_at",
-         "cpu_seconds", "usage", "setup_seconds", "setup_seconds_by_attempt"}
+         "cpu_seconds", "usage", "setup_seconds", "setup_seconds_by_attempt", "uncharged_seconds"}
 
 
 def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
@@ -120,7 +140,7 @@ def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
     or `mark_lost`. The new result, or None when there was nothing to fold in."""
     path = sweep.result_path(run_id)
     with _lock(sweep, run_id):
-        old = RunResult.load_or_none(path)
+        old = load_result(sweep, run_id)
         if old is None:
             return None
         run = sweep.run(run_id)
@@ -129,7 +149,7 @@ def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
             return None
         reason = None if old.failure_reason and "not graded yet" in old.failure_reason else old.failure_reason
         new = result_from_ledger(sweep, run_id, failure_reason=reason, **old.model_dump(include=_KEPT))
-        new.dump(path)
+        new.sign(sweep.key).dump(path)
         return new
 
 
@@ -147,6 +167,8 @@ def mark_lost(sweep: SweepDir, run: RunSpec, reason: str) -> RunResult:
                                 agent_seconds=status.agent_seconds if status else 0.0,
                                 started_at=status.heartbeat_at if status else t, ended_at=t,
                                 setup_seconds=sum(setup), setup_seconds_by_attempt=setup)
-    if not result.publish_once(sweep.result_path(run.run_id)):
-        return RunResult.load(sweep.result_path(run.run_id))
+    if not result.sign(sweep.key).publish_once(sweep.result_path(run.run_id)):
+        if (written := load_result(sweep, run.run_id)) is not None:
+            return written
+        result.dump(sweep.result_path(run.run_id))  # what was there was not written by this sweep
     return result

@@ -1,6 +1,7 @@
 """The sweep directory: everything a sweep records, on the shared file system, outside every workspace.
 
     sweep.yaml            the spec as the user wrote it (frozen at first launch)
+    .a2rl-key             the HMAC key signing ledger, queue, result and baseline records (0600; integrity.py)
     sweep.json            FrozenSweep: the validated spec with absolute paths, and the sweep's id
     runs.json             RunIndex: every run of the grid
     runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job); resume/:
@@ -18,10 +19,12 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
 from a2rl import __version__
+from a2rl.store.integrity import create_key, read_key
 from a2rl.store.ledger import Ledger
 from a2rl.records import Record, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
@@ -120,13 +123,17 @@ class SweepDir:
     def result_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "result.json"
 
+    @cached_property
+    def key(self) -> bytes:
+        return read_key(self.root)
+
     @property
     def queue(self) -> SubmissionQueue:
-        return SubmissionQueue(self.root / "queue")
+        return SubmissionQueue(self.root / "queue", self.key, self.spec.grader.lock_timeout_s)
 
     @property
     def ledger(self) -> Ledger:
-        return Ledger(self.root / "ledger")
+        return Ledger(self.root / "ledger", self.key)
 
     def baseline_dir(self) -> Path:
         cache = self.spec.grader.baseline_cache
@@ -151,6 +158,7 @@ class SweepDir:
 
     def create(self, spec: SweepSpec, spec_text: str, runs: list[RunSpec]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        create_key(self.root)
         atomic_write_text(self.spec_yaml, spec_text)
         FrozenSweep(spec=spec, sweep_uid=secrets.token_hex(4), created_at=now(),
                     a2rl_version=__version__).dump(self.frozen_path)
