@@ -29,10 +29,10 @@ from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import get_task
 from a2rl.store.baselines import baseline_path, load_baseline
 from a2rl.store.queue import QueueEntry
-from a2rl.store.results import load_result, result_from_ledger, write_result
+from a2rl.store.results import load_result, write_result
 from conftest import FIXTURES, REPO, a2rl, write_sweep
 
-sys.path.insert(0, str(FIXTURES))
+sys.path.insert(0, str(FIXTURES / "agents"))
 from variants import make_variant  # noqa: E402
 
 
@@ -124,9 +124,8 @@ def test_a_forged_baseline_is_ignored_and_graded_again(two, tiny_model):
 def test_a_rewritten_result_json_is_refused_by_every_reader(two, tiny_model):
     sweep, (victim, attacker), grader, drain = two
     graded(sweep, attacker, attacker.variant("v", 10, tiny_model), drain)
-    result = result_from_ledger(sweep, attacker.spec.run_id, status="ok", failure_reason=None, agent_exit_code=0,
-                                agent_seconds=1.0, started_at=now(), ended_at=now())
-    write_result(sweep, result)
+    write_result(sweep, attacker.spec.run_id, status="ok", failure_reason=None, agent_exit_code=0,
+                 agent_seconds=1.0, started_at=now(), ended_at=now())
     assert load_result(sweep, attacker.spec.run_id).best == 10.0
     path = sweep.result_path(attacker.spec.run_id)
     path.write_text(json.dumps(dict(json.loads(path.read_text()), best=100.0, improvement=100.0)))
@@ -248,8 +247,8 @@ def test_held_locks_cost_the_grader_a_round_not_its_life(two, tiny_model, caplog
         assert grader.run() == 0  # idle: the lock never came free, the grader went on polling
     assert f"lock {sweep.queue.root / '.lock'} held for 0.3 s; skipping this round" in caplog.text
     assert not sweep.ledger.has(sid)
-    write_result(sweep, result_from_ledger(sweep, victim.spec.run_id, status="ok", failure_reason=None,
-                                           agent_exit_code=0, agent_seconds=1.0, started_at=now(), ended_at=now()))
+    write_result(sweep, victim.spec.run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
+                 started_at=now(), ended_at=now())
     with FileLock(str(sweep.result_path(victim.spec.run_id)) + ".lock"):
         drain()  # records the score; folding it into result.json waits for the run's next score
     assert sweep.ledger.get(sid).score == 30.0
