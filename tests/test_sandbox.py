@@ -262,3 +262,16 @@ def test_network_reaches_only_the_grading_server_and_the_allowlist(layout, netwo
         assert "403" in seen["denied"] and refused == [f"CONNECT 127.0.0.1:{other.server_port}"]
     else:
         assert seen["allowed"].startswith("ERR") and seen["denied"].startswith("ERR")
+
+
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_isolation_none_is_marked_untrusted_in_every_table(tmp_path, isolation):
+    from a2rl.reporting.aggregate import render
+    from a2rl.scheduling.launcher import open_sweep
+    from conftest import a2rl, write_sweep
+
+    sweep, _ = open_sweep(write_sweep(tmp_path, isolation=isolation), tmp_path / "sd")
+    outputs = [render(sweep, fmt, []) for fmt in ("simple", "github", "latex", "csv")]
+    outputs.append(a2rl("status", str(sweep.root), check=True).stdout)
+    marked = ["# UNTRUSTED: isolation: none" in out for out in outputs]
+    assert marked == [isolation == "none"] * len(outputs)

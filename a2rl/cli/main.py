@@ -92,6 +92,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
     from a2rl.scheduling.base import Schedulers
+    from a2rl.reporting.aggregate import untrusted_note
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import load_result
 
@@ -125,6 +126,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}")
     for problem in st.problems:
         print(f"skipped: {problem}")
+    if note := untrusted_note(sweep):
+        print(note.strip())
     return 0
 
 
