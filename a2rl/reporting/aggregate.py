@@ -1,4 +1,5 @@
-"""The results table (`python -m a2rl.aggregate SWEEP_DIR`): one row per task × agent × driver × model over seeds.
+"""The results table (`python -m a2rl.aggregate SWEEP_DIR`): one row per task × agent × driver × prompt
+mode × model over seeds (runs in different modes are different experiments: never averaged together).
 
 best is the mean ± SEM over seeds of each run's best score, where a run with no valid submission keeps the
 base model (its baseline), as in the paper; improvement is best − baseline.
@@ -17,7 +18,7 @@ from a2rl.store.baselines import BaselineRecord, baseline_path
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 
-HEADERS = ["task", "agent", "driver", "model", "baseline", "best (mean ± SEM)", "improvement", "submissions",
+HEADERS = ["task", "agent", "driver", "mode", "model", "baseline", "best (mean ± SEM)", "improvement", "submissions",
            "runs ok", "runs failed"]
 
 
@@ -33,14 +34,14 @@ def rows(sweep: SweepDir) -> list[list[str]]:
     groups: dict[tuple, list[RunResult]] = defaultdict(list)
     order: list[tuple] = []
     for run in sweep.runs():
-        key = (run.task, run.agent.key, run.driver, run.model.name)
+        key = (run.task, run.agent.key, run.driver, run.mode, run.model.name)
         if key not in groups:
             order.append(key)
         result = RunResult.load_or_none(sweep.result_path(run.run_id))
         groups[key].append(result)
     out = []
     for key in order:
-        task, agent, driver, model = key
+        task, agent, driver, mode, model = key
         results = [r for r in groups[key] if r is not None]
         unfinished = len(groups[key]) - len(results)
         base = BaselineRecord.load_or_none(baseline_path(sweep, task, model))
@@ -60,7 +61,7 @@ def rows(sweep: SweepDir) -> list[list[str]]:
         subs = sum(r.submissions for r in results)
         valid = sum(r.valid_submissions for r in results)
         ok_txt = str(len(completed)) + (f" (+{unfinished} unfinished)" if unfinished else "")
-        out.append([task, agent, driver, model, base_txt, best_txt, impr_txt, f"{subs} ({valid} valid)",
+        out.append([task, agent, driver, mode, model, base_txt, best_txt, impr_txt, f"{subs} ({valid} valid)",
                     ok_txt, str(len(results) - len(completed))])
     return out
 
