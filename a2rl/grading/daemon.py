@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import submitit
@@ -55,11 +56,13 @@ class GradingDaemon:
         self.queue, self.ledger = sweep.queue, sweep.ledger
         self.data_root = sweep.data_root()
         self.task_dirs = [Path(p) for p in self.spec.task_paths]
+        self.run_ids = [r.run_id for r in sweep.runs()]  # runs.json is written once, with the sweep
         self.graded = 0
         self.started_at = now()
         self._state, self._note = "idle", ""
         self._stop = threading.Event()
         self._baselines: dict[tuple[str, str], BaselineRecord] = {}
+        self.sleep, self.clock = time.sleep, time.monotonic  # of the idle wait; tests drive a fake time
 
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> int:
@@ -71,7 +74,10 @@ class GradingDaemon:
                     self.baseline(task_name, model.name, retry_failed=True)
             idle_since = now()
             while True:
-                claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
+                seen = self.queue.pending_stamp()
+                # the lock only when there is something to claim: an idle grader lists pending/ and no more
+                claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has) \
+                    if self.queue.pending_ids() else None
                 if claim is not None:
                     self.grade(claim)
                     idle_since = now()
@@ -82,7 +88,7 @@ class GradingDaemon:
                 if now() - idle_since > self.settings.idle_timeout_s:
                     self._note = f"idle for {self.settings.idle_timeout_s:g} s"
                     return 0
-                self._stop.wait(self.settings.poll_s)
+                self.queue.wait_for_change(seen, self.settings.poll_s, sleep=self.sleep, clock=self.clock)
         finally:
             self._state = "exited"
             self._stop.set()
@@ -90,7 +96,7 @@ class GradingDaemon:
             log.info("grader %s exits (%s), graded %d", self.holder, self._note, self.graded)
 
     def sweep_finished(self) -> bool:
-        return all(self.sweep.result_path(r.run_id).exists() for r in self.sweep.runs()) \
+        return all(self.sweep.result_path(run_id).exists() for run_id in self.run_ids) \
             and not self.queue.pending_ids()
 
     def _heartbeat_loop(self) -> None:
