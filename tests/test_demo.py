@@ -35,8 +35,8 @@ def check_demo(sweep: SweepDir) -> None:
             assert r.submissions == 0 and r.best is None
     table = a2rl("aggregate", str(sweep.root), "--format", "csv", check=True).stdout.splitlines()
     rows = {line.split(",")[1]: line.split(",") for line in table[1:]}
-    assert rows["baseline"][5] == "—" and rows["baseline"][7] == "0 (0 valid)"
-    assert float(rows["pipeline"][6]) > 0  # improvement
+    assert rows["baseline"][6] == "—" and rows["baseline"][8] == "0 (0 valid)"
+    assert float(rows["pipeline"][7]) > 0  # improvement
     for fmt in ("github", "latex", "simple"):
         assert "pipeline" in a2rl("aggregate", str(sweep.root), "--format", fmt, check=True).stdout
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -19,20 +20,46 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 2
     path = Path(args.model_path)
     model_path = str(path.resolve()) if path.exists() else args.model_path  # else: relative to $WORKSPACE
+    body, error = post_submit(f"{url}/submit", model_path, args.timeout)
+    if body is not None:  # the server's answer, also when it reports an error: it may carry a submission id
+        print(json.dumps(body, indent=1))
+    if error:
+        print(f"error: {' '.join(error.split())}", file=sys.stderr)  # one line, whatever the server sent
+        return 1
+    return 0
+
+
+def post_submit(url: str, model_path: str, timeout_s: float) -> tuple[dict | None, str | None]:
+    """(the server's JSON object or None, an error message or None). Every failure of the server or the
+    connection is an error message here, never an exception: an agent reads one line, not a traceback."""
     headers = {"Content-Type": "application/json",
                "Authorization": f"Bearer {os.environ.get('GRADING_TOKEN', '')}"}  # the run's credential
-    req = urllib.request.Request(f"{url}/submit", data=json.dumps({"model_path": model_path}).encode(),
-                                 headers=headers, method="POST")
+    req = urllib.request.Request(url, data=json.dumps({"model_path": model_path}).encode(), headers=headers,
+                                 method="POST")
+    status = 200
     try:
-        with urllib.request.urlopen(req) as resp:
-            body = json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        body = json.loads(e.read() or b"{}") or {"error": f"HTTP {e.code}"}
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
     except urllib.error.URLError as e:
-        print(f"error: cannot reach the grading server at {url}: {e.reason}", file=sys.stderr)
-        return 2
-    print(json.dumps(body, indent=1))
-    return 1 if body.get("error") else 0
+        return None, f"cannot reach the grading server at {url}: {e.reason}"
+    except TimeoutError:
+        return None, f"the grading server at {url} did not answer within {timeout_s:g} s"
+    except (OSError, http.client.HTTPException) as e:  # reset, closed without an answer, truncated body
+        return None, f"the grading server at {url} broke off the answer: {e!r}"
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return None, f"the grading server answered HTTP {status} without a JSON object: {raw[:200]!r}"
+    if body.get("error"):
+        return body, str(body["error"]) + ("" if status == 200 else f" (HTTP {status})")
+    if status != 200:
+        return body, f"the grading server answered HTTP {status}"
+    return body, None
 
 
 class NotASweep(Exception):
@@ -176,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("submit", help=cmd_submit.__doc__)
     s.add_argument("model_path")
+    s.add_argument("--timeout", type=float, default=7 * 3600,
+                   help="seconds without an answer before giving up (default 7 h: above the grader's 6 h wait)")
     s.set_defaults(fn=cmd_submit)
     s = sub.add_parser("grade", help=cmd_grade.__doc__)
     s.add_argument("sweep_dir", type=Path)

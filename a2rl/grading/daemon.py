@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import submitit
@@ -62,11 +63,13 @@ class GradingDaemon:
         self.queue, self.ledger = sweep.queue, sweep.ledger
         self.data_root = sweep.data_root()
         self.task_dirs = [Path(p) for p in self.spec.task_paths]
+        self.run_ids = [r.run_id for r in sweep.runs()]  # runs.json is written once, with the sweep
         self.graded = 0
         self.started_at = now()
         self._state, self._note = "idle", ""
         self._stop = threading.Event()
         self._baselines: dict[tuple[str, str], BaselineRecord] = {}
+        self.sleep, self.clock = time.sleep, time.monotonic  # of the idle wait; tests drive a fake time
 
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> int:
@@ -80,8 +83,11 @@ class GradingDaemon:
                 self.refresh(run.run_id)
             idle_since = now()
             while True:
+                seen = self.queue.pending_stamp()
+                # the lock only when there is something to claim: an idle grader lists pending/ and no more
                 try:
-                    claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
+                    claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has) \
+                        if self.queue.pending_ids() else None
                 except Timeout as e:
                     self._held(e)
                     claim = None
@@ -95,7 +101,7 @@ class GradingDaemon:
                 if now() - idle_since > self.settings.idle_timeout_s:
                     self._note = f"idle for {self.settings.idle_timeout_s:g} s"
                     return 0
-                self._stop.wait(self.settings.poll_s)
+                self.queue.wait_for_change(seen, self.settings.poll_s, sleep=self.sleep, clock=self.clock)
         finally:
             self._state = "exited"
             self._stop.set()
@@ -106,7 +112,7 @@ class GradingDaemon:
         log.warning("lock %s held for %g s; skipping this round", e.lock_file, self.settings.lock_timeout_s)
 
     def sweep_finished(self) -> bool:
-        return all(self.sweep.result_path(r.run_id).exists() for r in self.sweep.runs()) \
+        return all(self.sweep.result_path(run_id).exists() for run_id in self.run_ids) \
             and not self.queue.pending_ids()
 
     def _heartbeat_loop(self) -> None:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from a2rl.errors import SpecError, format_validation_error
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
@@ -174,15 +174,16 @@ class SweepSpec(_Strict):
         return [ModelEntry(name=_model_name(m), path=m) if isinstance(m, str) else m for m in v] \
             if isinstance(v, list) else v
 
-    @model_validator(mode="after")
-    def _unique(self) -> "SweepSpec":
-        for field, keys in (("tasks", self.tasks), ("agents", [a.key for a in self.agent_entries]),
-                            ("drivers", self.drivers), ("modes", self.modes), ("models", [m.name for m in self.model_entries]),
-                            ("seeds", self.seeds)):
-            dup = sorted({k for k in keys if keys.count(k) > 1}, key=str)
-            if dup:
-                raise ValueError(f"{field}: duplicate entries {dup} (give agents a distinct `label`)")
-        return self
+    @field_validator("tasks", "agents", "drivers", "modes", "models", "seeds")
+    @classmethod
+    def _unique(cls, v: list, info: ValidationInfo) -> list:
+        """Per field, so a duplicate is one invalid field and the references of the others are still checked."""
+        keys = [x.key if isinstance(x, AgentEntry) else x.name if isinstance(x, ModelEntry) else x for x in v]
+        dup = sorted({k for k in keys if keys.count(k) > 1}, key=str)
+        if dup:
+            raise ValueError(f"duplicate entries {dup}" + (" (give agents a distinct `label`)"
+                                                           if info.field_name == "agents" else ""))
+        return v
 
     def drivers_of(self, agent: AgentEntry) -> list[str]:
         return self.drivers if agent.drivers is None else agent.drivers
@@ -215,20 +216,28 @@ def default_agent_python() -> Path:
 
 
 def load_sweep(path: Path) -> SweepSpec:
-    """Parse and fully validate a sweep file: schema, registries, files. Raises SpecError listing every problem."""
+    """Parse and fully validate a sweep file: schema, registries, files. Raises SpecError listing every problem:
+    the references of the valid fields are checked even when other fields break the schema."""
     path = Path(path)
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise SpecError([f"{path}: expected a mapping at the top level, got {type(data).__name__}"])
     try:
-        spec = SweepSpec.model_validate(data)
+        spec, problems, invalid = SweepSpec.model_validate(data), [], set()
     except ValidationError as e:
-        raise SpecError([f"{path}: {line}" for line in format_validation_error(e)]) from None
+        problems, invalid = format_validation_error(e), {err["loc"][0] for err in e.errors()}
+        spec = SweepSpec.model_validate({**{k: v for k, v in data.items() if k not in invalid},
+                                         **{k: v for k, v in _PLACEHOLDERS.items() if k in invalid}})
     spec = _absolutise(spec, path.resolve().parent)
-    problems = check_references(spec)
+    problems += check_references(spec, invalid)
     if problems:
         raise SpecError([f"{path}: {line}" for line in problems])
     return spec
+
+
+#: valid stand-ins for required fields that break the schema, so that the valid fields' references are still
+#: checked (every error is a field's: without its invalid fields the spec validates); check_references skips them
+_PLACEHOLDERS = {"name": "invalid", "tasks": ["invalid"], "agents": ["invalid"], "models": ["invalid"], "budget": 1}
 
 
 def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
@@ -247,15 +256,19 @@ def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
     })
 
 
-def check_references(spec: SweepSpec) -> list[str]:
-    """Names that must exist in the registries, and files that must exist."""
+def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[str]:
+    """Names that must exist in the registries, and files that must exist. Checks that depend on a field in
+    `invalid` (which broke the schema, so `spec` holds a default or a placeholder there) are skipped."""
     from a2rl.spec.agents import agent_registry, known_modes
     from a2rl.spec.tasks import task_registry
+
+    def valid(*fields: str) -> bool:
+        return not invalid.intersection(fields)
 
     problems = []
     tasks = task_registry([Path(p) for p in spec.task_paths])
     known_tasks = tasks.names()
-    for i, t in enumerate(spec.tasks):
+    for i, t in enumerate(spec.tasks if valid("tasks", "task_paths") else []):
         if t not in known_tasks:
             problems.append(f"tasks[{i}]: unknown task {t!r} (known: {', '.join(known_tasks)})")
             continue
@@ -270,7 +283,7 @@ def check_references(spec: SweepSpec) -> list[str]:
                 problems.append(f"tasks[{i}]: task {t!r} has no {field} file {folder / getattr(task, field)}")
     agents = agent_registry([Path(p) for p in spec.agent_paths])
     known_agents = agents.names()
-    for i, a in enumerate(spec.agent_entries):
+    for i, a in enumerate(spec.agent_entries if valid("agents", "agent_paths") else []):
         if a.name not in known_agents:
             problems.append(f"agents[{i}]: unknown agent {a.name!r} (known: {', '.join(known_agents)})")
             continue
@@ -280,7 +293,7 @@ def check_references(spec: SweepSpec) -> list[str]:
         except SpecError as e:
             problems += [f"agents[{i}].args: {line}" for line in e.lines]
             continue
-        if not stack.needs_driver:
+        if not stack.needs_driver or not valid("drivers", "local_drivers"):
             continue
         for d in spec.drivers_of(a):
             local = local_driver_name(d)
@@ -296,7 +309,7 @@ def check_references(spec: SweepSpec) -> list[str]:
     modes = known_modes()
     problems += [f"modes[{i}]: unknown mode {m!r} (known: {', '.join(modes)})"
                  for i, m in enumerate(spec.modes) if m not in modes]
-    for i, m in enumerate(spec.model_entries):
+    for i, m in enumerate(spec.model_entries if valid("models") else []):
         err = check_model_ref(m.path)
         if err:
             problems.append(f"models[{i}].path: {err}")

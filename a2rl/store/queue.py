@@ -10,6 +10,10 @@
 A grader that dies stops renewing its lease; once it expires another grader (or the restarted one) claims the
 entry again. The ledger, not the queue, says whether a submission was graded, so a crash between recording and
 moving to done/ only leaves a stale pending entry that the next claim clears.
+
+An idle grader notices a new entry by statting pending/ every WATCH_S (a new entry changes the directory's
+mtime), and takes the lock and lists the entries only then, or every poll_s as a fallback: mtime granularity
+and NFS attribute caching can hide a change, and inotify does not cross nodes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -27,6 +32,8 @@ from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.queue")
+
+WATCH_S = 0.05  # how often an idle grader stats pending/: one stat is cheap, the lock and a listing are not
 
 
 class QueueEntry(SignedRecord):
@@ -164,6 +171,23 @@ class SubmissionQueue:
         """How many submissions the run has made."""
         counter = self.seq / run_id
         return int(counter.read_text()) if counter.exists() else 0
+
+    def pending_stamp(self) -> tuple[int, int, int]:
+        """pending/'s mtime, size and inode: they change when an entry is added (renamed in) or removed."""
+        st = os.stat(self.pending)
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def wait_for_change(self, stamp: tuple[int, int, int], timeout_s: float, *,
+                        sleep: Callable[[float], object] = time.sleep,
+                        clock: Callable[[], float] = time.monotonic) -> bool:
+        """Stat pending/ every WATCH_S until it differs from `stamp` (True) or `timeout_s` has passed (False;
+        the caller lists the queue anyway). Take `stamp` before listing, so an entry added meanwhile counts."""
+        deadline = clock() + timeout_s
+        while (left := deadline - clock()) > 0:
+            if self.pending_stamp() != stamp:
+                return True
+            sleep(min(WATCH_S, left))
+        return False
 
     def pending_ids(self) -> list[str]:
         return sorted(p.stem for p in self.pending.glob("*.json"))

@@ -1,10 +1,12 @@
 """Queue latency: submit → claimed and submit → recorded, over N submissions through the real job-side path
 (RunSubmitter: checks, freeze, enqueue, block) with a real grading daemon (`a2rl grade`) in its own process.
 
-    python tools/bench/queue_latency.py [--n 100] [--poll 0.2] [--concurrent 1]
+    python tools/bench/queue_latency.py [--n 100] [--poll 0.2] [--concurrent 1] [--idle 10]
 
-Uses the tiny model and the test task `echo` (tests/fixtures/tasks), whose evaluation is a model load and one
-generated token, so the figures are the queue's, not a task's.
+Prints p50 and p90 of submit → claimed and submit → recorded, and the grader's CPU use while idle (the CPU
+time of its threads over --idle seconds with nothing queued, after its baseline). Uses the tiny model and the
+test task `echo` (tests/fixtures/tasks), whose evaluation is a model load and one generated token, so the
+figures are the queue's, not a task's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main() -> int:
     p.add_argument("--n", type=int, default=100, help="submissions per submitter")
     p.add_argument("--poll", type=float, default=0.2, help="grader poll interval (the sweep default is 0.2 s)")
     p.add_argument("--concurrent", type=int, default=1, help="submitters at once")
+    p.add_argument("--idle", type=float, default=10.0, help="seconds over which the idle grader's CPU is measured")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="a2rl-bench-"))
     os.environ.setdefault("A2RL_CACHE", str(tmp / "cache"))
@@ -47,6 +50,10 @@ def main() -> int:
     try:
         while not list(sweep.baselines.glob("*.json")):  # let the grader start up and score the baseline
             time.sleep(0.1)
+        time.sleep(1.0)  # the grader goes idle once it has written the baseline
+        cpu0, t0 = cpu_seconds(grader.pid), time.monotonic()
+        time.sleep(args.idle)
+        idle_cpu = (cpu_seconds(grader.pid) - cpu0) / (time.monotonic() - t0)
         t0 = time.monotonic()
         procs = [subprocess.Popen([sys.executable, str(FIXTURES / "stress_submitter.py"), str(sweep.root),
                                    run.run_id, str(args.n), str(i)], stdout=subprocess.DEVNULL)
@@ -68,10 +75,17 @@ def main() -> int:
     print(f"{len(entries)} submissions, {args.concurrent} submitter(s), grader poll {args.poll} s, "
           f"wall {wall:.1f} s ({len(entries) / wall:.1f} submissions/s)")
     for name, xs in (("submit -> claimed", claimed), ("submit -> recorded", recorded), ("evaluation", grading)):
-        print(f"  {name:20s} median {statistics.median(xs) * 1000:7.1f} ms   p90 {q(xs, 0.9) * 1000:7.1f} ms   "
+        print(f"  {name:20s} p50 {statistics.median(xs) * 1000:7.1f} ms   p90 {q(xs, 0.9) * 1000:7.1f} ms   "
               f"max {xs[-1] * 1000:7.1f} ms")
+    print(f"  grader idle CPU      {idle_cpu * 100:.2f}% of one core over {args.idle:g} s")
     return 0
 
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process, all its threads (Linux /proc/<pid>/task/*/schedstat: nanoseconds on a CPU, exact,
+    where /proc/<pid>/stat counts 10 ms ticks)."""
+    return sum(int(Path(f"/proc/{pid}/task/{t}/schedstat").read_text().split()[0])
+               for t in os.listdir(f"/proc/{pid}/task")) / 1e9
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""A sweep with schema errors still gets its references checked: one launch reports every problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from a2rl.errors import SpecError
+from a2rl.spec.sweep import load_sweep
+from conftest import a2rl, write_sweep
+
+
+def errors_of(path) -> list[str]:
+    with pytest.raises(SpecError) as e:
+        load_sweep(path)
+    return [line.split(": ", 1)[1] for line in e.value.lines]
+
+
+def test_a_wrong_type_and_an_unknown_agent_are_reported_together(tmp_path):
+    errors = errors_of(write_sweep(tmp_path, agents=["baseline", "claud"], seeds=["zero"]))
+    assert len(errors) == 2, errors
+    assert errors[0] == "seeds[0]: Input should be a valid integer (got 'zero')"
+    assert errors[1].startswith("agents[1]: unknown agent 'claud' (known: ")
+
+
+def test_every_kind_of_reference_is_checked_beside_schema_errors(tmp_path):
+    errors = errors_of(write_sweep(tmp_path, tasks=["nope"], models=["builtin:huge"], modes=["fre"],
+                                   cluster="nowhere", budget="soon", grader={"poll_s": "fast"}, bogus=1))
+    assert {e.split(":", 1)[0] for e in errors} == {
+        "budget", "grader.poll_s", "bogus", "tasks[0]", "models[0].path", "modes[0]", "cluster"}, errors
+
+
+@pytest.mark.parametrize("fields, absent", [
+    # a required field that breaks the schema is not also reported as an unknown reference
+    ({"tasks": "echo"}, "tasks[0]: unknown task"),
+    ({"agents": [{"name": "baseline", "args": "x"}]}, "agents[0]: unknown agent"),
+    ({"models": [{"name": "bad name!", "path": "/nowhere"}]}, "models[0].path:"),
+    # nor are references resolved against a search path that is itself invalid
+    ({"task_paths": "tasks"}, "tasks[0]: unknown task"),
+])
+def test_references_of_an_invalid_field_are_not_checked(tmp_path, fields, absent):
+    errors = errors_of(write_sweep(tmp_path, **fields))
+    assert errors and not any(e.startswith(absent) for e in errors), errors
+
+
+def test_a_duplicate_and_an_unknown_agent_are_reported_together(tmp_path):
+    errors = errors_of(write_sweep(tmp_path, seeds=[1, 1], agents=["claud"]))
+    assert any("duplicate entries [1]" in e for e in errors), errors
+    assert any(e.startswith("agents[0]: unknown agent 'claud'") for e in errors), errors
+
+
+def test_launch_prints_both_kinds(tmp_path):
+    proc = a2rl("launch", str(write_sweep(tmp_path, agents=["claud"], budget="soon")), "--dry-run", timeout=300)
+    assert proc.returncode != 0
+    assert "budget: expected seconds" in proc.stderr and "unknown agent 'claud'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
