@@ -31,14 +31,21 @@ def sweep(tmp_path) -> SweepDir:
     sweep.create(spec, "", expand(spec))
     BaselineRecord(task="echo", model="tiny-llama", model_path="builtin:tiny-llama", weights_hash="h",
                    evaluator_version=1, status="ok", score=10.0, graded_at=0.0
-                   ).dump(baseline_path(sweep, "echo", "tiny-llama"))
+                   ).sign(sweep.key).dump(baseline_path(sweep, "echo", "tiny-llama"))
     return sweep
 
 
 def finish(sweep: SweepDir, run, best: float | None, status: str = "ok") -> None:
     RunResult(run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, model=run.model.name,
               seed=run.seed, status=status, baseline=10.0, best=best, submissions=1, valid_submissions=int(best is not None),
-              budget_s=60, started_at=0.0, ended_at=1.0).dump(sweep.result_path(run.run_id))
+              budget_s=60, started_at=0.0, ended_at=1.0).sign(sweep.key).dump(sweep.result_path(run.run_id))
+
+
+def by_mode_rows(sweep: SweepDir) -> dict[str, dict[str, str]]:
+    problems: list[str] = []
+    table = {row[HEADERS.index("mode")]: dict(zip(HEADERS, row)) for row in rows(sweep, problems)}
+    assert problems == []  # every record verified
+    return table
 
 
 def test_prompt_modes_are_separate_rows(sweep):
@@ -47,7 +54,7 @@ def test_prompt_modes_are_separate_rows(sweep):
     for seed, (free, sft) in enumerate([(80.0, 20.0), (90.0, 30.0)]):
         finish(sweep, by_mode["free", seed], free)
         finish(sweep, by_mode["sft-only", seed], sft)
-    table = {row[HEADERS.index("mode")]: dict(zip(HEADERS, row)) for row in rows(sweep)}
+    table = by_mode_rows(sweep)
     assert set(table) == {"free", "sft-only"}
     assert table["free"]["best (mean ± SEM)"] == "85.00 ± 5.00" and table["free"]["improvement"] == "+75.00"
     assert table["sft-only"]["best (mean ± SEM)"] == "25.00 ± 5.00" and table["sft-only"]["improvement"] == "+15.00"
@@ -60,7 +67,7 @@ def test_unfinished_and_failed_runs_stay_in_their_modes_row(sweep):
     finish(sweep, by_mode["free", 0], 80.0)
     finish(sweep, by_mode["sft-only", 0], None)  # no valid submission: keeps the baseline
     finish(sweep, by_mode["sft-only", 1], None, status="failed")
-    table = {row[HEADERS.index("mode")]: dict(zip(HEADERS, row)) for row in rows(sweep)}
+    table = by_mode_rows(sweep)
     assert (table["free"]["best (mean ± SEM)"], table["free"]["runs ok"], table["free"]["runs failed"]) == \
         ("80.00 ± 0.00", "1 (+1 unfinished)", "0")
     assert (table["sft-only"]["best (mean ± SEM)"], table["sft-only"]["runs ok"], table["sft-only"]["runs failed"]) == \
@@ -68,6 +75,6 @@ def test_unfinished_and_failed_runs_stay_in_their_modes_row(sweep):
 
 
 def test_csv_has_a_mode_column(sweep):
-    lines = render(sweep, "csv").splitlines()
+    lines = render(sweep, "csv", []).splitlines()
     assert lines[0].split(",")[:5] == ["task", "agent", "driver", "mode", "model"]
     assert [line.split(",")[3] for line in lines[1:]] == ["free", "sft-only"]

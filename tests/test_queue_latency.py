@@ -33,7 +33,7 @@ def enqueue(queue: SubmissionQueue, run_id: str) -> str:
 
 
 def test_wait_for_change_returns_at_the_first_stat_after_an_entry_arrives(tmp_path):
-    queue = SubmissionQueue(tmp_path / "queue")
+    queue = SubmissionQueue(tmp_path / "queue", key=b"k" * 32)
     arrived = []
     fake = FakeTime(lambda t: arrived or t < 3 * WATCH_S or arrived.append((t, enqueue(queue, "r"))))
     assert queue.wait_for_change(queue.pending_stamp(), POLL_S, sleep=fake.sleep, clock=fake.clock)
@@ -41,7 +41,7 @@ def test_wait_for_change_returns_at_the_first_stat_after_an_entry_arrives(tmp_pa
 
 
 def test_wait_for_change_times_out_after_poll_s_when_nothing_changes(tmp_path):
-    queue = SubmissionQueue(tmp_path / "queue")
+    queue = SubmissionQueue(tmp_path / "queue", key=b"k" * 32)
     fake = FakeTime()
     assert not queue.wait_for_change(queue.pending_stamp(), 1.0, sleep=fake.sleep, clock=fake.clock)
     assert fake.t == pytest.approx(1.0)
