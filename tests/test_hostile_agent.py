@@ -84,7 +84,7 @@ def test_without_isolation_the_same_attacks_succeed(tmp_path):
     above can fail."""
     sweep, seen = hostile_sweep(tmp_path, "--allow-leaks", isolation="none")
     got = {k for k, v in seen["report"].items() if v["succeeded"]}
-    assert {"held-out split via the model link", "held-out split in the data root", "data root",
+    assert {"held-out split via the model link", "held-out split in the data root", "data root", "prepare script / a2rl prepare",
             "launcher's secret in /proc/*/environ", "launcher's HOME", "write into the sweep directory",
             "read the sweep directory", "other run's workspace", "other run's agent.log"} <= got, seen["report"]
 
