@@ -5,7 +5,7 @@ tokens/cost read from its transcript. Plus the launch-time checks: credentials, 
 from __future__ import annotations
 
 import json
-import sys
+import shutil
 import time
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from a2rl.recording.snapshots import load_snapshots
 from a2rl.store.results import RunResult
 from a2rl.reporting.metrics import RunMetrics
 from a2rl.spec.grid import expand
-from a2rl.spec.sweep import load_sweep
+from a2rl.spec.sweep import default_agent_python, load_sweep
 from conftest import FIXTURES, a2rl, write_sweep
 from test_runs import launch, only_result
 
@@ -34,11 +34,16 @@ STACKS = {  # stack: (driver, binary, expected cost: None where the CLI reports 
 
 @pytest.fixture
 def fake_bin(tmp_path, monkeypatch) -> Path:
-    """Wrappers named like each CLI, found through the stacks' `$A2RL_AGENT_BIN` path entry."""
+    """Wrappers named like each CLI, found through the stacks' `$A2RL_AGENT_BIN` path entry, which the sandbox
+    binds read-only: the fake CLI runs from there (not from the source tree, which the agent cannot see) with
+    the agents' own interpreter."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
+    for script in (FAKECLI, FIXTURES / "agents" / "variants.py"):
+        shutil.copy(script, bindir / script.name)
     for stack, (_, binary, _) in STACKS.items():
-        (bindir / binary).write_text(f"#!/bin/sh\nexec '{sys.executable}' '{FAKECLI}' {stack} \"$@\"\n")
+        (bindir / binary).write_text(f"#!/bin/sh\nexec '{default_agent_python()}' '{bindir / FAKECLI.name}' "
+                                     f"{stack} \"$@\"\n")
         (bindir / binary).chmod(0o755)
     monkeypatch.setenv("A2RL_AGENT_BIN", str(bindir))
     monkeypatch.setenv("SECRET", "launcher-only")

@@ -13,6 +13,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from a2rl.errors import SpecError
+from a2rl.run.audit import AuditError, audit_path, audited
+from a2rl.run.sandbox import SandboxError
 from a2rl.scheduling.base import resolve_kind
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, open_sweep, pending_runs
 from a2rl.spec.grid import RunSpec, expand
@@ -34,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the expanded runs; submit nothing")
     p.add_argument("--retry-failed", action="store_true", help="resubmit runs that ended failed")
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
+    p.add_argument("--allow-leaks", action="store_true",
+                   help="launch even where the sweep's audit finds a path to held-out data (recorded)")
     args = p.parse_args(argv)
     try:
         if args.dry_run:
@@ -46,10 +50,22 @@ def main(argv: list[str] | None = None) -> int:
         kind = resolve_kind(args.executor or sweep.spec.executor)
         launcher = Launcher(sweep, kind)
         launcher.prepare()
+        audit = audited(sweep, args.allow_leaks)
+        if audit.leaks:
+            print(audit.table())
+            if not audit.allow_leaks:
+                print(f"error: the audit ({audit_path(sweep)}) found a path to held-out data under isolation: "
+                      f"{audit.isolation}; use a sandbox, or launch with --allow-leaks", file=sys.stderr)
+                return 2
+            print(f"WARNING: launched with --allow-leaks: agents can reach held-out data (isolation: "
+                  f"{audit.isolation}); its results are untrusted", flush=True)
         todo = pending_runs(sweep, runs, args.retry_failed, launcher.schedulers)
     except SpecError as e:
         for line in e.lines:
             print(f"error: {line}", file=sys.stderr)
+        return 2
+    except (SandboxError, AuditError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"sweep dir: {sweep.root}")
     unfinished = any(not sweep.result_path(r.run_id).exists() for r in runs) or sweep.queue.pending_ids()

@@ -113,6 +113,29 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Probe what the sweep's agents can reach, started as a run starts them; exit 1 when held-out data is."""
+    from a2rl.errors import SpecError
+    from a2rl.run.audit import AuditError, audit_path, run_audit
+    from a2rl.run.sandbox import SandboxError
+    from a2rl.scheduling.launcher import open_sweep
+
+    try:
+        sweep, _ = open_sweep(args.target, args.sweep_dir)
+        record = run_audit(sweep)
+    except (SpecError, SandboxError, AuditError) as e:
+        for line in getattr(e, "lines", [str(e)]):
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    print(record.table())
+    print(f"isolation: {record.isolation} ({record.reason}); network: {record.network}; recorded in "
+          f"{audit_path(sweep)}")
+    if record.leaks:
+        print(f"{len(record.leaks)} path(s) to held-out data", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """One line per run: state (from the run's own files, checked against the scheduler), job, best score."""
     from tabulate import tabulate
@@ -215,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--data-root", type=Path)
     s.add_argument("--source", type=Path, help="read the upstream files from this directory instead of downloading")
     s.set_defaults(fn=cmd_prepare)
+    s = sub.add_parser("audit", help=cmd_audit.__doc__)
+    s.add_argument("target", type=Path, help="sweep.yaml, or a sweep directory")
+    s.add_argument("--sweep-dir", type=Path, help="where the sweep's records go (as for launch)")
+    s.set_defaults(fn=cmd_audit)
     s = sub.add_parser("status", help=cmd_status.__doc__)
     s.add_argument("sweep_dir", type=Path)
     s.set_defaults(fn=cmd_status)

@@ -48,6 +48,7 @@ from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
 from a2rl.spec.sweep import agent_python, local_driver_name
 from a2rl.store.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
+from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import get_task
 from a2rl.run.workspace import (RunMeta, Workspace, agent_env, create_workspace, is_blank, restore_for_resume,
                                  save_for_resume)
@@ -191,19 +192,15 @@ class AgentRun:
                 AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
                              allow_hosts=spec.allow_hosts,
                              on_refused=lambda t: self._log(f"network: refused {t} (not in allow_hosts)")) as box:
-            env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=api.url,
-                                      cpus=spec.resources.cpus, passthrough=[*stack.passthrough_env,
-                                                                             *stack.credentials], python=python),
-                            driver)
-            env.update(endpoint_env, GRADING_TOKEN=api.token)  # the API's credential: this agent's alone
-            env.update(box.env)
+            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
+                                    python=python, endpoint_env=endpoint_env)
+            env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             stack_dir = agents.path(run.agent.name).parent
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
                               stack_dir=stack_dir, python=python)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
                       f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
-            argv = box.command(argv, workspace=ws.root, python=python, cwd=ws.code,
-                               read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())])])
+            argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir)
             cpu0 = _children_cpu()
             self.recorded["agent_started_at"] = now()
             proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log", sandboxed=choice.trusted)
@@ -323,6 +320,23 @@ class AgentRun:
                             ended_at=now(), usage=usage, setup_seconds=round(sum(setup), 3),
                             uncharged_seconds=round(self.budget.uncharged(), 1) if self.budget else 0.0,
                             setup_seconds_by_attempt=setup, **self.recorded)
+
+
+def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
+                      driver: str, python: Path, endpoint_env: dict[str, str]) -> dict[str, str]:
+    """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
+    env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
+                              passthrough=[*stack.passthrough_env, *stack.credentials], python=python), driver)
+    env.update(endpoint_env)
+    env.update(box.env)
+    return env
+
+
+def agent_command(box: AgentSandbox, stack: AgentStack, argv: list[str], ws: Workspace, *, python: Path,
+                  stack_dir: Path, model_dir: Path) -> list[str]:
+    """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`)."""
+    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code,
+                       read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())])])
 
 
 def wait_for_grading(graded: Callable[[], bool], *, max_wait_s: float, poll_s: float,

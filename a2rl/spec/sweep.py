@@ -247,10 +247,13 @@ def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
             return p
         return str((base / Path(p).expanduser()).resolve())
 
+    def interpreter(p: str | None) -> str | None:  # not resolved: a venv's bin/python links out of the venv
+        return p if p is None or p.startswith("$") else os.path.abspath(base / Path(p).expanduser())
+
     return spec.model_copy(update={
         "models": [m.model_copy(update={"path": ab(m.path)}) for m in spec.model_entries],
         "scratch_root": ab(spec.scratch_root), "data_root": ab(spec.data_root),
-        "task_paths": [ab(p) for p in spec.task_paths], "agent_python": ab(spec.agent_python), "agent_paths": [ab(p) for p in spec.agent_paths],
+        "task_paths": [ab(p) for p in spec.task_paths], "agent_python": interpreter(spec.agent_python), "agent_paths": [ab(p) for p in spec.agent_paths],
         "grader": spec.grader.model_copy(update={"baseline_cache": ab(spec.grader.baseline_cache)}),
         "local_drivers": {k: d.model_copy(update={"model": ab(d.model)}) for k, d in spec.local_drivers.items()},
     })
