@@ -36,7 +36,7 @@ apt_install() {  # PKG: as root with apt-get only
 sandbox_and_agent_env() {
   if ! command -v bwrap >/dev/null; then
     say "installing bubblewrap (the agents' sandbox)"
-    apt_install bubblewrap || say "WARNING: no bwrap and cannot apt-get it; sweeps with isolation: auto run agents unisolated"
+    apt_install bubblewrap || say "WARNING: no bwrap and cannot apt-get it; sweeps with isolation: auto need apptainer here, or isolation: none (untrusted)"
   fi
   local cons; cons=$(mktemp)
   "$VENV/bin/python" -m pip --disable-pip-version-check freeze --exclude-editable >"$cons"
