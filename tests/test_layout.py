@@ -60,3 +60,16 @@ def test_the_monitor_only_reads():
     called = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
               for n in ast.walk(collect) if isinstance(n, ast.Call)}
     assert not called & {"mark_lost", "dump", "publish_once", "write_result", "atomic_write_text"}
+
+
+def test_the_main_types_say_what_they_are():
+    from a2rl.grading.daemon import GradingDaemon
+    from a2rl.run.budget import Budget
+    from a2rl.run.job import AgentRun
+    from a2rl.scheduling.launcher import Launcher
+    from a2rl.store.queue import SubmissionQueue
+    from a2rl.store.sweepdir import SweepDir
+
+    undocumented = [c.__name__ for c in (AgentRun, Launcher, GradingDaemon, SweepDir, SubmissionQueue, Budget)
+                    if not (c.__doc__ or "").strip()]
+    assert not undocumented

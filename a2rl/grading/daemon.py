@@ -55,6 +55,10 @@ def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_roo
 
 
 class GradingDaemon:
+    """Claims submissions from the sweep's queue under a lease, checks that the frozen artifact is trustworthy,
+    scores it on the held-out split, records it once in the ledger and folds it into the run's result. Computes
+    the baselines first; exits when the sweep is done or after its idle limit."""
+
     def __init__(self, sweep: SweepDir, index: int = 0):
         self.sweep = sweep
         self.spec = sweep.spec

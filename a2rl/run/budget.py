@@ -1,7 +1,7 @@
 """The agent's budget clock, and the rule that keeps it from being frozen.
 
-Two things stop it. `pause()`/`resume()`: the run's own waits, which the agent cannot cause (the local driver
-starting, scores awaited after the agent ended). `grading_wait()`: the run's single in-flight submission
+Two things stop it. `pause()`/`resume()`: the run's own waits, which the agent cannot cause (scores awaited
+after the agent ended). `grading_wait()`: the run's single in-flight submission
 waiting for its score. Grading time is not the agent's, but an agent that keeps a submission in flight while it
 works on would otherwise never spend its budget; so grading waits are uncharged only up to `uncharged_cap_s`
 in total (a fraction of the budget, reported as the result's uncharged_seconds) and charged past it. A second
@@ -27,6 +27,9 @@ class WaitInFlight(Exception):
 
 
 class Budget:
+    """The run's budget clock (see the module docstring): `used()` counts agent time, `grading_wait()` is the one
+    in-flight submission's capped uncharged wait, `pause()`/`resume()` the run's own waits."""
+
     def __init__(self, total_s: float, used_before_s: float = 0.0, *, uncharged_cap_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.total_s = total_s

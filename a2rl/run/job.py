@@ -61,6 +61,10 @@ KILL_MARGIN_S = 15.0  # the grading wait ends this long before the scheduler kil
 
 
 class AgentRun:
+    """One attempt of one run, inside its job: set-up (task data, model, workspace, a local driver), then the
+    agent process in its sandbox against the run's grading API under the budget clock, then the result (written
+    at once, completed while the job waits for the scores). SIGTERM interrupts it for a requeue to resume."""
+
     def __init__(self, sweep: SweepDir, run_id: str):
         self.sweep, self.run = sweep, sweep.run(run_id)
         self.dir = sweep.run_dir(run_id)

@@ -110,6 +110,10 @@ class SweepGraderJob(GraderJob):
 
 
 class Launcher:
+    """Submits a sweep's services (graders, local driver servers) and its unfinished runs through one scheduler
+    per executor kind, within the scheduler's queue limits, and `follow`s progress until every run has a result
+    (reaping lost runs, topping up deferred ones, asking the scheduler at most every 30 s)."""
+
     def __init__(self, sweep: SweepDir, kind: str, schedulers: Schedulers | None = None):
         self.sweep, self.kind = sweep, kind
         self.spec = sweep.spec

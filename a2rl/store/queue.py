@@ -62,6 +62,9 @@ class Claim:
 
 
 class SubmissionQueue:
+    """The file-lock queue between the runs' jobs (`submit`, signing each entry) and the graders (`claim` under
+    a lease, `renew`, `release`, `finish`); entries that do not verify are set aside, never graded."""
+
     def __init__(self, root: Path, key: bytes, lock_timeout_s: float = 120.0):
         self.root, self.key = Path(root), key
         self.pending, self.leases, self.done, self.seq, self.rejected = (

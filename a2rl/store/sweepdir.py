@@ -83,6 +83,9 @@ class GraderBeat(Record):
 
 
 class SweepDir:
+    """The paths and records of one sweep directory (see the module docstring); the one way every stage finds
+    the spec, the runs, their status and results, the queue, the ledger and the key."""
+
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self.spec_yaml = self.root / "sweep.yaml"
