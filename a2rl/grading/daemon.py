@@ -32,6 +32,7 @@ from a2rl.store.results import refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import Task, get_task
+from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 
 log = logging.getLogger("a2rl.grader")
@@ -218,9 +219,14 @@ class GradingDaemon:
         base = self.baseline(task.name, model_name)
         try:
             frozen = check_frozen(artifact, self.sweep.submissions)
+            # now: the frozen copy is deleted once graded; the run report reads what was found from the ledger
+            leaks = scan_files(frozen, markers(task.data(self.data_root).heldout_dir))
         except (UntrustedArtifact, OSError) as e:
             return LedgerEntry(**fields, graded_at=now(), status="invalid", error=f"refused: {e}",
                                eval_seconds=now() - t0)
+        if leaks:
+            log.warning("LEAK in %s: %s", fields["submission_id"], "; ".join(leaks))
+        fields = {**fields, "leaks": leaks}
         try:
             digest = weights_hash(frozen)
             if base.status == "ok" and digest == base.weights_hash:

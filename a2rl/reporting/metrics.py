@@ -1,6 +1,7 @@
 """A run's process metrics (the paper's), per submission and per run, computed only from what the sweep recorded:
 result, ledger, code snapshots and transcript. Training types come from the TRL classes in each snapshot's code;
-failure types are the paper's, by heuristics."""
+failure types are the paper's, by heuristics; leaks are held-out data (canary or items) found in the transcript,
+the code or (by the grader) a submission."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Literal
 
 from a2rl.records import Record
 from a2rl.recording.snapshots import CodeSnapshot, load_snapshots, snapshot_text
+from a2rl.spec.tasks import task_data
+from a2rl.tasklib.leaks import HeldoutMarkers, markers
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
@@ -44,6 +47,7 @@ class SubmissionRow(Record):
 
 
 class RunMetrics(Record):
+    SCHEMA = 2  # 2 added leaks
     run_id: str
     task: str
     agent: str
@@ -74,6 +78,7 @@ class RunMetrics(Record):
     failure_type: FailureType | None  # None: the run improved on its baseline
     failure_source: Literal["infra", "agent"] | None
     code_snapshots: int
+    leaks: list[str] = []  # "transcript: canary", "snapshot 2 train.py: held-out item test.jsonl:17", ...
 
 
 def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
@@ -114,6 +119,20 @@ def run_failure(result: RunResult, best: SubmissionRow | None, rows: list[Submis
     return (best or rows[-1]).failure_type, "agent"
 
 
+def find_leaks(sweep_root: Path, found_in: HeldoutMarkers, log_text: str, snaps: list[CodeSnapshot],
+               entries: list[LedgerEntry]) -> list[str]:
+    """Where held-out data turned up; a code file is named at the first snapshot holding that content."""
+    out = [f"transcript: {what}" for what in found_in.find(log_text)]
+    seen: set[tuple[str, str]] = set()
+    for snap in snaps:
+        shas = {f.path: f.sha256 for f in snap.files}
+        for path, text in snapshot_text(sweep_root, snap):
+            if (path, shas[path]) not in seen:
+                seen.add((path, shas[path]))
+                out += [f"snapshot {snap.seq} {path}: {what}" for what in found_in.find(text)]
+    return out + [f"submission {e.seq}: {what}" for e in entries for what in e.leaks]
+
+
 def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tuple[RunMetrics, list[SubmissionRow]]:
     result = result or RunResult.load_verified(sweep.result_path(run_id), sweep.key)
     run = sweep.run(run_id)
@@ -143,7 +162,10 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
     seen = sorted({t for s in snaps.values() for t in train_types(sweep.root, s)}, key=list(TRAINERS).index)
     ref_snap = snaps.get(best.iteration) if best else (snaps[max(snaps)] if snaps else None)
     log = sweep.run_dir(run_id) / "agent.log"
-    failure, source = run_failure(result, best, rows, log.read_text(errors="replace") if log.exists() else "")
+    log_text = log.read_text(errors="replace") if log.exists() else ""
+    failure, source = run_failure(result, best, rows, log_text)
+    leaks = find_leaks(sweep.root, markers(task_data(sweep.data_root(), result.task).heldout_dir), log_text,
+                       [snaps[seq] for seq in sorted(snaps)], entries)
     agent_end = result.agent_ended_at or result.ended_at
     usage = result.usage
     metrics = RunMetrics(
@@ -162,5 +184,5 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         input_tokens=usage.input_tokens if usage else None, output_tokens=usage.output_tokens if usage else None,
         cost_usd=usage.cost_usd if usage else None, cpu_seconds=result.cpu_seconds,
         train_type="+".join(train_types(sweep.root, ref_snap)) or "none", train_types_seen=seen,
-        failure_type=failure, failure_source=source, code_snapshots=len(snaps))
+        failure_type=failure, failure_source=source, code_snapshots=len(snaps), leaks=leaks)
     return metrics, rows

@@ -1,7 +1,7 @@
 """Per-run report, `runs/<id>/report/` in the sweep directory (outside the agent's reach), built only from what
 the sweep recorded (result, ledger, code snapshots, transcript), so it can be rebuilt at any time:
 
-    metrics.json      RunMetrics: the paper's process metrics, usage, training type, failure type
+    metrics.json      RunMetrics: the paper's process metrics, usage, training type, failure type, leaks
     summary.jsonl     one SubmissionRow per submission, in order
     summary.md        the same for people: one section per submission with the files its code changed
     trajectory.png    score per submission, best so far, baseline
@@ -28,8 +28,10 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
     out = [f"# {m.run_id}", "",
            f"{m.status}; baseline {_fmt(m.baseline)}, best {_fmt(m.best)} ({_fmt(m.improvement, True)}); "
            f"{m.submissions} submission(s), training {m.train_type}; "
-           f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}", "",
-           "| metric | value |", "|---|---|"]
+           f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}", ""]
+    if m.leaks:
+        out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
+    out += ["| metric | value |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in m.model_dump(exclude={"schema_version", "score_trajectory"}).items()]
     for r in rows:
         out += ["", f"## Submission {r.iteration} ({r.submission_id}) at {r.at_s:.0f} s", "",

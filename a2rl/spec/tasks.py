@@ -1,7 +1,8 @@
 """Tasks: a folder under tasks/ with task.yaml, the agent's description.md, a prepare script and an evaluator.
 
 Prepared data lives under a data root, split in two: `train/` (copied into workspaces) and `heldout/`
-(read only by the grader, never linked from a workspace).
+(read only by the grader, never linked from a workspace). `heldout/CANARY` holds a random string written with
+the data: found in a transcript, code or a submission, it shows held-out data reached the agent (tasklib/leaks.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 from dataclasses import dataclass
 from functools import cached_property
@@ -23,6 +25,9 @@ from pydantic import BaseModel, ConfigDict
 from a2rl.errors import SpecError
 from a2rl.records import Record, RecordError, now, sha256_file
 from a2rl.spec.registry import HOME, Registry
+
+
+CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, never every file there
 
 
 class TaskSpec(BaseModel):
@@ -53,6 +58,12 @@ class TaskData:
     heldout_dir: Path
 
 
+def task_data(data_root: Path, name: str) -> TaskData:
+    """Where task `name`'s data lies under `data_root` (for readers that do not need the task's code)."""
+    base = Path(data_root) / name
+    return TaskData(base / "train", base / "heldout")
+
+
 @dataclass(frozen=True)
 class Task:
     spec: TaskSpec
@@ -71,8 +82,7 @@ class Task:
         return _load_module(self.folder / self.spec.evaluator, f"a2rl_task_{self.name}_evaluator")
 
     def data(self, data_root: Path) -> TaskData:
-        base = Path(data_root) / self.name
-        return TaskData(base / "train", base / "heldout")
+        return task_data(data_root, self.name)
 
     def prepare_fingerprint(self) -> str:
         """What prepared data depends on: the task's code other than its evaluator (the prepare script and the
@@ -130,6 +140,7 @@ class Task:
             missing = [f for f in self.spec.train_files if not (tmp / "train" / f).exists()]
             if missing:
                 raise SpecError([f"task {self.name!r}: prepare did not write train file(s) {missing}"])
+            (tmp / "heldout" / CANARY).write_text(f"a2rl-canary-{secrets.token_hex(16)}\n")
             for part in ("train", "heldout"):
                 shutil.rmtree(base / part, ignore_errors=True)
                 os.replace(tmp / part, base / part)

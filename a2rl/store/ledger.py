@@ -21,7 +21,7 @@ log = logging.getLogger("a2rl.ledger")
 
 
 class LedgerEntry(SignedRecord):
-    SCHEMA = 2  # 2 added hmac
+    SCHEMA = 3  # 2 added hmac, 3 leaks
     submission_id: str
     run_id: str
     seq: int
@@ -40,6 +40,7 @@ class LedgerEntry(SignedRecord):
     attempt: int
     eval_seconds: float = 0.0
     details: dict[str, Any] = {}
+    leaks: list[str] = []  # held-out data found in the submitted files (tasklib/leaks.py)
 
 
 class Ledger:
