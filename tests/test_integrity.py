@@ -328,3 +328,21 @@ def test_submissions_after_the_budget_are_refused_and_nothing_is_enqueued(two, t
     assert code == 403 and "used up" in answer["error"]
     assert sweep.queue.count(run.spec.run_id) == 0 and not sweep.queue.pending_ids()
     another_run_finishes_normally(sweep, victim, drain, tiny_model)
+
+
+def test_a_planted_result_does_not_end_the_grader_while_its_run_works(tmp_path):
+    """The grader leaves when every run has a result: only verified results count, or a same-user agent that
+    writes an unsigned result.json for another run would leave that run's submissions ungraded."""
+    from a2rl.grading.daemon import GradingDaemon
+    from a2rl.scheduling.launcher import open_sweep
+
+    sweep, (done, working) = open_sweep(write_sweep(tmp_path, seeds=[0, 1]), tmp_path / "sd")
+    write_result(sweep, done.run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
+                 started_at=now(), ended_at=now())
+    planted = json.loads(sweep.result_path(done.run_id).read_text())
+    sweep.result_path(working.run_id).write_text(json.dumps(dict(planted, run_id=working.run_id)))
+    grader = GradingDaemon(sweep)
+    assert not grader.sweep_finished()
+    write_result(sweep, working.run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
+                 started_at=now(), ended_at=now())
+    assert grader.sweep_finished()

@@ -36,6 +36,7 @@ from a2rl.spec.models import resolve_model
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.records import now
 from a2rl.spec.sweep import LocalDriver, local_driver_name
+from a2rl.store.results import FinishedRuns
 from a2rl.store.sweepdir import HEARTBEAT_S, SweepDir
 
 log = logging.getLogger("a2rl.driver")
@@ -102,17 +103,18 @@ class DriverServer:
         self.sweep, self.name = sweep, name
         self.spec = sweep.spec.local_drivers[name]
         self.runs = [r for r in sweep.runs() if local_driver_name(r.driver) == name]
+        self.finished_runs = FinishedRuns(sweep, [r.run_id for r in self.runs])
         self.endpoint: DriverEndpoint | None = None
         self._stop = threading.Event()
 
     def finished(self) -> bool:
-        return all(self.sweep.result_path(r.run_id).exists() for r in self.runs)
+        return self.finished_runs.all()
 
     def any_running(self) -> bool:
         for r in self.runs:
             status = self.sweep.status(r.run_id)
             if status is not None and status.state in ("running", "finishing") and not status.stale() \
-                    and not self.sweep.result_path(r.run_id).exists():
+                    and r.run_id not in self.finished_runs:
                 return True
         return False
 

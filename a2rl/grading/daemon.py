@@ -28,7 +28,7 @@ from a2rl.store.ledger import LedgerEntry
 from a2rl.spec.models import weights_hash
 from a2rl.reporting.runreport import write_run_report
 from a2rl.records import now
-from a2rl.store.results import refresh_result
+from a2rl.store.results import FinishedRuns, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import Task, get_task
@@ -69,6 +69,7 @@ class GradingDaemon:
         self.data_root = sweep.data_root()
         self.task_dirs = [Path(p) for p in self.spec.task_paths]
         self.run_ids = [r.run_id for r in sweep.runs()]  # runs.json is written once, with the sweep
+        self.finished_runs = FinishedRuns(sweep, self.run_ids)
         self.graded = 0
         self.started_at = now()
         self._state, self._note = "idle", ""
@@ -117,8 +118,7 @@ class GradingDaemon:
         log.warning("lock %s held for %g s; skipping this round", e.lock_file, self.settings.lock_timeout_s)
 
     def sweep_finished(self) -> bool:
-        return all(self.sweep.result_path(run_id).exists() for run_id in self.run_ids) \
-            and not self.queue.pending_ids()
+        return self.finished_runs.all() and not self.queue.pending_ids()
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

@@ -117,6 +117,23 @@ def load_result(sweep: SweepDir, run_id: str, problems: list[str] | None = None)
         return None
 
 
+
+class FinishedRuns:
+    """Which of `run_ids` have a verified result. A planted, unsigned result.json must not end a service (the
+    grader, a driver server) while its run still works; a run once verified stays finished, so each poll reads
+    only the results still missing."""
+
+    def __init__(self, sweep: SweepDir, run_ids: list[str]):
+        self.sweep, self.run_ids, self._done = sweep, list(run_ids), set()
+
+    def __contains__(self, run_id: str) -> bool:
+        if run_id not in self._done and load_result(self.sweep, run_id) is not None:
+            self._done.add(run_id)
+        return run_id in self._done
+
+    def all(self) -> bool:
+        return all(run_id in self for run_id in self.run_ids)
+
 def _lock(sweep: SweepDir, run_id: str) -> FileLock:
     return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=sweep.spec.grader.lock_timeout_s)
 
