@@ -70,3 +70,11 @@ def test_stale_data_of_an_online_task_is_an_error_that_says_why(tmp_path):
         task.ensure_prepared(root)
     task.ensure_prepared(root, allow_network=True)
     assert task.prepared(root) is not None
+
+
+def test_every_shipped_task_has_a_fingerprint():
+    """Each file a fingerprint covers exists (the shared ReAct loop moved once and the interactive tasks broke)."""
+    from a2rl.spec.tasks import get_task, task_registry
+
+    for name in task_registry().names():
+        assert len(get_task(name).prepare_fingerprint()) == 64, name

@@ -14,7 +14,7 @@ from fakes import FakeGenerator
 from test_judge import completion, read_jsonl, stub_llm
 
 from a2rl.grading.daemon import evaluate_model
-from a2rl.spec.tasks import get_task
+from a2rl.spec.tasks import CANARY, get_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
 CORPUS = FIXTURES / "corpus.jsonl"
@@ -38,7 +38,9 @@ def test_split_is_the_references_seed_42_shuffle(data_root: Path, tmp_path: Path
     assert train == shuffled[:100] and heldout == shuffled[100:300]
     assert any("\n" in r["problem"] for r in heldout)  # quoted multi-line CSV fields survive
     TASK.ensure_prepared(tmp_path, source=FIXTURES)  # reproducible: byte-identical files
-    assert TASK.prepared(tmp_path).checksums == TASK.prepared(data_root).checksums
+    ours, theirs = TASK.prepared(tmp_path).checksums, TASK.prepared(data_root).checksums
+    canary = f"heldout/{CANARY}"  # new with every preparation, by design
+    assert ours.pop(canary) != theirs.pop(canary) and ours == theirs
 
 
 @pytest.mark.parametrize("step, expected", [

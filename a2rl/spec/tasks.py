@@ -93,7 +93,7 @@ class Task:
             raise SpecError([f"{script}: no such task module"])
         sources = [p for p in sorted(self.folder.glob("*.py")) if p.name != self.spec.evaluator]
         if "react.py" in self.spec.train_files:
-            sources.append(HOME / "a2rl" / "envs.py")
+            sources.append(HOME / "a2rl" / "tasklib" / "envs.py")
         h = hashlib.sha256(json.dumps(self.spec.train_files).encode())
         for path in sources:
             h.update(path.name.encode() + b"\0" + path.read_bytes())
