@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 log = logging.getLogger("a2rl.http")
+DRAIN_MAX = 16 << 20  # bytes of an oversized body read before answering 413
 
 
 class BadRequest(ValueError):
@@ -32,6 +33,12 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
         except ValueError:
             raise BadRequest(400, "Content-Length is not a number") from None
         if length > self.max_body or length < 0:
+            # read (and drop) a moderately oversized body, so the client gets its 413 rather than a broken pipe;
+            # past DRAIN_MAX the connection is just closed after the answer
+            left = length if 0 < length <= DRAIN_MAX else 0
+            while left > 0 and (chunk := self.rfile.read(min(1 << 16, left))):
+                left -= len(chunk)
+            self.close_connection = True
             raise BadRequest(413, f"request body of {length} bytes; at most {self.max_body} accepted")
         try:
             return json.loads(self.rfile.read(length) or b"{}")

