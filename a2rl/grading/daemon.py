@@ -26,7 +26,7 @@ from a2rl.store.baselines import BaselineRecord, ensure_baseline
 from a2rl.errors import InfraError
 from a2rl.store.ledger import LedgerEntry
 from a2rl.spec.models import weights_hash
-from a2rl.reporting.runreport import write_run_report
+from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.records import now
 from a2rl.store.results import FinishedRuns, refresh_result
 from a2rl.store.queue import Claim, holder_id
@@ -210,10 +210,7 @@ class GradingDaemon:
             self._held(e)
             return
         if refreshed is not None:
-            try:
-                write_run_report(self.sweep, run_id, refreshed)
-            except Exception:  # derived and rebuildable: never the grader's failure
-                log.exception("run report for %s failed", run_id)
+            rebuild_run_report(self.sweep, run_id, refreshed)
 
     def _score(self, artifact: str, model_name: str, task: Task, fields: dict, t0: float) -> LedgerEntry:
         base = self.baseline(task.name, model_name)

@@ -11,6 +11,8 @@ the sweep recorded (result, ledger, code snapshots, transcript), so it can be re
 
 from __future__ import annotations
 
+import logging
+
 import json
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from a2rl.store.sweepdir import SweepDir
 
 def _fmt(v: float | None, signed: bool = False) -> str:
     return "—" if v is None else (f"{v:+.2f}" if signed else f"{v:.2f}")
+
+log = logging.getLogger("a2rl.runreport")
 
 
 def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
@@ -89,3 +93,12 @@ def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = No
     atomic_write_text(out / "summary.md", markdown(metrics, rows, snapshot_dir(sweep.root, run_id)))
     plot(metrics, out / "trajectory.png")
     return out
+
+
+def rebuild_run_report(sweep: SweepDir, run_id: str, result: RunResult) -> None:
+    """write_run_report for the job and the grader: a report is derived and can be rebuilt (`a2rl runreport`),
+    so its failure is logged, never theirs."""
+    try:
+        write_run_report(sweep, run_id, result)
+    except Exception:
+        log.exception("run report for %s failed", run_id)

@@ -43,7 +43,7 @@ from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
 from a2rl.store.results import RunResult, load_result, refresh_result, write_result
-from a2rl.reporting.runreport import write_run_report
+from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
 from a2rl.spec.sweep import agent_python, local_driver_name
@@ -134,7 +134,7 @@ class AgentRun:
         run_id = self.run.run_id
         result = self._write_result(status, reason, exit_code)  # before any wait: the job may be killed in it
         shutil.rmtree(self.sweep.resume_dir(run_id), ignore_errors=True)  # a run with a result never resumes
-        report(self.sweep, run_id, result)
+        rebuild_run_report(self.sweep, run_id, result)
         self._archive_workspace()
         why = wait_for_grading(self._graded, max_wait_s=self.sweep.spec.grader.max_wait_s,
                                poll_s=self.sweep.spec.grader.poll_s, kill_at=self._kill_at,
@@ -143,7 +143,7 @@ class AgentRun:
             self._log(f"stopped waiting for scores ({why}); the grader adds them to the result when they land")
         if (refreshed := refresh_result(self.sweep, run_id)) is not None:
             result = refreshed
-            report(self.sweep, run_id, result)
+            rebuild_run_report(self.sweep, run_id, result)
         self._last_beat(beater, "finished")
         return result
 
@@ -216,11 +216,16 @@ class AgentRun:
                 self._auto_submit(ws)
         return status, code
 
+    def _scratch_workspace(self) -> Path | None:
+        """The run's workspace when it lies outside the sweep directory (scratch the job may not keep), else None."""
+        ws = self.sweep.workspace(self.run.run_id)
+        return ws if ws.is_dir() and self.sweep.root not in ws.resolve().parents else None
+
     def _save_for_resume(self) -> None:
         """Keep what the agent made where the sweep is, for a requeue on a node without this node's scratch;
         never fails the interruption."""
-        ws = self.sweep.workspace(self.run.run_id)
-        if not ws.is_dir() or self.sweep.root in ws.resolve().parents:
+        ws = self._scratch_workspace()
+        if ws is None:
             return
         cap_mb = self.sweep.spec.recording.resume_max_mb
         try:
@@ -234,9 +239,9 @@ class AgentRun:
 
     def _archive_workspace(self) -> None:
         """Keep what the agent left where the sweep is (node-local scratch goes with the job); never fails the run."""
-        ws = self.sweep.workspace(self.run.run_id)
+        ws = self._scratch_workspace()
         settings = self.sweep.spec.recording
-        if not settings.archive_workspace or not ws.is_dir() or self.sweep.root in ws.resolve().parents:
+        if not settings.archive_workspace or ws is None:
             return
         try:
             archive = archive_workspace(ws, self.dir / "workspace", self.run.run_id, settings)
@@ -378,14 +383,6 @@ def last_saved_model(output: Path) -> Path | None:
     dirs = {p.parent for pattern in ("*/*.safetensors", "*/*/*.safetensors") for p in output.glob(pattern)}
     dirs = [d.resolve() for d in dirs if (d / "config.json").exists()]
     return max(dirs, key=lambda d: max(f.stat().st_mtime for f in d.iterdir()), default=None)
-
-
-def report(sweep: SweepDir, run_id: str, result: RunResult) -> None:
-    """(Re)build the run's report; it is derived and can be rebuilt, so a failure is logged, never raised."""
-    try:
-        write_run_report(sweep, run_id, result)
-    except Exception:
-        log.exception("run report for %s failed", run_id)
 
 
 def run_agent_job(sweep_dir: str, run_id: str) -> str:
