@@ -78,3 +78,13 @@ def until(cond, timeout: float, what: str, every: float = 0.5):
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def errors_of(path) -> list[str]:
+    """The lines of the SpecError that loading the sweep at `path` raises, without their field prefix."""
+    from a2rl.errors import SpecError
+    from a2rl.spec.sweep import load_sweep
+
+    with pytest.raises(SpecError) as e:
+        load_sweep(path)
+    return [line.split(": ", 1)[1] for line in e.value.lines]

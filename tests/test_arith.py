@@ -1,10 +1,10 @@
 import importlib.util
-import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator
 
 TASK_DIR = Path(__file__).resolve().parents[1] / "tasks" / "arith"
@@ -19,10 +19,6 @@ def load_task_module(name: str):
 
 prepare = load_task_module("prepare").prepare
 evaluator = load_task_module("evaluator")
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The judge client and the local OpenAI-compatible server, over real HTTP on loopback, and the offline judge task.
 
-`stub_llm` (a real HTTP server standing in for a remote LLM API) and `read_jsonl` serve the task tests too.
+`stub_llm` (a real HTTP server standing in for a remote LLM API) serves the task tests too.
 """
 
 from __future__ import annotations
@@ -49,10 +49,6 @@ def stub_llm(reply: Reply) -> Iterator[tuple[str, list[dict]]]:
 
     with running(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as root:
         yield root + "/v1", seen
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 HELLO = [{"role": "user", "content": "Name three colors."}]

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("trl")
 
 from transformers import AutoTokenizer  # noqa: E402
+from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator  # noqa: E402
 
 from a2rl.agents.pipeline import data_format, judge_pairs  # noqa: E402
@@ -27,10 +28,6 @@ TASK = get_task("localjudge")
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> TaskData:
     return TASK.ensure_prepared(tmp_path_factory.mktemp("data"))
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 class AlwaysA:

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from a2rl.errors import SpecError
-from a2rl.spec.sweep import load_sweep
-from conftest import a2rl, write_sweep
-
-
-def errors_of(path) -> list[str]:
-    with pytest.raises(SpecError) as e:
-        load_sweep(path)
-    return [line.split(": ", 1)[1] for line in e.value.lines]
+from conftest import a2rl, errors_of, write_sweep
 
 
 def test_a_wrong_type_and_an_unknown_agent_are_reported_together(tmp_path):

@@ -7,13 +7,7 @@ import pytest
 from a2rl.errors import SpecError
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import load_sweep, parse_duration
-from conftest import a2rl, write_sweep
-
-
-def errors_of(path) -> list[str]:
-    with pytest.raises(SpecError) as e:
-        load_sweep(path)
-    return [line.split(": ", 1)[1] for line in e.value.lines]
+from conftest import a2rl, errors_of, write_sweep
 
 
 def test_grid_is_the_cartesian_product_with_stable_ids(tmp_path):

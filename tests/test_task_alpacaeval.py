@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from test_judge import completion, read_jsonl, stub_llm
+from a2rl.tasklib.taskdata import read_jsonl
+from test_judge import completion, stub_llm
 
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import get_task

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 from fakes import FakeGenerator
-from test_judge import completion, read_jsonl, stub_llm
+from a2rl.tasklib.taskdata import read_jsonl
+from test_judge import completion, stub_llm
 
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import CANARY, get_task

