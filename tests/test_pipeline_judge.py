@@ -77,7 +77,7 @@ def test_pipeline_trains_on_judge_rows_and_skips_grpo(data, tiny_model, tmp_path
     out = tmp_path / "out"
     proc = run_pipeline(data.train_dir, tiny_model, out, "--sft-steps", "30")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2000 train rows, format instruction_reference {instruction, reference}" in proc.stdout
+    assert "2000 train rows, format instruction_reference {instruction, reference|output}" in proc.stdout
     assert "stage grpo skipped: these rows are scored by a judge model" in proc.stdout
     assert (out / "sft" / "model.safetensors").is_file() and not (out / "grpo").exists()
 

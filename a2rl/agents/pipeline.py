@@ -371,7 +371,7 @@ def gsm8k_prompt(question: str) -> str:
 
 @dataclass(frozen=True)
 class StaticFormat:
-    """A train.jsonl layout: the fields every row has, its SFT pairs, and its GRPO rows and reward (None: no rule
+    """A train.jsonl layout: the fields every row has ("a|b": either), its SFT pairs, and its GRPO rows and reward (None: no rule
     reward stands in for the grader)."""
     fields: tuple[str, ...]
     sft_pairs: Callable[[list[dict[str, str]], PreTrainedTokenizerBase], list[dict[str, str]]]
@@ -397,11 +397,13 @@ STATIC_FORMATS: dict[str, StaticFormat] = {
         lambda rows: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]} for r in rows],
         unit_test_reward, max_length=1024, max_completion_length=256),
     # The instruction as the single user turn the grader prompts the policy with (a2rl.grading.judge), answered by
-    # the reference and EOS: the grader's answer is everything generated up to EOS.
+    # the reference and EOS: the grader's answer is everything generated up to EOS. Alpaca's rows name the
+    # reference "output" and may add an "input" to the instruction.
     "instruction_reference": StaticFormat(
-        ("instruction", "reference"),
-        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": r["instruction"]}]),
-                            "completion": r["reference"] + tok.eos_token} for r in rows]),
+        ("instruction", "reference|output"),
+        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": "\n\n".join(
+                               filter(None, (r["instruction"], r.get("input"))))}]),
+                            "completion": r.get("reference", r.get("output")) + tok.eos_token} for r in rows]),
 }
 
 
@@ -410,7 +412,7 @@ def check_rows(fmt_name: str, rows: list[dict]) -> StaticFormat:
     fmt = STATIC_FORMATS[fmt_name]
     if not rows:
         raise ValueError(f"train.jsonl: no rows to train on (format {fmt_name})")
-    bad = next((r for r in rows if not set(fmt.fields) <= r.keys()), None)
+    bad = next((r for r in rows if not all(any(k in r for k in f.split("|")) for f in fmt.fields)), None)
     if bad is not None:
         raise ValueError(f"train.jsonl: format {fmt_name} needs fields {{{', '.join(fmt.fields)}}}; a row has "
                          f"{sorted(bad)}")

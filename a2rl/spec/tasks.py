@@ -33,7 +33,7 @@ CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, ne
 #   qa_short               {"prompt", "answer"}: the answer is the first line after the prompt (arith)
 #   qa_numeric             {"question", "answer"}: a worked rationale ending "#### <number>" (gsm8k)
 #   code_with_tests        {"prompt", "canonical_solution", "test", "entry_point"}: a function to complete (humaneval)
-#   instruction_reference  {"instruction", "reference"}: an answer a judge compares with the reference
+#   instruction_reference  {"instruction", "reference" (or Alpaca's "output", with an optional "input")}: judged
 #   env_trajectories       an environment (env.py) and expert trajectories through it (interactive tasks)
 TrainFormat = Literal["qa_short", "qa_numeric", "code_with_tests", "instruction_reference", "env_trajectories"]
 
