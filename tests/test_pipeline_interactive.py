@@ -66,7 +66,8 @@ def test_sft_then_online_grpo_learns_the_training_games(tmp_path, tiny_model):
     out = tmp_path / "out"
     env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(tmp_path / "train"), OUTPUT_DIR=str(out))
     env.pop("GRADING_SERVER_URL", None)
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--sft-steps", "120", "--grpo-steps", "4"],
+    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "env_trajectories",
+                           "--sft-steps", "120", "--grpo-steps", "4"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "policy rollouts on 2 training games" in proc.stdout and "environment steps" in proc.stdout

@@ -17,7 +17,9 @@ from transformers import AutoTokenizer  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator  # noqa: E402
 
-from a2rl.agents.pipeline import data_format, judge_pairs  # noqa: E402
+from a2rl.agents.pipeline import STATIC_FORMATS, check_rows  # noqa: E402
+
+JUDGED = STATIC_FORMATS["instruction_reference"]
 from a2rl.grading.inference import Generator  # noqa: E402
 from a2rl.grading.judge import Completion, compare_to_references  # noqa: E402
 from a2rl.spec.tasks import TaskData, get_task  # noqa: E402
@@ -38,8 +40,8 @@ class AlwaysA:
 def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_model):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     rows = read_jsonl(data.train_dir / "train.jsonl")[:50]
-    assert data_format(rows).grpo is None  # a judge task: no rule reward
-    pairs = judge_pairs(rows, tok)
+    assert JUDGED.reward is None  # a judge task: no rule reward
+    pairs = JUDGED.sft_pairs(rows, tok)
     policy = FakeGenerator("4", tokenizer=tok)  # it remembers the prompts the judge protocol feeds the policy
     compare_to_references(policy, [r["instruction"] for r in rows], [r["reference"] for r in rows], AlwaysA(),
                           max_new_tokens=64, batch_size=64)
@@ -51,13 +53,13 @@ def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_
         assert tok(pair["prompt"] + pair["completion"])["input_ids"][: len(prompt_ids)] == prompt_ids
 
 
-def test_unknown_rows_are_a_clear_error():
-    assert data_format([{"prompt": "1+1=", "answer": "2"}]).grpo is not None
-    with pytest.raises(ValueError, match=r"no format .*\{prompt, answer\}.*\{instruction, reference\}.*"
-                                         r"fields \['answer', 'question'\]"):
-        data_format([{"question": "1+1?", "answer": "2"}])  # gsm8k's rows
+def test_rows_not_of_the_declared_format_are_a_clear_error():
+    assert check_rows("qa_short", [{"prompt": "1+1=", "answer": "2"}]).reward is not None
+    with pytest.raises(ValueError, match=r"format qa_short needs fields \{prompt, answer\}; a row has "
+                                         r"\['answer', 'question'\]"):
+        check_rows("qa_short", [{"question": "1+1?", "answer": "2"}])  # gsm8k's rows
     with pytest.raises(ValueError, match="no rows"):
-        data_format([])
+        check_rows("qa_numeric", [])
 
 
 def run_pipeline(data: Path, model: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -65,7 +67,8 @@ def run_pipeline(data: Path, model: Path, out: Path, *args: str) -> subprocess.C
     env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out), TASK="localjudge",
                OMP_NUM_THREADS="1")
     env.pop("GRADING_SERVER_URL", None)
-    return subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "instruction_reference",
+                           *args], env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -74,7 +77,7 @@ def test_pipeline_trains_on_judge_rows_and_skips_grpo(data, tiny_model, tmp_path
     out = tmp_path / "out"
     proc = run_pipeline(data.train_dir, tiny_model, out, "--sft-steps", "30")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2000 train rows {instruction, reference}" in proc.stdout
+    assert "2000 train rows, format instruction_reference {instruction, reference|output}" in proc.stdout
     assert "stage grpo skipped: these rows are scored by a judge model" in proc.stdout
     assert (out / "sft" / "model.safetensors").is_file() and not (out / "grpo").exists()
 
@@ -91,4 +94,4 @@ def test_pipeline_trains_on_judge_rows_and_skips_grpo(data, tiny_model, tmp_path
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "train.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
     proc = run_pipeline(tmp_path / "bad", tiny_model, tmp_path / "out2", "--sft-steps", "1")
-    assert proc.returncode == 2 and "error: train.jsonl: no format this pipeline trains on" in proc.stdout
+    assert proc.returncode == 2 and "error: train.jsonl: format instruction_reference needs fields" in proc.stdout

@@ -1,23 +1,34 @@
 """Reference agent without an LLM: SFT then GRPO with TRL, submitting after each stage.
 
-Runs inside an agent workspace as `python -m a2rl.agents.pipeline [options]`, configured by the
-job's environment: MODEL_PATH (base model), DATA_PATH (the task's train files), OUTPUT_DIR (writable),
-GRADING_SERVER_URL (optional: without it submissions are skipped). The route follows the train files:
-- train.jsonl with {"prompt", "answer"} rows (rule tasks): SFT on " <answer>" then a newline, then GRPO
-  rewarding a sample whose first line equals the answer;
-- train.jsonl with {"instruction", "reference"} rows (judge tasks): SFT on the reference answering the
-  instruction in the grader's chat format; no GRPO, as no rule reward stands in for the judge;
-- trajectories.jsonl (interactive tasks): a2rl.agents.interactive.
+Runs inside an agent workspace as `python -m a2rl.agents.pipeline [options]`, configured by the job's
+environment: MODEL_PATH (base model), DATA_PATH (the task's train files), OUTPUT_DIR (writable),
+GRADING_SERVER_URL (optional: without it submissions are skipped). The route follows the task's train format,
+read from $WORKSPACE/run_meta.json (or --train-format):
+- qa_short {"prompt", "answer"}: SFT on " <answer>" then a newline, then GRPO rewarding a first line that
+  equals the answer;
+- qa_numeric {"question", "answer"} (GSM8K): SFT on the rationales, then GRPO rewarding the final number the
+  grader's own check reads (a2rl.tasklib.answers);
+- code_with_tests {"prompt", "canonical_solution", "test", "entry_point"} (HumanEval): SFT on the solutions,
+  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox);
+- instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction in the
+  grader's chat format; no GRPO, as no rule reward stands in for the judge;
+- env_trajectories: a2rl.agents.interactive.
+Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
+fp32 on CPU. --lora-r trains LoRA adapters (--qlora: on a 4-bit base) that are merged before each submission.
+Each stage is sized from the budget left (the grading API's /time) and recorded in $OUTPUT_DIR/stages.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +42,9 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokeniz
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
 from a2rl.grading.judge import chat_prompt
+from a2rl.grading.sandbox import run_many
+from a2rl.store.stages import STAGES_FILE, Stage, StageLog
+from a2rl.tasklib.answers import GSM8K_STOP, cut_at_stop, extract_number, format_answer, humaneval_program
 
 # Job logs are files: progress bars only add carriage-return noise.
 datasets.disable_progress_bars()
@@ -40,9 +54,107 @@ T0 = time.monotonic()
 
 
 def log(msg: str) -> None:
-    print(f"[pipeline {time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+    if is_main():
+        print(f"[pipeline {time.monotonic() - T0:6.1f}s] {msg}", flush=True)
 
 
+def is_main() -> bool:
+    """The process that saves, submits and records (rank 0 under `accelerate launch`; the only one otherwise)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+# ---------------------------------------------------------------- devices
+def gpu_count(environ: dict[str, str], cuda_available: bool, device_count: int) -> int:
+    """The run's GPUs: those the job made visible (CUDA_VISIBLE_DEVICES, as Slurm sets it), else all CUDA sees."""
+    if not cuda_available:
+        return 0
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return device_count
+    return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+
+
+def launch_command(argv: list[str], gpus: int, deepspeed_config: Path | None) -> list[str] | None:
+    """`accelerate launch` of this module with one process per GPU; None when this process should train itself
+    (one GPU or none without DeepSpeed, or already a launched worker)."""
+    if "LOCAL_RANK" in os.environ or (gpus <= 1 and deepspeed_config is None):
+        return None
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(max(gpus, 1)),
+           "--mixed_precision", "bf16"]
+    if gpus > 1:
+        cmd.append("--multi_gpu")
+    if deepspeed_config is not None:
+        cmd += ["--use_deepspeed", "--deepspeed_config_file", str(deepspeed_config)]
+    return cmd + ["--module", "a2rl.agents.pipeline", *argv]
+
+
+def device_args(cuda: bool) -> dict:
+    # TRL defaults assume a GPU: on this CPU bf16 is ~9x slower, so CPU runs train in fp32.
+    return dict(bf16=cuda, use_cpu=not cuda)
+
+
+def train_dtype() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
+
+# ---------------------------------------------------------------- budget
+def remaining_budget() -> float | None:
+    """Seconds of budget left, from the grading API's /time; None without a grading server (or its answer)."""
+    url = os.environ.get("GRADING_SERVER_URL")
+    if not url:
+        return None
+    req = urllib.request.Request(f"{url}/time", headers={"Authorization": f"Bearer {os.environ.get('GRADING_TOKEN', '')}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return float(json.load(resp)["remaining_s"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log(f"/time unavailable ({e!r}): stages run their planned steps")
+        return None
+
+
+def stage_seconds(remaining_s: float, stages_left: int, reserve: float = 0.15) -> float:
+    """A stage's share of the budget left: equal shares for the stages still to run, after keeping `reserve` of
+    it (at least a minute) for saving and submitting the last model."""
+    return max(0.0, remaining_s - max(60.0, reserve * remaining_s)) / max(1, stages_left)
+
+
+class StopAt(TrainerCallback):
+    """Ends training at a deadline (after the step in progress); every process stops at the same step."""
+
+    def __init__(self, deadline: float | None, clock: Callable[[], float] = time.monotonic):
+        self.deadline, self.clock = deadline, clock
+
+    def on_step_end(self, args, state, control, **kwargs):
+        stop = self.deadline is not None and self.clock() >= self.deadline
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            from accelerate.utils import broadcast_object_list
+
+            stop = broadcast_object_list([stop])[0]  # rank 0's clock decides for all
+        if stop:
+            control.should_training_stop = True
+        return control
+
+
+@dataclass
+class Schedule:
+    """The stages still to run; each one's deadline is its share of the budget left when it starts."""
+    stages: list[str]
+    remaining: Callable[[], float | None] = remaining_budget
+    clock: Callable[[], float] = time.monotonic
+
+    def deadline(self, stage: str) -> float | None:
+        left = self.remaining()
+        n = len(self.stages)
+        if stage in self.stages:
+            self.stages.remove(stage)
+        if left is None:
+            return None
+        seconds = stage_seconds(left, n)
+        log(f"stage {stage}: {seconds:.0f} s of the {left:.0f} s budget left")
+        return self.clock() + seconds
+
+
+# ---------------------------------------------------------------- stage records and submissions
 class LogProgress(TrainerCallback):
     """One readable line per logging step."""
 
@@ -56,63 +168,147 @@ class LogProgress(TrainerCallback):
             log(f"{self.stage} step {state.global_step}/{state.max_steps} {shown}")
 
 
-def first_line_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
-    return [float(c.split("\n", 1)[0].strip() == a.strip()) for c, a in zip(completions, answer)]
+def record_stage(out: Path, stage: Stage) -> None:
+    if not is_main():
+        return
+    path = out / STAGES_FILE
+    stages = StageLog.load_or_none(path) or StageLog(agent="pipeline")
+    stages.stages.append(stage)
+    stages.dump(path)
 
 
-def load_rows(data_path: Path) -> list[dict[str, str]]:
-    with open(data_path / "train.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
+class Submitter:
+    """Submits in the background (training goes on while the grader scores), one submission at a time as the
+    API requires; each submission id lands in the stage log beside the stage that made the model."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.model_dir: Path | None = None
+
+    def submit(self, model_dir: Path) -> None:
+        """A failure is logged, never fatal (the next stage may still do better)."""
+        if not is_main():
+            return
+        if not os.environ.get("GRADING_SERVER_URL"):
+            log("no grading server; skipping submit")
+            return
+        self.wait()
+        log(f"submitting {model_dir}")
+        self.model_dir = model_dir
+        self.proc = subprocess.Popen([sys.executable, "-m", "a2rl", "submit", str(model_dir)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait(self) -> None:
+        if self.proc is None:
+            return
+        output = self.proc.communicate()[0]
+        print(output, end="", flush=True)
+        if self.proc.returncode != 0:
+            log(f"submit failed with exit code {self.proc.returncode}")
+        try:
+            sid = json.loads(output[output.index("{"): output.rindex("}") + 1]).get("submission_id")
+        except ValueError:
+            sid = None
+        out = self.model_dir.parent
+        if sid and (stages := StageLog.load_or_none(out / STAGES_FILE)) is not None:
+            for stage in stages.stages:
+                if stage.model_dir == self.model_dir.name:
+                    stage.submission_id = sid
+            stages.dump(out / STAGES_FILE)
+        self.proc = None
 
 
+SUBMITTER = Submitter()
+submit = SUBMITTER.submit
+
+
+# ---------------------------------------------------------------- training
 def common_args(out: Path, steps: int, lr: float, seed: int) -> dict:
-    # TRL defaults assume a GPU: bf16 is ~9x slower on this CPU and checkpointing only costs time.
     return dict(
         output_dir=str(out),
         max_steps=steps,
         learning_rate=lr,
         warmup_steps=max(1, steps // 20),  # fresh Adam moments make the first full-lr steps noisy
         seed=seed,
-        bf16=False,
-        activation_checkpointing=False,
-        use_cpu=True,
+        activation_checkpointing=False,  # only costs time at the sizes this runs on CPU
         report_to="none",
         save_strategy="no",
         logging_steps=max(1, steps // 10),
         disable_tqdm=True,
+        **device_args(torch.cuda.is_available()),
     )
 
 
-def train(trainer, stage: str) -> None:
+def load_model(base: Path, args: argparse.Namespace):
+    kwargs: dict = {"dtype": train_dtype()}
+    if args.qlora:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                           bnb_4bit_compute_dtype=torch.bfloat16)
+    return AutoModelForCausalLM.from_pretrained(base, **kwargs)
+
+
+def lora_config(args: argparse.Namespace):
+    if not args.lora_r:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha or 2 * args.lora_r, lora_dropout=0.0,
+                      target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def hyperparameters(args: argparse.Namespace, stage: str, **extra) -> dict:
+    return {"learning_rate": getattr(args, f"{stage}_lr"), "lora_r": args.lora_r, "qlora": args.qlora,
+            "dtype": str(train_dtype()).removeprefix("torch."), "processes": int(os.environ.get("WORLD_SIZE", "1")),
+            "deepspeed": args.deepspeed, **extra}
+
+
+def train(trainer, stage: str, args: argparse.Namespace) -> None:
     trainer.remove_callback(PrinterCallback)  # raw log dicts; LogProgress prints a readable line instead
     trainer.add_callback(LogProgress(stage))
+    schedule: Schedule | None = getattr(args, "schedule", None)
+    trainer.add_callback(StopAt(schedule.deadline(stage) if schedule else None))
     trainer.train()
 
 
-def save(trainer, tokenizer, out: Path) -> Path:
-    trainer.model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+def save(trainer, tokenizer, base: Path, out: Path) -> Path:
+    """Full weights in out/: LoRA adapters are merged into the base first (the grader refuses adapters)."""
+    if not trainer.is_deepspeed_enabled and not hasattr(trainer.model, "peft_config"):
+        trainer.save_model(str(out))
+    else:
+        trainer.save_model(str(out.parent / "tmp" / f"{out.name}-weights"))  # gathers ZeRO-3 shards on rank 0
+        if is_main() and hasattr(trainer.model, "peft_config"):
+            from peft import PeftModel
+
+            merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=train_dtype()),
+                                               out.parent / "tmp" / f"{out.name}-weights").merge_and_unload()
+            merged.save_pretrained(out, safe_serialization=True)
+        elif is_main():
+            shutil.copytree(out.parent / "tmp" / f"{out.name}-weights", out, dirs_exist_ok=True)
+    if is_main():
+        tokenizer.save_pretrained(out)
+        for junk in ("training_args.bin",):  # pickles the grader refuses
+            (out / junk).unlink(missing_ok=True)
+    trainer.accelerator.wait_for_everyone()  # the next stage loads what rank 0 wrote
     log(f"saved {out}")
     return out
 
 
-def submit(model_dir: Path) -> None:
-    """Submit for grading; a failure is logged, never fatal (the next stage may still do better)."""
-    if not os.environ.get("GRADING_SERVER_URL"):
-        log("no grading server; skipping submit")
-        return
-    log(f"submitting {model_dir}")
-    proc = subprocess.run([sys.executable, "-m", "a2rl", "submit", str(model_dir)], capture_output=True, text=True)
-    print(proc.stdout + proc.stderr, end="", flush=True)
-    if proc.returncode != 0:
-        log(f"submit failed with exit code {proc.returncode}")
+def run_stage(trainer, tokenizer, args: argparse.Namespace, stage: str, base: Path, out: Path, hyper: dict) -> Path:
+    start = time.monotonic()
+    train(trainer, stage, args)
+    model_dir = save(trainer, tokenizer, base, out / stage)
+    record_stage(out, Stage(name=stage, hyperparameters=hyper, steps=trainer.state.global_step,
+                            planned_steps=trainer.args.max_steps, wall_s=round(time.monotonic() - start, 1),
+                            model_dir=stage))
+    return model_dir
 
 
 def sft_stage(args: argparse.Namespace, base: Path, pairs: list[dict[str, str]], out: Path, *,
               max_length: int = 256) -> Path:
     """SFT on {"prompt", "completion"} pairs (loss on the completion only); the model saved in out/sft."""
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     config = SFTConfig(
         **common_args(out / "tmp" / "sft", args.sft_steps, args.sft_lr, args.seed),
         per_device_train_batch_size=args.sft_batch_size,
@@ -121,79 +317,122 @@ def sft_stage(args: argparse.Namespace, base: Path, pairs: list[dict[str, str]],
         lr_scheduler_type="cosine",
         adam_beta2=0.98,  # measured: the default 0.999 needs far more steps to learn arithmetic
     )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(pairs), processing_class=tokenizer)
-    train(trainer, "sft")
-    return save(trainer, tokenizer, out / "sft")
+    trainer = SFTTrainer(model=load_model(base, args), args=config, train_dataset=Dataset.from_list(pairs),
+                         processing_class=tokenizer, peft_config=lora_config(args))
+    hyper = hyperparameters(args, "sft", batch_size=args.sft_batch_size, max_length=max_length, pairs=len(pairs))
+    return run_stage(trainer, tokenizer, args, "sft", base, out, hyper)
 
 
 def grpo_stage(args: argparse.Namespace, base: Path, rows: list[dict], reward_fn, out: Path, **config) -> Path:
     """GRPO on rows with a "prompt" (other columns reach reward_fn as kwargs); the model saved in out/grpo."""
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    config = GRPOConfig(
+    # vLLM generates the rollouts inside the training processes where it is installed (GPU only)
+    vllm = torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+    grpo_config = GRPOConfig(
         **common_args(out / "tmp" / "grpo", args.grpo_steps, args.grpo_lr, args.seed),
         # The batch counts completions: prompts_per_step groups of num_generations samples each.
         per_device_train_batch_size=args.grpo_prompts * args.num_generations,
         num_generations=args.num_generations,
         max_completion_length=args.max_completion_length,
+        **(dict(use_vllm=True, vllm_mode="colocate") if vllm else {}),
         **config,
     )
-    trainer = GRPOTrainer(
-        model=model, reward_funcs=reward_fn, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
-    )
-    train(trainer, "grpo")
-    return save(trainer, tokenizer, out / "grpo")
+    trainer = GRPOTrainer(model=load_model(base, args), reward_funcs=reward_fn, args=grpo_config,
+                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          peft_config=lora_config(args))
+    hyper = hyperparameters(args, "grpo", prompts_per_step=args.grpo_prompts, num_generations=args.num_generations,
+                            max_completion_length=args.max_completion_length, generation="vllm" if vllm else "transformers",
+                            reward=getattr(reward_fn, "__name__", type(reward_fn).__name__), **config)
+    return run_stage(trainer, tokenizer, args, "grpo", base, out, hyper)
 
 
-def run_grpo(args: argparse.Namespace, base: Path, rows: list[dict[str, str]], out: Path) -> Path:
-    return grpo_stage(args, base, [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward, out)
+# ---------------------------------------------------------------- train formats
+def first_line_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
+    return [float(c.split("\n", 1)[0].strip() == a.strip()) for c, a in zip(completions, answer)]
 
 
-def answer_pairs(rows: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase) -> list[dict[str, str]]:
-    return [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows]
+def final_number_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
+    """1 when the number the GSM8K grader reads from the completion (cut where its generation stops) is the answer's."""
+    return [float((got := extract_number(cut_at_stop(c, GSM8K_STOP))) is not None and got == extract_number(a))
+            for c, a in zip(completions, answer)]
 
 
-def judge_pairs(rows: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase) -> list[dict[str, str]]:
-    """The instruction as the single user turn the grader prompts the policy with (a2rl.judge), answered by the
-    reference and EOS: the grader's answer is everything generated up to EOS."""
-    return [{"prompt": chat_prompt(tokenizer, [{"role": "user", "content": r["instruction"]}]),
-             "completion": r["reference"] + tokenizer.eos_token} for r in rows]
+def unit_test_reward(completions: list[str], prompts: list[str], test: list[str], entry_point: list[str],
+                     **kwargs) -> list[float]:
+    """1 when the completed function passes the problem's unit tests, run in the code sandbox."""
+    programs = [humaneval_program({"prompt": p, "test": t, "entry_point": e}, c)
+                for c, p, t, e in zip(completions, prompts, test, entry_point)]
+    return [float(r.passed) for r in run_many(programs, timeout_s=10.0, memory_mb=1024, workers=2)]
+
+
+def gsm8k_prompt(question: str) -> str:
+    return f"Question: {question}\nAnswer:"  # how the grader asks, after its exemplars
 
 
 @dataclass(frozen=True)
 class StaticFormat:
-    """A train.jsonl layout: the fields every row has, its SFT pairs, and its GRPO stage (None: no rule reward)."""
+    """A train.jsonl layout: the fields every row has ("a|b": either), its SFT pairs, and its GRPO rows and reward (None: no rule
+    reward stands in for the grader)."""
     fields: tuple[str, ...]
     sft_pairs: Callable[[list[dict[str, str]], PreTrainedTokenizerBase], list[dict[str, str]]]
-    grpo: Callable[[argparse.Namespace, Path, list[dict[str, str]], Path], Path] | None
+    grpo_rows: Callable[[list[dict[str, str]]], list[dict[str, str]]] | None = None
+    reward: Callable[..., list[float]] | None = None
+    max_length: int = 256  # SFT sequence tokens
+    max_completion_length: int = 8  # GRPO default
 
 
-STATIC_FORMATS = (StaticFormat(("prompt", "answer"), answer_pairs, run_grpo),
-                  StaticFormat(("instruction", "reference"), judge_pairs, None))
+STATIC_FORMATS: dict[str, StaticFormat] = {
+    "qa_short": StaticFormat(
+        ("prompt", "answer"), lambda rows, tok: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
+        lambda rows: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward),
+    "qa_numeric": StaticFormat(
+        ("question", "answer"),
+        lambda rows, tok: [{"prompt": gsm8k_prompt(r["question"]), "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}"}
+                           for r in rows],
+        lambda rows: [{"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]} for r in rows], final_number_reward,
+        max_length=512, max_completion_length=256),
+    "code_with_tests": StaticFormat(
+        ("prompt", "canonical_solution", "test", "entry_point"),
+        lambda rows, tok: [{"prompt": r["prompt"], "completion": r["canonical_solution"] + tok.eos_token} for r in rows],
+        lambda rows: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]} for r in rows],
+        unit_test_reward, max_length=1024, max_completion_length=256),
+    # The instruction as the single user turn the grader prompts the policy with (a2rl.grading.judge), answered by
+    # the reference and EOS: the grader's answer is everything generated up to EOS. Alpaca's rows name the
+    # reference "output" and may add an "input" to the instruction.
+    "instruction_reference": StaticFormat(
+        ("instruction", "reference|output"),
+        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": "\n\n".join(
+                               filter(None, (r["instruction"], r.get("input"))))}]),
+                            "completion": r.get("reference", r.get("output")) + tok.eos_token} for r in rows]),
+}
 
 
-def data_format(rows: list[dict]) -> StaticFormat:
-    """The format all rows share; an error naming the known formats otherwise."""
-    for fmt in STATIC_FORMATS:
-        if rows and all(set(fmt.fields) <= r.keys() for r in rows):
-            return fmt
-    seen = sorted({k for r in rows for k in r})
-    known = ", ".join("{" + ", ".join(f.fields) + "}" for f in STATIC_FORMATS)
-    raise ValueError(f"train.jsonl: no format this pipeline trains on (rows with fields {known}, or "
-                     f"trajectories.jsonl for interactive tasks); its rows have fields {seen or 'none (no rows)'}")
+def check_rows(fmt_name: str, rows: list[dict]) -> StaticFormat:
+    """The format's definition once every row has its fields; an error naming what is missing otherwise."""
+    fmt = STATIC_FORMATS[fmt_name]
+    if not rows:
+        raise ValueError(f"train.jsonl: no rows to train on (format {fmt_name})")
+    bad = next((r for r in rows if not all(any(k in r for k in f.split("|")) for f in fmt.fields)), None)
+    if bad is not None:
+        raise ValueError(f"train.jsonl: format {fmt_name} needs fields {{{', '.join(fmt.fields)}}}; a row has "
+                         f"{sorted(bad)}")
+    return fmt
 
 
-# Defaults per route: static train.jsonl rows, or interactive games (trajectories.jsonl, a2rl.agents.interactive).
+# Defaults per route: static train.jsonl rows, or interactive games (a2rl.agents.interactive).
 DEFAULTS = {
     "static": dict(sft_steps=700, sft_lr=3e-3, sft_batch_size=32, grpo_steps=150, grpo_lr=1e-4, grpo_prompts=8,
-                   num_generations=8, max_completion_length=8),
+                   num_generations=8),
     "interactive": dict(sft_steps=300, sft_lr=3e-3, sft_batch_size=8, grpo_steps=40, grpo_lr=1e-4, grpo_prompts=4,
                         num_generations=8, max_completion_length=16),
 }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m a2rl.agents.pipeline", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m a2rl.agents.pipeline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--train-format", choices=list(STATIC_FORMATS) + ["env_trajectories"],
+                   help="default: train_format in $WORKSPACE/run_meta.json")
     p.add_argument("--sft-steps", type=int, help="0 skips SFT (GRPO starts from MODEL_PATH)")
     p.add_argument("--sft-lr", type=float)
     p.add_argument("--sft-batch-size", type=int)
@@ -202,45 +441,104 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grpo-prompts", type=int, help="prompts per GRPO step")
     p.add_argument("--num-generations", type=int, help="samples per prompt (>= 2)")
     p.add_argument("--max-completion-length", type=int)
+    p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning); merged before submitting")
+    p.add_argument("--lora-alpha", type=int, help="default 2 x rank")
+    p.add_argument("--qlora", action="store_true", help="LoRA on a 4-bit base (bitsandbytes, GPU only)")
+    p.add_argument("--deepspeed", help="DeepSpeed config: a name in --deepspeed-dir (zero2, zero3) or a JSON file")
+    p.add_argument("--deepspeed-dir", type=Path, help="where the named DeepSpeed configs are (configs/agents/deepspeed)")
+    p.add_argument("--no-schedule", action="store_true", help="run every planned step whatever the budget left")
     p.add_argument("--seed", type=int, default=0)
     p.epilog = "Defaults per route: " + json.dumps(DEFAULTS)
     return p.parse_args(argv)
 
 
-def with_defaults(args: argparse.Namespace, route: str) -> argparse.Namespace:
-    for k, v in DEFAULTS[route].items():
+def with_defaults(args: argparse.Namespace, route: str, fmt: StaticFormat | None = None) -> argparse.Namespace:
+    defaults = dict(DEFAULTS[route], **({"max_completion_length": fmt.max_completion_length} if fmt else {}))
+    for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    model_path, data_path = Path(os.environ["MODEL_PATH"]), Path(os.environ["DATA_PATH"])
-    out = Path(os.environ["OUTPUT_DIR"])
-    if (data_path / "trajectories.jsonl").is_file():  # an interactive task: games, env.py, expert trajectories
-        from a2rl.agents import interactive
-
-        return interactive.run(with_defaults(args, "interactive"), model_path, data_path, out)
-    args = with_defaults(args, "static")
-    rows = load_rows(data_path)
+def train_format(args: argparse.Namespace) -> str:
+    """--train-format, else the task's, as the workspace's run_meta.json tells it."""
+    if args.train_format:
+        return args.train_format
+    meta = Path(os.environ.get("WORKSPACE", ".")) / "run_meta.json"
     try:
-        fmt = data_format(rows)
+        fmt = json.loads(meta.read_text()).get("train_format")
+    except (OSError, ValueError, AttributeError):
+        fmt = None
+    if fmt not in (*STATIC_FORMATS, "env_trajectories"):
+        raise ValueError(f"no known train format: pass --train-format, or run in a workspace whose {meta} names "
+                         f"one (found {fmt!r})")
+    return fmt
+
+
+def deepspeed_config(args: argparse.Namespace) -> Path | None:
+    if not args.deepspeed:
+        return None
+    path = Path(args.deepspeed)
+    if not path.suffix:
+        path = (args.deepspeed_dir or Path(".")) / f"{args.deepspeed}.json"
+    if not path.is_file():
+        raise ValueError(f"--deepspeed {args.deepspeed}: no config at {path}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    try:
+        fmt_name = train_format(args)
+        ds = deepspeed_config(args)
+        if args.qlora and not args.lora_r:
+            raise ValueError("--qlora trains LoRA adapters: give --lora-r too")
+        gpus = gpu_count(dict(os.environ), torch.cuda.is_available(), torch.cuda.device_count())
+        if (args.qlora or ds) and gpus == 0:
+            raise ValueError("--qlora and --deepspeed need the run's GPUs; this job has none")
     except ValueError as e:
         log(f"error: {e}")
         return 2
-    log(f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows {{{', '.join(fmt.fields)}}}, "
-        f"base model {model_path}, {torch.get_num_threads()} threads")
+    if (cmd := launch_command([*argv, "--train-format", fmt_name], gpus, ds)) is not None:
+        log(f"{gpus} GPU(s): {' '.join(cmd)}")
+        return subprocess.run(cmd).returncode
+    model_path, data_path = Path(os.environ["MODEL_PATH"]), Path(os.environ["DATA_PATH"])
+    out = Path(os.environ["OUTPUT_DIR"])
+    device = f"{gpus} GPU(s), bf16" if gpus else f"CPU, fp32, {torch.get_num_threads()} threads"
+    if fmt_name == "env_trajectories":
+        from a2rl.agents import interactive
+
+        args = with_defaults(args, "interactive")
+        args.schedule = None if args.no_schedule else Schedule([s for s in ("sft", "grpo") if getattr(args, f"{s}_steps") > 0])
+        log(f"task {os.environ.get('TASK', '?')}: env_trajectories, {device}")
+        code = interactive.run(args, model_path, data_path, out)
+        SUBMITTER.wait()
+        return code
+    try:
+        with open(data_path / "train.jsonl") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        fmt = check_rows(fmt_name, rows)
+    except (OSError, ValueError) as e:
+        log(f"error: {e}")
+        return 2
+    args = with_defaults(args, "static", fmt)
+    grpo = args.grpo_steps > 0 and fmt.reward is not None
+    args.schedule = None if args.no_schedule else Schedule(["sft"] * (args.sft_steps > 0) + ["grpo"] * grpo)
+    log(f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows, format {fmt_name} {{{', '.join(fmt.fields)}}}, "
+        f"base model {model_path}, {device}")
     start = model_path
     if args.sft_steps > 0:
         log(f"stage sft: {args.sft_steps} steps")
-        start = sft_stage(args, model_path, fmt.sft_pairs(rows, AutoTokenizer.from_pretrained(model_path)), out)
+        start = sft_stage(args, model_path, fmt.sft_pairs(rows, AutoTokenizer.from_pretrained(model_path)), out,
+                          max_length=fmt.max_length)
         submit(start)
-    if args.grpo_steps > 0 and fmt.grpo is None:
+    if args.grpo_steps > 0 and not grpo:
         log("stage grpo skipped: these rows are scored by a judge model, and no rule reward stands in for it")
-    elif args.grpo_steps > 0:
+    elif grpo:
         log(f"stage grpo: {args.grpo_steps} steps from {start}")
-        submit(fmt.grpo(args, start, rows, out))
+        submit(grpo_stage(args, start, fmt.grpo_rows(rows), fmt.reward, out))
+    SUBMITTER.wait()
     log("done")
     return 0
 

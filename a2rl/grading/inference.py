@@ -20,20 +20,9 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from a2rl.tasklib.answers import cut_at_stop, stop_strings  # noqa: F401 (cut_at_stop: drivers use it from here)
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-
-
-def stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...]:
-    """`stop` as a tuple of stop strings (none for None)."""
-    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-    if not all(isinstance(s, str) and s for s in stops):
-        raise ValueError(f"stop strings must be non-empty strings, got {stop!r}")
-    return stops
-
-
-def cut_at_stop(text: str, stop: str | Sequence[str] | None) -> str:
-    """`text` up to the earliest occurrence of any stop string."""
-    return text[: min((i for s in stop_strings(stop) if (i := text.find(s)) >= 0), default=len(text))]
 
 
 class StopOnString(StoppingCriteria):

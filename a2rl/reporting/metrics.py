@@ -1,6 +1,7 @@
 """A run's process metrics (the paper's), per submission and per run, computed only from what the sweep recorded:
 result, ledger, code snapshots and transcript. Training types come from the TRL classes in each snapshot's code;
-failure types are the paper's, by heuristics; leaks are held-out data (canary or items) found in the transcript,
+a run whose code/ shows no trainer (the reference `pipeline` trains from the installed package) takes them from
+the agent's stage log (store/stages.py), labelled self-reported; failure types are the paper's, by heuristics; leaks are held-out data (canary or items) found in the transcript,
 the code or (by the grader) a submission."""
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from a2rl.records import Record
+from a2rl.records import Record, RecordError
 from a2rl.recording.snapshots import CodeSnapshot, load_snapshots, snapshot_text
 from a2rl.spec.tasks import task_data
 from a2rl.tasklib.leaks import HeldoutMarkers, markers
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult
+from a2rl.store.stages import STAGES_FILE, StageLog
 from a2rl.store.sweepdir import SweepDir
 
 FailureType = Literal["code_error_runtime", "rollout_logic_wrong", "timeout_no_submission", "copy_model_fallback",
@@ -28,8 +30,12 @@ RL = {"PPO", "GRPO"}
 DIVERGED = re.compile(r"""\bloss['"]?\s*[:=]\s*['"]?(nan|inf)\b""", re.IGNORECASE)
 
 
+TrainTypeSource = Literal["code", "self-reported"]
+
+
 class SubmissionRow(Record):
     """One line of summary.jsonl."""
+    SCHEMA = 2  # 2 added train_type_source
     iteration: int  # the submission's seq (1-based)
     submission_id: str
     at_s: float  # seconds from the run's start (wall clock)
@@ -39,6 +45,7 @@ class SubmissionRow(Record):
     delta_prev: float | None  # vs the previous valid submission
     copy_of_base: bool
     train_type: str  # SFT, GRPO, SFT+GRPO ... or none, from the code snapshot taken at submission
+    train_type_source: TrainTypeSource | None = None  # self-reported: from the agent's stage log
     failure_type: FailureType | None  # None: improved on the baseline
     files_added: list[str] = []
     files_modified: list[str] = []
@@ -47,7 +54,7 @@ class SubmissionRow(Record):
 
 
 class RunMetrics(Record):
-    SCHEMA = 2  # 2 added leaks
+    SCHEMA = 3  # 2 added leaks; 3 added route and train_type_source
     run_id: str
     task: str
     agent: str
@@ -75,6 +82,8 @@ class RunMetrics(Record):
     cpu_seconds: float | None
     train_type: str  # of the best submission's code, else of the last snapshot
     train_types_seen: list[str]
+    train_type_source: TrainTypeSource | None = None  # None: no training seen
+    route: str | None = None  # the agent's stages in order (SFT→GRPO), self-reported; None without a stage log
     failure_type: FailureType | None  # None: the run improved on its baseline
     failure_source: Literal["infra", "agent"] | None
     code_snapshots: int
@@ -86,6 +95,27 @@ def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
         return []
     text = "\n".join(t for path, t in snapshot_text(sweep_root, snap) if path.endswith(CODE_SUFFIXES))
     return [name for name, pattern in TRAINERS.items() if re.search(pattern, text)]
+
+
+def stage_log(sweep: SweepDir, run_id: str) -> StageLog | None:
+    """The stage log the job copied for this run (only stacks with stage_records get one); unreadable: none."""
+    try:
+        return StageLog.load_or_none(sweep.run_dir(run_id) / STAGES_FILE)
+    except RecordError:
+        return None
+
+
+def typed(code_types: list[str], stages: StageLog | None, submission_id: str | None) -> tuple[list[str], TrainTypeSource | None]:
+    """Train types from the code when it shows a trainer, else from the stage log up to `submission_id` (every
+    stage when None), else none."""
+    if code_types:
+        return code_types, "code"
+    if stages is not None:
+        types = (stages.train_types_until(submission_id) if submission_id else
+                 list(dict.fromkeys(s.train_type for s in stages.stages if s.steps > 0)))
+        if types:
+            return types, "self-reported"
+    return [], None
 
 
 def submission_failure(entry: LedgerEntry, baseline: float | None, types: list[str]) -> FailureType | None:
@@ -141,16 +171,17 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
     env1 = sweep.run_dir(run_id) / "env-1.json"  # the first attempt's start: a resumed run keeps its origin
     t0 = json.loads(env1.read_text())["started_at"] if env1.exists() else result.started_at
     base = result.baseline
+    stages = stage_log(sweep, run_id)
     rows: list[SubmissionRow] = []
     prev_valid: float | None = None
     for e in entries:
         snap = snaps.get(e.seq)
-        types = train_types(sweep.root, snap)
+        types, source = typed(train_types(sweep.root, snap), stages, e.submission_id)
         rows.append(SubmissionRow(
             iteration=e.seq, submission_id=e.submission_id, at_s=round(e.submitted_at - t0, 3), status=e.status,
             score=e.score, improvement=None if e.score is None or base is None else e.score - base,
             delta_prev=None if e.score is None or prev_valid is None else e.score - prev_valid,
-            copy_of_base=e.copy_of_base, train_type="+".join(types) or "none",
+            copy_of_base=e.copy_of_base, train_type="+".join(types) or "none", train_type_source=source,
             failure_type=submission_failure(e, base, types), error=e.error,
             files_added=snap.added if snap else [], files_modified=snap.modified if snap else [],
             files_removed=snap.removed if snap else []))
@@ -159,8 +190,11 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
     best = max(valid, key=lambda r: r.score, default=None)
     improved = [r for r in valid if base is not None and r.score > base]
     steps = [b.score >= a.score for a, b in zip(valid, valid[1:])]
-    seen = sorted({t for s in snaps.values() for t in train_types(sweep.root, s)}, key=list(TRAINERS).index)
+    seen = sorted({t for s in snaps.values() for t in train_types(sweep.root, s)}
+                  | set(typed([], stages, None)[0]), key=lambda t: (t not in TRAINERS, list(TRAINERS).index(t)
+                                                                   if t in TRAINERS else 0, t))
     ref_snap = snaps.get(best.iteration) if best else (snaps[max(snaps)] if snaps else None)
+    run_types, run_source = typed(train_types(sweep.root, ref_snap), stages, best.submission_id if best else None)
     log = sweep.run_dir(run_id) / "agent.log"
     log_text = log.read_text(errors="replace") if log.exists() else ""
     failure, source = run_failure(result, best, rows, log_text)
@@ -183,6 +217,7 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         score_trajectory=[r.score for r in rows],
         input_tokens=usage.input_tokens if usage else None, output_tokens=usage.output_tokens if usage else None,
         cost_usd=usage.cost_usd if usage else None, cpu_seconds=result.cpu_seconds,
-        train_type="+".join(train_types(sweep.root, ref_snap)) or "none", train_types_seen=seen,
+        train_type="+".join(run_types) or "none", train_types_seen=seen, train_type_source=run_source,
+        route=stages.route() or None if stages else None,
         failure_type=failure, failure_source=source, code_snapshots=len(snaps), leaks=leaks)
     return metrics, rows

@@ -28,10 +28,17 @@ def _fmt(v: float | None, signed: bool = False) -> str:
 log = logging.getLogger("a2rl.runreport")
 
 
+def _source(source: str | None, route: str | None = None) -> str:
+    """Where a train type came from, when the agent said it itself (its stage log), not its code."""
+    if source != "self-reported":
+        return ""
+    return f" (self-reported by the agent{f', route {route}' if route else ''})"
+
+
 def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
     out = [f"# {m.run_id}", "",
            f"{m.status}; baseline {_fmt(m.baseline)}, best {_fmt(m.best)} ({_fmt(m.improvement, True)}); "
-           f"{m.submissions} submission(s), training {m.train_type}; "
+           f"{m.submissions} submission(s), training {m.train_type}{_source(m.train_type_source, m.route)}; "
            f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}", ""]
     if m.leaks:
         out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
@@ -42,7 +49,7 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
                 f"- score: {_fmt(r.score)}" + (" (copy of the base model)" if r.copy_of_base else "")
                 + (f" (invalid: {r.error})" if r.error else ""),
                 f"- change vs previous valid: {_fmt(r.delta_prev, True)}; vs baseline: {_fmt(r.improvement, True)}",
-                f"- training: {r.train_type}; failure: {r.failure_type or 'none'}"]
+                f"- training: {r.train_type}{_source(r.train_type_source)}; failure: {r.failure_type or 'none'}"]
         changed = [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + \
                   [f"-{p}" for p in r.files_removed]
         out.append(f"- files changed: {', '.join(changed) or 'none'} "

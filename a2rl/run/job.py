@@ -43,6 +43,7 @@ from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
 from a2rl.store.results import RunResult, load_result, refresh_result, write_result
+from a2rl.store.stages import STAGES_FILE, collect_stage_log
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
@@ -180,7 +181,8 @@ class AgentRun:
         self.budget = Budget(run.budget_s, self.used_before,
                              uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
         self.setup_s = time.monotonic() - self.t0
-        meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s)
+        meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s,
+                       train_format=task.spec.train_format)
         meta.dump(ws.meta_path)
         self.submitter = RunSubmitter(self.sweep, run, ws, self.budget)
 
@@ -212,6 +214,8 @@ class AgentRun:
             self.recorded.update(agent_ended_at=now(), cpu_seconds=round(_children_cpu() - cpu0, 3))
             meta.end_time = now()
             meta.dump(ws.meta_path)
+            if stack.stage_records:
+                collect_stage_log(ws.output / STAGES_FILE, self.dir / STAGES_FILE)
             if status == "timeout":
                 self._auto_submit(ws)
         return status, code

@@ -6,7 +6,8 @@
     data/            the train split (a read-only copy: never a link into the data root, whose held-out
                      half must stay out of reach)
     models/base      link to the base model (read-only)
-    description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible)
+    description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible) and
+                     the train rows' format (the task's train_format: how agents such as `pipeline` read data/)
 
 Nothing here is ever read back for scoring: results live in the sweep directory. What the agent made (code/,
 output/, and its own state in home/) is saved there when its job is interrupted and put back when a requeue lands
@@ -52,6 +53,7 @@ class RunMeta(Record):
     task: str
     start_time: float
     timeout_s: float
+    train_format: str | None = None  # the task's TrainFormat (a2rl.spec.tasks): what the rows in data/ are
     last_submit_time: float | None = None
     end_time: float | None = None
 

@@ -51,6 +51,8 @@ class AgentStack(BaseModel):
     instructions_file: str | None = None  # read by the CLI from its working directory (CLAUDE.md, AGENTS.md ...)
     transcript: Literal["none", "claude", "codex", "gemini", "opencode", "openhands", "litellm"] = "none"
     openai_compatible: OpenAICompatible | None = None  # None: the stack cannot use local drivers
+    # the agent writes $OUTPUT_DIR/stages.json (a2rl.store.stages): copied for the run report, as self-reported
+    stage_records: bool = False
 
     def supports(self, driver: str) -> bool:
         return not self.driver_families or any(fnmatch.fnmatchcase(driver, g) for g in self.driver_families)

@@ -29,6 +29,14 @@ from a2rl.spec.registry import HOME, Registry
 
 CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, never every file there
 
+# What a task's train rows are, declared in task.yaml and told to agents in run_meta.json:
+#   qa_short               {"prompt", "answer"}: the answer is the first line after the prompt (arith)
+#   qa_numeric             {"question", "answer"}: a worked rationale ending "#### <number>" (gsm8k)
+#   code_with_tests        {"prompt", "canonical_solution", "test", "entry_point"}: a function to complete (humaneval)
+#   instruction_reference  {"instruction", "reference" (or Alpaca's "output", with an optional "input")}: judged
+#   env_trajectories       an environment (env.py) and expert trajectories through it (interactive tasks)
+TrainFormat = Literal["qa_short", "qa_numeric", "code_with_tests", "instruction_reference", "env_trajectories"]
+
 
 class TaskSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -41,6 +49,7 @@ class TaskSpec(BaseModel):
     prepare: str = "prepare.py"
     offline: bool = False  # prepare needs no network: a2rl may run it on demand
     train_files: list[str]
+    train_format: TrainFormat
     eval: dict[str, Any] = {}
 
 

@@ -8,42 +8,9 @@ number after "####" (see extract_number for the fallbacks).
 from __future__ import annotations
 
 import json
-import re
-from decimal import Decimal
 from pathlib import Path
 
-STOP = "\n\n"  # separates exemplars; no exemplar answer contains one
-_CALCULATOR = re.compile(r"<<[^>]*>>")  # GSM8K's calculator annotations, e.g. "<<48/2=24>>"
-# Thousands separators only in groups of three, so a list "5,6" reads as two numbers.
-_NUMBER = re.compile(r"(-?)\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
-_MARKERS = (re.compile(re.escape("####")), re.compile(r"answer is", re.IGNORECASE))
-
-
-def _normalise(match: re.Match[str]) -> str:
-    """Canonical text of a number: "1,200" → "1200", "3.50" → "3.5", "2.00" → "2", "-0" → "0"."""
-    value = Decimal(match.group(1) + match.group(2).replace(",", "") + (match.group(3) or ""))
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
-
-
-def extract_number(text: str) -> str | None:
-    """The final answer in `text`, normalised; None when it holds no number.
-
-    The first number after the first "####" (the format the exemplars teach), else after the first "answer is",
-    else the last number anywhere.
-    """
-    for marker in _MARKERS:
-        found = marker.search(text)
-        if found and (number := _NUMBER.search(text, found.end())):
-            return _normalise(number)
-    numbers = list(_NUMBER.finditer(text))
-    return _normalise(numbers[-1]) if numbers else None
-
-
-def format_answer(answer: str) -> str:
-    """A GSM8K answer as an exemplar's reasoning: calculator annotations removed."""
-    return _CALCULATOR.sub("", answer)
+from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number, format_answer  # shared with the pipeline's reward
 
 
 def build_prompt(exemplars: list[dict[str, str]], question: str) -> str:

@@ -10,20 +10,13 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from a2rl.grading.inference import cut_at_stop
 from a2rl.grading.sandbox import run_many
-
-# Chen et al. 2021: a new top-level statement ends the function body.
-STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+from a2rl.tasklib.answers import HUMANEVAL_STOP as STOP_SEQUENCES, cut_at_stop, humaneval_program as build_program
 
 
 def truncate(completion: str) -> str:
     """`completion` up to the earliest stop sequence."""
     return cut_at_stop(completion, STOP_SEQUENCES)
-
-
-def build_program(problem: dict[str, str], completion: str) -> str:
-    return f"{problem['prompt']}{truncate(completion)}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
 def evaluate(generator, heldout_dir: Path, options: dict) -> dict:

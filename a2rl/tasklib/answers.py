@@ -1,0 +1,67 @@
+"""Answer checks that a task's grader and the reference agent's rewards share, so training rewards what the
+grader scores: stop strings, GSM8K's final number, HumanEval's test program."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal
+
+
+def stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    """`stop` as a tuple of stop strings (none for None)."""
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if not all(isinstance(s, str) and s for s in stops):
+        raise ValueError(f"stop strings must be non-empty strings, got {stop!r}")
+    return stops
+
+
+def cut_at_stop(text: str, stop: str | Sequence[str] | None) -> str:
+    """`text` up to the earliest occurrence of any stop string."""
+    return text[: min((i for s in stop_strings(stop) if (i := text.find(s)) >= 0), default=len(text))]
+
+
+# ---------------------------------------------------------------- GSM8K
+GSM8K_STOP = "\n\n"  # separates exemplars; no exemplar answer contains one
+_CALCULATOR = re.compile(r"<<[^>]*>>")  # GSM8K's calculator annotations, e.g. "<<48/2=24>>"
+# Thousands separators only in groups of three, so a list "5,6" reads as two numbers.
+_NUMBER = re.compile(r"(-?)\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
+_MARKERS = (re.compile(re.escape("####")), re.compile(r"answer is", re.IGNORECASE))
+
+
+def _normalise(match: re.Match[str]) -> str:
+    """Canonical text of a number: "1,200" → "1200", "3.50" → "3.5", "2.00" → "2", "-0" → "0"."""
+    value = Decimal(match.group(1) + match.group(2).replace(",", "") + (match.group(3) or ""))
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def extract_number(text: str) -> str | None:
+    """The final answer in `text`, normalised; None when it holds no number.
+
+    The first number after the first "####" (the format the exemplars teach), else after the first "answer is",
+    else the last number anywhere.
+    """
+    for marker in _MARKERS:
+        found = marker.search(text)
+        if found and (number := _NUMBER.search(text, found.end())):
+            return _normalise(number)
+    numbers = list(_NUMBER.finditer(text))
+    return _normalise(numbers[-1]) if numbers else None
+
+
+def format_answer(answer: str) -> str:
+    """A GSM8K answer as an exemplar's reasoning: calculator annotations removed."""
+    return _CALCULATOR.sub("", answer)
+
+
+# ---------------------------------------------------------------- HumanEval
+# Chen et al. 2021: a new top-level statement ends the function body.
+HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+
+
+def humaneval_program(problem: dict[str, str], completion: str) -> str:
+    """The program that passes iff `completion` (cut at the stop sequences) completes the problem correctly."""
+    body = cut_at_stop(completion, HUMANEVAL_STOP)
+    return f"{problem['prompt']}{body}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
