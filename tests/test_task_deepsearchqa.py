@@ -122,9 +122,10 @@ def test_grading_the_real_model_end_to_end(tiny_model: Path, data_root: Path, tm
     rows = read_jsonl(TASK.data(data_root).heldout_dir / "test.jsonl")[:4]
     (small / "heldout" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with stub_llm(lambda body, headers: (500, {})) as (url, seen):
-        options = {"max_new_tokens": 16, "protocol": "a2rl", "search": {"backend": "local", "corpus": str(
+        options = {"max_new_tokens": 16, "search": {"backend": "local", "corpus": str(
                    TASK.data(data_root).train_dir / "corpus.sqlite")}, "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
-        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=tmp_path, options=options)
+        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=tmp_path, protocol="a2rl",
+                                        options=options)
     assert score == 0 and details["answered"] == 0 and details["mean_steps"] == 6 and not seen
 
 
