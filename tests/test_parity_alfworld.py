@@ -38,6 +38,7 @@ def test_the_graded_games_are_those_the_reference_kept(tmp_path):
     assert len(alf.games(tmp_path / "games")) == 6  # the other three: movable, sliced, unsolvable
 
 
+@pytest.mark.slow  # plays 64 ALFWorld steps (~20 s on this 2-core machine)
 def test_paper_plays_the_references_episodes(tmp_path):
     calls: dict[str, list[str]] = {task: [] for task in PARITY["heads"]}
 
