@@ -31,7 +31,7 @@ class FakeGenerator:
         self.calls = 0
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | Sequence[str] | None = "\n") -> list[str]:
+                 stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True) -> list[str]:
         self.calls += 1
         self.stops.append(stop)
         out = [self._answer(p, len(self.prompts) + i) for i, p in enumerate(prompts)]

@@ -29,14 +29,14 @@ def sweep(tmp_path) -> SweepDir:
                                      "seeds": [0, 1], "budget": 60, "executor": "local"})
     sweep = SweepDir(tmp_path / "sd")
     sweep.create(spec, "", expand(spec))
-    BaselineRecord(task="echo", model="tiny-llama", model_path="builtin:tiny-llama", weights_hash="h",
+    BaselineRecord(task="echo", protocol="paper", model="tiny-llama", model_path="builtin:tiny-llama", weights_hash="h",
                    evaluator_version=1, status="ok", score=10.0, graded_at=0.0
-                   ).sign(sweep.key).dump(baseline_path(sweep, "echo", "tiny-llama"))
+                   ).sign(sweep.key).dump(baseline_path(sweep, "echo", "tiny-llama", "paper"))
     return sweep
 
 
 def finish(sweep: SweepDir, run, best: float | None, status: str = "ok") -> None:
-    RunResult(run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, model=run.model.name,
+    RunResult(run_id=run.run_id, task=run.task, protocol=run.protocol, agent=run.agent.key, driver=run.driver, model=run.model.name,
               seed=run.seed, status=status, baseline=10.0, best=best, submissions=1, valid_submissions=int(best is not None),
               budget_s=60, started_at=0.0, ended_at=1.0).sign(sweep.key).dump(sweep.result_path(run.run_id))
 

@@ -71,7 +71,7 @@ def run(tmp_path, tiny_model):
             grader.grade(claim)
 
     def report() -> tuple[RunMetrics, str]:
-        result = RunResult(run_id=spec.run_id, task="leaky", agent=spec.agent.key, driver=spec.driver,
+        result = RunResult(run_id=spec.run_id, task="leaky", protocol=spec.protocol, agent=spec.agent.key, driver=spec.driver,
                            model=spec.model.name, seed=spec.seed, status="ok", budget_s=60, started_at=0.0,
                            ended_at=1.0)
         out = write_run_report(sweep, spec.run_id, result)

@@ -12,12 +12,12 @@ from a2rl.store.results import RunResult
 def entry(status: str = "scored", score: float | None = 50.0, copy_of_base: bool = False) -> LedgerEntry:
     return LedgerEntry(submission_id="r.1", run_id="r", seq=1, submitted_at=10.0, claimed_at=11.0, graded_at=12.0,
                        status=status, score=score, model_path="output/v1", copy_of_base=copy_of_base, task="echo",
-                       evaluator_version=1, grader="g", attempt=1)
+                       protocol="paper", evaluator_version=1, grader="g", attempt=1)
 
 
 def result(status: str = "ok", baseline: float | None = 40.0, ungraded: int = 0,
            exit_code: int | None = 0) -> RunResult:
-    return RunResult(run_id="r", task="echo", agent="a", driver="d", model="m", seed=0, status=status,
+    return RunResult(run_id="r", task="echo", protocol="paper", agent="a", driver="d", model="m", seed=0, status=status,
                      agent_exit_code=exit_code, baseline=baseline, ungraded_submissions=ungraded, budget_s=60.0,
                      started_at=0.0, ended_at=60.0)
 

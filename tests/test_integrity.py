@@ -106,14 +106,14 @@ def test_forged_planted_and_garbage_ledger_entries_are_skipped_and_reported(two,
 
 def test_a_forged_baseline_is_ignored_and_graded_again(two, tiny_model):
     sweep, (victim, _), grader, drain = two
-    grader.baseline("echo", "tiny-llama")
-    path = baseline_path(sweep, "echo", "tiny-llama")
+    grader.baseline("echo", "tiny-llama", "paper")
+    path = baseline_path(sweep, "echo", "tiny-llama", "paper")
     rec = json.loads(path.read_text())
     path.write_text(json.dumps(dict(rec, score=-50.0)))
     problems: list[str] = []
-    assert load_baseline(sweep, "echo", "tiny-llama", problems) is None and str(path) in problems[0]
+    assert load_baseline(sweep, "echo", "tiny-llama", "paper", problems) is None and str(path) in problems[0]
     fresh = GradingDaemon(sweep)  # a grader that reads the file again grades the base model again
-    assert fresh.baseline("echo", "tiny-llama").score == 0.0
+    assert fresh.baseline("echo", "tiny-llama", "paper").score == 0.0
     copy = victim.ws.output / "copy"
     shutil.copytree(tiny_model, copy)
     drain_fresh = lambda: [fresh.grade(c) for c in iter(lambda: sweep.queue.claim(fresh.holder, 60, sweep.ledger.has), None)]  # noqa: E731

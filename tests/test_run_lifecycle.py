@@ -71,14 +71,14 @@ def test_mark_lost_lists_ungraded_submissions_and_a_refresh_folds_their_scores_i
     queued = [sweep.queue.submit(run.run_id, f"output/v{i}", lambda sid: None, "test entry") for i in range(2)]
     sweep.ledger.record(LedgerEntry(submission_id=queued[0].submission_id, run_id=run.run_id, seq=1,
                                     submitted_at=queued[0].submitted_at, claimed_at=1.0, graded_at=2.0,
-                                    status="scored", score=40.0, model_path="output/v0", task="echo",
+                                    status="scored", score=40.0, model_path="output/v0", task="echo", protocol="paper",
                                     evaluator_version=1, grader="g", attempt=1))
     lost = mark_lost(sweep, run, "job ended without a result: node lost")
     assert lost.status == "failed" and lost.submissions == 2 and lost.ungraded_submissions == 1
     assert lost.scores == [40.0] and lost.best == 40.0
     sweep.ledger.record(LedgerEntry(submission_id=queued[1].submission_id, run_id=run.run_id, seq=2,
                                     submitted_at=queued[1].submitted_at, claimed_at=3.0, graded_at=4.0,
-                                    status="scored", score=70.0, model_path="output/v1", task="echo",
+                                    status="scored", score=70.0, model_path="output/v1", task="echo", protocol="paper",
                                     evaluator_version=1, grader="g", attempt=1))
     assert refresh_result(sweep, run.run_id) is not None
     done = RunResult.load(sweep.result_path(run.run_id))

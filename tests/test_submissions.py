@@ -180,7 +180,7 @@ def test_a_judge_outage_is_retried_not_recorded_invalid(run, tiny_model, monkeyp
     queued = submitter.submit(str(make_variant(tiny_model, ws.output / "v", score=40, salt=5)), wait=False)
     sid = queued["submission_id"]
     grader = GradingDaemon(sweep)
-    grader.baseline("echo", "tiny-llama")
+    grader.baseline("echo", "tiny-llama", "paper")
     monkeypatch.setattr("a2rl.grading.daemon.INFRA_RETRY_S", 0)
     real, calls = grader._evaluate, []
 

@@ -1,4 +1,4 @@
-"""ALFWorld: prepare splits the json_2.1.1 layout by folder; the 2-shot prompt uses the env's "move X to Y";
+"""ALFWorld: prepare splits the json_2.1.1 layout by folder; protocol a2rl's 2-shot prompt uses the env's "move X to Y";
 scoring runs the shared ReAct loop against a fake environment (real .tw-pddl games need alfworld-download)."""
 
 from __future__ import annotations
@@ -55,20 +55,23 @@ def test_prepare_without_source_says_how_to_get_the_data(tmp_path):
         load_module(TASK.folder / "prepare.py", "alf_prep").prepare(tmp_path / "t", tmp_path / "h")
 
 
-def test_few_shot_places_objects_with_move_x_to_y():
-    actions = re.findall(r"^Action: (.*)$", TASK.evaluator.alf.EXAMPLES, re.M)
+def test_few_shot_places_objects_with_move_x_to_y(prepared):
+    game = TASK.evaluator.alf.games(prepared.heldout / "games")[0]
+    header = TASK.evaluator.alf.a2rl_header(game)
+    actions = re.findall(r"^Action: (.*)$", header, re.M)
     placing = [a for a in actions if re.match(r"(put|move) ", a)]
     assert placing and all(re.fullmatch(r"move \w+ \d+ to \w+ \d+", a) for a in placing)
-    assert "move X to Y" in TASK.evaluator.alf.HEADER
+    assert "move X to Y" in TASK.evaluator.alf.HEADER and "in/on" not in header
 
 
 @pytest.mark.parametrize("completion, score", [(" move apple 1 to countertop 1\nObservation: x", 100.0),
                                                (" put apple 1 on countertop 1", 0.0)])
 def test_scoring_with_a_fake_env(prepared, completion, score):
     gen = FakeGenerator(completion)
-    result = TASK.evaluator.evaluate(gen, prepared.heldout,
-                                     {"max_steps": 4, "env_factory": "test_task_alfworld:FakeAlfEnv"})
+    result = TASK.evaluator.evaluate(gen, prepared.heldout, {"max_steps": 4, "protocol": "a2rl",
+                                                             "env_factory": "test_task_alfworld:FakeAlfEnv"})
     assert result["score"] == score and result["n"] == 1
     assert result["mean_steps"] == (1 if score else 4)
-    assert gen.prompts[0].startswith(TASK.evaluator.alf.PROMPT_HEADER)
+    game = TASK.evaluator.alf.games(prepared.heldout / "games")[0]
+    assert gen.prompts[0].startswith(TASK.evaluator.alf.a2rl_header(game))
     assert gen.prompts[0].endswith("Your task is to: put some apple on countertop.\nAction:")

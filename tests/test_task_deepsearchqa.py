@@ -1,4 +1,4 @@
-"""deepsearchqa: the reference's seed-42 split, ReAct parsing, the BM25 backend, and grading with a stub judge
+"""deepsearchqa: the reference's seed-42 split, protocol a2rl's ReAct parsing, the local search backend, and grading with a stub judge
 (a real HTTP server in place of the remote LLM)."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import CANARY, get_task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
-CORPUS = FIXTURES / "corpus.jsonl"
 TASK = get_task("deepsearchqa")
 ev = TASK.evaluator
 
@@ -61,14 +60,15 @@ def test_parse_action(step: str, expected: tuple[str, str] | None) -> None:
         assert parsed[2].endswith("]") and step.startswith(parsed[2])  # the step is cut after its action
 
 
-def test_bm25_finds_the_document_and_is_deterministic() -> None:
-    backend = ev.make_search_backend({"backend": "bm25", "corpus": str(CORPUS), "k": 2, "snippet_chars": 40})
+def test_local_search_finds_the_document_and_is_deterministic(data_root: Path) -> None:
+    corpus = TASK.data(data_root).train_dir / "corpus.sqlite"  # prepare indexed the fixture's corpus.jsonl
+    backend = ev.search.make_backend({"backend": "local", "corpus": str(corpus), "k": 2, "snippet_chars": 40})
     results = backend.search("What is the capital city of Cagoren1?")
     assert results[0]["title"] == "Cagoren1" and results[0]["url"].endswith("/Cagoren1")
     assert len(results) == 2 and len(results[0]["snippet"]) == 40 and backend.search("Cagoren1 capital") == results[:2]
-    assert backend.search("zzz unknown words") == []
-    with pytest.raises(ValueError, match="search.corpus"):
-        ev.make_search_backend({"backend": "bm25", "corpus": None})
+    assert backend.search("zzz unknown words") == [] and backend.search("?!") == []
+    with pytest.raises(FileNotFoundError, match="a2rl prepare deepsearchqa"):
+        ev.search.make_backend({"backend": "local", "corpus": str(data_root / "none.sqlite")})
 
 
 def scripted_step(prompt: str) -> str:
@@ -99,7 +99,7 @@ def test_grading_judges_only_real_answers(tiny_model: Path, data_root: Path) -> 
         return 200, completion("Correct." if predicted == gold else "incorrect")
 
     with stub_llm(reply) as (url, seen):
-        options = {**TASK.spec.eval, "search": {"backend": "bm25", "corpus": str(CORPUS)},
+        options = {**TASK.spec.eval, "protocol": "a2rl",
                    "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
         details = ev.evaluate(policy, TASK.data(data_root).heldout_dir, options)
     digit = [int(re.search(r"(\d)\b", r["problem"].split("?")[0]).group(1)) % 3 for r in rows]
@@ -122,14 +122,15 @@ def test_grading_the_real_model_end_to_end(tiny_model: Path, data_root: Path, tm
     rows = read_jsonl(TASK.data(data_root).heldout_dir / "test.jsonl")[:4]
     (small / "heldout" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with stub_llm(lambda body, headers: (500, {})) as (url, seen):
-        options = {"max_new_tokens": 16, "search": {"backend": "bm25", "corpus": str(CORPUS)},
-                   "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
-        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=tmp_path, options=options)
+        options = {"max_new_tokens": 16, "search": {"backend": "local", "corpus": str(
+                   TASK.data(data_root).train_dir / "corpus.sqlite")}, "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
+        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=tmp_path, protocol="a2rl",
+                                        options=options)
     assert score == 0 and details["answered"] == 0 and details["mean_steps"] == 6 and not seen
 
 
 def test_a_backend_plugs_in_by_import_path() -> None:
-    backend = ev.make_search_backend({"backend": f"{__name__}:fixed_backend", "title": "T"})
+    backend = ev.search.make_backend({"backend": f"{__name__}:fixed_backend", "title": "T"})
     assert backend.search("anything") == [{"title": "T", "snippet": "s", "url": "u"}]
 
 

@@ -39,7 +39,7 @@ def gold_generator(rows: list[dict]) -> FakeGenerator:
     """Answers each prompt's last question with its gold reasoning."""
     gold = {r["question"]: r["answer"] for r in rows}
     return FakeGenerator(script=lambda p: " " + EVAL.format_answer(
-        gold[p.rsplit("Question: ", 1)[1].removesuffix("\nAnswer:")]))
+        gold[p.rsplit("Question: ", 1)[1].removesuffix("\nAnswer:")]), cut=True)
 
 
 def test_prepare_is_deterministic_and_exposes_only_train(tmp_path, data):
@@ -83,10 +83,13 @@ def test_extract_number(text, expected):
     assert EVAL.extract_number(text) == expected
 
 
-def test_gold_answers_score_100_through_the_prompt(data):
+def test_gold_answers_score_100_through_the_a2rl_prompt(data):
+    """Every gold solution, multi-paragraph ones included, is right once cut at the a2rl stop string (the old
+    stop at the first blank line cut the fixture's two-paragraph solution before its answer)."""
     test = read_jsonl(data.heldout_dir / "test.jsonl")
+    assert any("\n\n" in r["answer"] for r in test)
     gen = gold_generator(test)
-    result = EVAL.evaluate(gen, data.heldout_dir, {"max_new_tokens": 16})
+    result = EVAL.evaluate(gen, data.heldout_dir, {"protocol": "a2rl", "max_new_tokens": 16})
     assert result["score"] == 100.0
     assert (result["n"], result["correct"], result["no_number"]) == (len(test), len(test), 0)
     assert gen.stops == [EVAL.STOP]
@@ -94,17 +97,17 @@ def test_gold_answers_score_100_through_the_prompt(data):
     # Answers that belong to other questions score 0: the scorer compares each prompt with its own gold.
     shifted = gold_generator([{"question": r["question"], "answer": s["answer"]}
                              for r, s in zip(test, test[1:] + test[:1])])
-    assert EVAL.evaluate(shifted, data.heldout_dir, {})["score"] == 0.0
+    assert EVAL.evaluate(shifted, data.heldout_dir, {"protocol": "a2rl"})["score"] == 0.0
 
 
 def test_prompt_has_four_train_exemplars(data):
     train = {r["question"]: r["answer"] for r in read_jsonl(data.train_dir / "train.jsonl")}
     test = read_jsonl(data.heldout_dir / "test.jsonl")
     gen = gold_generator(test)
-    EVAL.evaluate(gen, data.heldout_dir, {"limit": 2})
+    EVAL.evaluate(gen, data.heldout_dir, {"protocol": "a2rl", "limit": 2})
     assert len(gen.prompts) == 2
     for prompt, row in zip(gen.prompts, test):
-        *shots, target = prompt.split(EVAL.STOP)
+        *shots, target = prompt.split(EVAL.SEPARATOR)
         assert len(shots) == 4
         for shot in shots:
             question, answer = shot.removeprefix("Question: ").split("\nAnswer: ")

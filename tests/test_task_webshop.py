@@ -1,6 +1,6 @@
 """WebShop: prepare ports WebShop's product loading and human goals, read from fixtures in the upstream JSON
 formats (the download itself is replaced); the standard-library environment follows WebAgentTextEnv's text pages
-and goal.py's reward; the evaluator counts only reward 1 as a success."""
+and goal.py's reward; the evaluator's protocol `a2rl` counts only reward 1 as a success (protocol `paper`: tests/test_protocol_webshop.py)."""
 
 from __future__ import annotations
 
@@ -315,13 +315,14 @@ def _wrong_options(catalogue, goal: dict) -> list[str]:
 
 def _evaluate(prepared, scripts: dict[str, list[str]]) -> tuple[dict, FakeGenerator]:
     gen = scripted(scripts)
-    return TASK.evaluator.evaluate(gen, prepared.heldout, dict(TASK.spec.eval)), gen
+    return TASK.evaluator.evaluate(gen, prepared.heldout, {**TASK.spec.eval, "protocol": "a2rl"}), gen
 
 
 def test_replaying_winning_purchases_scores_100(prepared):
     result, gen = _evaluate(prepared, {g["instruction_text"]: _script(g, g["goal_options"]) for g in prepared.graded})
     steps = sum(len(g["goal_options"]) + 3 for g in prepared.graded) / N_HELDOUT
-    assert result == {"score": 100.0, "n": N_HELDOUT, "successes": N_HELDOUT, "mean_reward": 1.0, "mean_steps": steps}
+    assert result == {"score": 100.0, "n": N_HELDOUT, "successes": N_HELDOUT, "success": "reward = 1",
+                      "reward_1_rate": 100.0, "reward_half_rate": 100.0, "mean_reward": 1.0, "mean_steps": steps}
     assert gen.prompts[0].startswith(ws.HEADER + "\n\nObservation: WebShop [SEP] Instruction: [SEP] ")
     assert gen.prompts[0].endswith(" [SEP] Search\nAvailable actions: search[<your query>]\nAction:")
 
@@ -333,13 +334,15 @@ def test_partial_purchases_are_not_successes(prepared):
     optionless = sum(not g["goal_options"] for g in prepared.graded)
     assert optionless == 1 and result["successes"] == optionless
     assert isclose(result["score"], 100 / 3) and isclose(result["mean_reward"], (0.5 + 0.5 + 1.0) / 3)
+    assert result["reward_half_rate"] == 100.0  # every success definition is reported
 
 
 def test_buying_the_wrong_item_scores_0_with_the_mean_reward_reported(prepared):
     scripts = {g["instruction_text"]: ["search[hair extensions]", "click[b07zk5x3pq]", "click[buy now]"]
                for g in prepared.graded}
     result, _ = _evaluate(prepared, scripts)
-    assert result == {"score": 0.0, "n": N_HELDOUT, "successes": 0, "mean_reward": 0.0, "mean_steps": 3.0}
+    assert result == {"score": 0.0, "n": N_HELDOUT, "successes": 0, "success": "reward = 1", "reward_1_rate": 0.0,
+                      "reward_half_rate": 0.0, "mean_reward": 0.0, "mean_steps": 3.0}
     scripts = {g["instruction_text"]: ["think: nothing fits", "search[nothing]"] * 30 for g in prepared.graded}
     result, _ = _evaluate(prepared, scripts)  # never buying: reward 0 after the 50 steps
     assert (result["score"], result["mean_reward"], result["mean_steps"]) == (0.0, 0.0, 50.0)

@@ -31,7 +31,7 @@ from a2rl.records import now
 from a2rl.store.results import FinishedRuns, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
-from a2rl.spec.tasks import Task, get_task
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, Task, get_task
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 
@@ -40,11 +40,12 @@ INFRA_RETRY_S = 30.0  # pause after a judge outage or similar before claiming ag
 
 
 def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_root: Path,
-                   batch_size: int | None = None, options: dict | None = None) -> tuple[float, dict]:
-    """Score one model on the task's held-out split with the CPU/transformers backend."""
+                   protocol: str = DEFAULT_PROTOCOL, batch_size: int | None = None, options: dict | None = None) -> tuple[float, dict]:
+    """Score one model on the task's held-out split with the CPU/transformers backend, under `protocol`
+    (the run's, never an option a sweep's task_options could set apart from the run id and the ledger)."""
     from a2rl.grading.inference import Generator
 
-    options = {**task.spec.eval, **(options or {})}
+    options = {**task.spec.eval, **(options or {}), "protocol": protocol}
     if batch_size:
         options["batch_size"] = batch_size
     generator = Generator.load(model_dir, tokenizer_dir=tokenizer_dir)
@@ -74,7 +75,7 @@ class GradingDaemon:
         self.started_at = now()
         self._state, self._note = "idle", ""
         self._stop = threading.Event()
-        self._baselines: dict[tuple[str, str], BaselineRecord] = {}
+        self._baselines: dict[tuple[str, str, str], BaselineRecord] = {}
         self.sleep, self.clock = time.sleep, time.monotonic  # of the idle wait; tests drive a fake time
 
     # ---------------------------------------------------------------- lifecycle
@@ -84,7 +85,8 @@ class GradingDaemon:
         try:
             for task_name in self.spec.tasks:
                 for model in self.spec.model_entries:
-                    self.baseline(task_name, model.name, retry_failed=True)
+                    for protocol in self.spec.protocols:
+                        self.baseline(task_name, model.name, protocol, retry_failed=True)
             for run in self.sweep.runs():  # results written while no baseline was recorded yet
                 self.refresh(run.run_id)
             idle_since = now()
@@ -133,21 +135,22 @@ class GradingDaemon:
     def task(self, name: str) -> Task:
         return get_task(name, self.task_dirs)
 
-    def _evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path) -> tuple[float, dict]:
-        return evaluate_model(task, model_dir, tokenizer_dir, data_root=self.data_root,
+    def _evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str) -> tuple[float, dict]:
+        return evaluate_model(task, model_dir, tokenizer_dir, data_root=self.data_root, protocol=protocol,
                               batch_size=self.settings.batch_size, options=self.settings.task_options.get(task.name))
 
-    def baseline(self, task_name: str, model_name: str, retry_failed: bool = False) -> BaselineRecord:
-        key = (task_name, model_name)
+    def baseline(self, task_name: str, model_name: str, protocol: str,
+                 retry_failed: bool = False) -> BaselineRecord:
+        key = (task_name, model_name, protocol)
         if key not in self._baselines:
             model = next(m for m in self.spec.model_entries if m.name == model_name)
             self._state, prev = "baseline", self._state
             task = self.task(task_name)
             task.ensure_prepared(self.data_root)
-            rec = ensure_baseline(self.sweep, task, model_name, model.path, self._evaluate,
+            rec = ensure_baseline(self.sweep, task, model_name, model.path, protocol, self._evaluate,
                                   retry_failed=retry_failed)
             if rec.status == "failed":
-                log.error("BASELINE FAILED for %s / %s: %s", task_name, model_name, rec.error)
+                log.error("BASELINE FAILED for %s / %s / %s: %s", task_name, model_name, protocol, rec.error)
             self._baselines[key] = rec
             self._state = prev
         return self._baselines[key]
@@ -158,7 +161,7 @@ class GradingDaemon:
         task = self.task(run.task)
         fields = dict(submission_id=entry.submission_id, run_id=entry.run_id, seq=entry.seq,
                       submitted_at=entry.submitted_at, claimed_at=lease.claimed_at,
-                      model_path=entry.model_path, task=task.name,
+                      model_path=entry.model_path, task=task.name, protocol=run.protocol,
                       evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt)
         t0 = now()
         self._state = "grading"
@@ -213,7 +216,7 @@ class GradingDaemon:
             rebuild_run_report(self.sweep, run_id, refreshed)
 
     def _score(self, artifact: str, model_name: str, task: Task, fields: dict, t0: float) -> LedgerEntry:
-        base = self.baseline(task.name, model_name)
+        base = self.baseline(task.name, model_name, fields["protocol"])
         try:
             frozen = check_frozen(artifact, self.sweep.submissions)
             # now: the frozen copy is deleted once graded; the run report reads what was found from the ledger
@@ -229,7 +232,7 @@ class GradingDaemon:
             if base.status == "ok" and digest == base.weights_hash:
                 return LedgerEntry(**fields, graded_at=now(), status="scored", score=base.score,
                                    weights_hash=digest, copy_of_base=True, eval_seconds=now() - t0)
-            score, details = self._evaluate(task, frozen, Path(base.model_path))
+            score, details = self._evaluate(task, frozen, Path(base.model_path), fields["protocol"])
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash

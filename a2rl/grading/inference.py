@@ -73,10 +73,11 @@ class Generator:
 
     def generate(
         self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-        stop: str | Sequence[str] | None = "\n",
+        stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True,
     ) -> list[str]:
         """Greedy completions, each cut at the earliest of the stop strings; a batch stops decoding once every
-        sequence in it has produced one (or EOS)."""
+        sequence in it has produced one (or EOS). A prompt rendered by a chat template already holds its special
+        tokens: pass add_special_tokens=False, or a BOS is doubled."""
         stops = stop_strings(stop)
         # A fresh config, so sampling settings shipped with a submission cannot change grading.
         config = GenerationConfig(
@@ -91,13 +92,15 @@ class Generator:
         outputs: list[str] = [""] * len(prompts)
         for lo in range(0, len(order), batch_size):
             idx = order[lo : lo + batch_size]
-            for i, text in zip(idx, self._generate_batch([prompts[i] for i in idx], config, stops)):
+            for i, text in zip(idx, self._generate_batch([prompts[i] for i in idx], config, stops,
+                                                         add_special_tokens)):
                 outputs[i] = text
         return outputs
 
     @torch.inference_mode()
-    def _generate_batch(self, prompts: list[str], config: GenerationConfig, stops: tuple[str, ...]) -> list[str]:
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
+    def _generate_batch(self, prompts: list[str], config: GenerationConfig, stops: tuple[str, ...],
+                        add_special_tokens: bool) -> list[str]:
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
         enc = enc.to(self.model.device)
         prompt_len = enc["input_ids"].shape[1]
         criteria = StoppingCriteriaList([StopOnString(self.tokenizer, stops, prompt_len)] if stops else [])

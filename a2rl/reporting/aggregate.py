@@ -1,5 +1,6 @@
 """The results table (`python -m a2rl.aggregate SWEEP_DIR`): one row per task × agent × driver × prompt
-mode × model over seeds (runs in different modes are different experiments: never averaged together).
+mode × model × protocol over seeds (runs in different modes or scored under different protocols are different
+experiments: never averaged together).
 
 best is the mean ± SEM over seeds of each run's best score, where a run with no valid submission keeps the
 base model (its baseline), as in the paper; improvement is best − baseline. Results and baselines that do not verify against the sweep's key are left out,
@@ -19,7 +20,7 @@ from a2rl.store.baselines import load_baseline
 from a2rl.store.results import RunResult, load_result
 from a2rl.store.sweepdir import SweepDir
 
-HEADERS = ["task", "agent", "driver", "mode", "model", "baseline", "best (mean ± SEM)", "improvement", "submissions",
+HEADERS = ["task", "agent", "driver", "mode", "model", "protocol", "baseline", "best (mean ± SEM)", "improvement", "submissions",
            "runs ok", "runs failed"]
 
 
@@ -35,17 +36,17 @@ def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
     groups: dict[tuple, list[RunResult]] = defaultdict(list)
     order: list[tuple] = []
     for run in sweep.runs():
-        key = (run.task, run.agent.key, run.driver, run.mode, run.model.name)
+        key = (run.task, run.agent.key, run.driver, run.mode, run.model.name, run.protocol)
         if key not in groups:
             order.append(key)
         result = load_result(sweep, run.run_id, problems)
         groups[key].append(result)
     out = []
     for key in order:
-        task, agent, driver, mode, model = key
+        task, agent, driver, mode, model, protocol = key
         results = [r for r in groups[key] if r is not None]
         unfinished = len(groups[key]) - len(results)
-        base = load_baseline(sweep, task, model, problems)
+        base = load_baseline(sweep, task, model, protocol, problems)
         if base is None:
             base_txt, base_score = "pending", None
         elif base.status == "failed":
@@ -62,7 +63,7 @@ def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
         subs = sum(r.submissions for r in results)
         valid = sum(r.valid_submissions for r in results)
         ok_txt = str(len(completed)) + (f" (+{unfinished} unfinished)" if unfinished else "")
-        out.append([task, agent, driver, mode, model, base_txt, best_txt, impr_txt, f"{subs} ({valid} valid)",
+        out.append([task, agent, driver, mode, model, protocol, base_txt, best_txt, impr_txt, f"{subs} ({valid} valid)",
                     ok_txt, str(len(results) - len(completed))])
     return out
 

@@ -54,12 +54,13 @@ class SubmissionRow(Record):
 
 
 class RunMetrics(Record):
-    SCHEMA = 3  # 2 added leaks; 3 added route and train_type_source
+    SCHEMA = 4  # 2 added leaks; 3 route and train_type_source; 4 protocol
     run_id: str
     task: str
     agent: str
     driver: str
     mode: str
+    protocol: str
     model: str
     seed: int
     status: str
@@ -203,7 +204,7 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
     agent_end = result.agent_ended_at or result.ended_at
     usage = result.usage
     metrics = RunMetrics(
-        run_id=run_id, task=result.task, agent=result.agent, driver=result.driver, mode=run.mode,
+        run_id=run_id, task=result.task, agent=result.agent, driver=result.driver, mode=run.mode, protocol=run.protocol,
         model=result.model, seed=result.seed, status=result.status, baseline=base, best=result.best,
         improvement=result.improvement, submissions=len(rows),
         valid_submission_rate=len(valid) / len(rows) if rows else None,

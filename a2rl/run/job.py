@@ -316,7 +316,7 @@ class AgentRun:
         """Every submission of the run and its baseline are recorded."""
         run = self.run
         return len(self.sweep.ledger.entries(run.run_id)) >= self.sweep.queue.count(run.run_id) \
-            and baseline_path(self.sweep, run.task, run.model.name).exists()
+            and baseline_path(self.sweep, run.task, run.model.name, run.protocol).exists()
 
     def _kill_at(self) -> float | None:
         """When the scheduler kills the job (monotonic), once its time-limit signal has arrived."""

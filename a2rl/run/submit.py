@@ -82,7 +82,7 @@ class RunSubmitter:
         return None
 
     def baseline(self) -> BaselineRecord | None:
-        return load_baseline(self.sweep, self.run.task, self.run.model.name)
+        return load_baseline(self.sweep, self.run.task, self.run.model.name, self.run.protocol)
 
     def response(self, entry: LedgerEntry) -> dict[str, Any]:
         """The paper's /submit answer for a recorded submission, with the best of this run so far."""

@@ -132,9 +132,10 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             st.graders_alive += 1
     for task in sweep.spec.tasks:
         for model in sweep.spec.model_entries:
-            rec = load_baseline(sweep, task, model.name, st.problems)
-            if rec is not None:
-                st.baselines[f"{task}/{model.name}"] = rec
+            for protocol in sweep.spec.protocols:
+                rec = load_baseline(sweep, task, model.name, protocol, st.problems)
+                if rec is not None:
+                    st.baselines[f"{task}/{model.name}/{protocol}"] = rec
     return st
 
 

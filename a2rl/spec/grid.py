@@ -1,4 +1,5 @@
-"""Run specs: one per cell of the sweep grid, with a stable id from (task, agent, driver, model, mode, seed)."""
+"""Run specs: one per cell of the sweep grid, with a stable id from (task, agent, driver, model, mode, protocol,
+seed)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from a2rl.spec.agents import FREE, agent_registry
 from a2rl.records import Record
 from a2rl.spec.sweep import AgentEntry, ModelEntry, SweepSpec
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
 
 
 class RunSpec(Record):
@@ -17,15 +19,19 @@ class RunSpec(Record):
     driver: str
     mode: str = FREE
     model: ModelEntry
+    protocol: Protocol = DEFAULT_PROTOCOL  # how the grader scores the run's submissions and baseline
     seed: int
     budget_s: float
 
 
-def run_id(task: str, agent: str, driver: str, model: str, seed: int, mode: str = FREE) -> str:
-    """The mode joins the id only when it is not the default, so ids from before modes existed stay valid. A
-    driver's `/` (provider/model) and other characters unsafe in a directory name become `-`."""
+def run_id(task: str, agent: str, driver: str, model: str, seed: int, mode: str = FREE,
+           protocol: str = DEFAULT_PROTOCOL) -> str:
+    """The mode and the protocol join the id only when they are not the default, so ids from before they
+    existed stay valid. A driver's `/` (provider/model) and other characters unsafe in a directory name
+    become `-`."""
     driver = re.sub(r"[^A-Za-z0-9_.-]", "-", driver)
-    return f"{task}__{agent}__{driver}__{model}__{'' if mode == FREE else mode + '__'}s{seed}"
+    extra = "".join(f"{x}__" for x, default in ((mode, FREE), (protocol, DEFAULT_PROTOCOL)) if x != default)
+    return f"{task}__{agent}__{driver}__{model}__{extra}s{seed}"
 
 
 def expand(spec: SweepSpec) -> list[RunSpec]:
@@ -39,8 +45,10 @@ def expand(spec: SweepSpec) -> list[RunSpec]:
             for driver in spec.drivers_of(agent) if driven else ["none"]:
                 for mode in spec.modes if driven else [FREE]:
                     for model in spec.model_entries:
-                        for seed in spec.seeds:
-                            runs.append(RunSpec(run_id=run_id(task, agent.key, driver, model.name, seed, mode),
-                                                task=task, agent=agent, driver=driver, mode=mode, model=model,
-                                                seed=seed, budget_s=spec.budget))
+                        for protocol in spec.protocols:
+                            for seed in spec.seeds:
+                                runs.append(RunSpec(
+                                    run_id=run_id(task, agent.key, driver, model.name, seed, mode, protocol),
+                                    task=task, agent=agent, driver=driver, mode=mode, model=model,
+                                    protocol=protocol, seed=seed, budget_s=spec.budget))
     return runs

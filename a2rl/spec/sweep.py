@@ -1,4 +1,4 @@
-"""The sweep spec (`sweep.yaml`): the grid tasks × agents × drivers × models × seeds and how to run it.
+"""The sweep spec (`sweep.yaml`): the grid tasks × agents × drivers × models × protocols × seeds and how to run it.
 
 Validation reports every problem at once, each with its field path (`agents[1]: unknown agent 'claud' ...`);
 unknown keys are errors. Nothing is submitted unless the whole spec is valid.
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from a2rl.errors import SpecError, format_validation_error
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
 from a2rl.spec.registry import HOME, load_yaml
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 LOCAL_DRIVER = "local:"  # drivers served by the sweep itself: `local:<name of a local_drivers entry>`
@@ -137,6 +138,8 @@ class SweepSpec(_Strict):
     drivers: list[str] = ["none"]
     modes: list[str] = Field(["free"], min_length=1)  # prompt modes (configs/prompts/<mode>.md), for driven agents
     models: list[str | ModelEntry] = Field(min_length=1)
+    # evaluation protocols (spec/tasks.py PROTOCOLS): each is its own run, baseline and table row
+    protocols: list[Protocol] = Field([DEFAULT_PROTOCOL], min_length=1)
     seeds: list[int] = Field([0], min_length=1)
     budget: float  # agent wall seconds per run (grading waits do not count)
     executor: Literal["local", "slurm", "auto"] = "auto"
@@ -174,7 +177,7 @@ class SweepSpec(_Strict):
         return [ModelEntry(name=_model_name(m), path=m) if isinstance(m, str) else m for m in v] \
             if isinstance(v, list) else v
 
-    @field_validator("tasks", "agents", "drivers", "modes", "models", "seeds")
+    @field_validator("tasks", "agents", "drivers", "modes", "models", "protocols", "seeds")
     @classmethod
     def _unique(cls, v: list, info: ValidationInfo) -> list:
         """Per field, so a duplicate is one invalid field and the references of the others are still checked."""

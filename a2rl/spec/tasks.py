@@ -28,6 +28,12 @@ from a2rl.spec.registry import HOME, Registry
 
 
 CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, never every file there
+# How a task is scored: `paper` reproduces the reference implementation's evaluation (numbers comparable with
+# the paper's Table 2, its quirks included); `a2rl` is ours with its bugs fixed. Evaluators get it as
+# options["protocol"]; a task with one way of scoring ignores it.
+PROTOCOLS = ("paper", "a2rl")
+Protocol = Literal["paper", "a2rl"]
+DEFAULT_PROTOCOL = "paper"
 
 # What a task's train rows are, declared in task.yaml and told to agents in run_meta.json:
 #   qa_short               {"prompt", "answer"}: the answer is the first line after the prompt (arith)

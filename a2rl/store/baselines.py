@@ -1,4 +1,4 @@
-"""Baselines: the untouched base model's score, once per (task, model weights, evaluator version).
+"""Baselines: the untouched base model's score, once per (task, model weights, evaluator version, protocol).
 
 A failed baseline is recorded as failed, with its error, and shown as such everywhere; it never becomes 0.
 Records are signed (store/integrity.py): the sweep's copy with the sweep's key, the shared cache's with the
@@ -17,15 +17,16 @@ from a2rl.spec.models import resolve_model, weights_hash
 from a2rl.records import RecordError, now
 from a2rl.store.integrity import SignedRecord, create_key, read_key
 from a2rl.store.sweepdir import SweepDir
-from a2rl.spec.tasks import Task
+from a2rl.spec.tasks import Protocol, Task
 
 
 log = logging.getLogger("a2rl.baselines")
 
 
 class BaselineRecord(SignedRecord):
-    SCHEMA = 2  # 2 added hmac
+    SCHEMA = 3  # 2 added hmac, 3 protocol
     task: str
+    protocol: Protocol
     model: str
     model_path: str
     weights_hash: str
@@ -38,8 +39,8 @@ class BaselineRecord(SignedRecord):
     details: dict[str, Any] = {}
 
 
-def baseline_path(sweep: SweepDir, task: str, model: str) -> Path:
-    return sweep.baselines / f"{task}__{model}.json"
+def baseline_path(sweep: SweepDir, task: str, model: str, protocol: str) -> Path:
+    return sweep.baselines / f"{task}__{model}__{protocol}.json"
 
 
 def _load(path: Path, key: bytes, problems: list[str] | None = None) -> BaselineRecord | None:
@@ -53,20 +54,21 @@ def _load(path: Path, key: bytes, problems: list[str] | None = None) -> Baseline
         return None
 
 
-def load_baseline(sweep: SweepDir, task: str, model: str, problems: list[str] | None = None) -> BaselineRecord | None:
-    return _load(baseline_path(sweep, task, model), sweep.key, problems)
+def load_baseline(sweep: SweepDir, task: str, model: str, protocol: str,
+                  problems: list[str] | None = None) -> BaselineRecord | None:
+    return _load(baseline_path(sweep, task, model, protocol), sweep.key, problems)
 
 
-def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: str,
-                    evaluate: Callable[[Task, Path, Path], tuple[float, dict]], *,
+def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: str, protocol: Protocol,
+                    evaluate: Callable[[Task, Path, Path, str], tuple[float, dict]], *,
                     retry_failed: bool = False) -> BaselineRecord:
-    """The sweep's baseline record for (task, model), computing it at most once across graders.
+    """The sweep's baseline record for (task, model, protocol), computing it at most once across graders.
 
-    The optional shared cache (grader.baseline_cache) is keyed by weights hash and evaluator version, so other
-    sweeps reuse it; the sweep's own copy is keyed by the names the run reports use. A grader that starts
-    retries a failed baseline once (`retry_failed`), so fixing the cause and relaunching is enough.
+    The optional shared cache (grader.baseline_cache) is keyed by weights hash, evaluator version and protocol,
+    so other sweeps reuse it; the sweep's own copy is keyed by the names the run reports use. A grader that
+    starts retries a failed baseline once (`retry_failed`), so fixing the cause and relaunching is enough.
     """
-    own = baseline_path(sweep, task.name, model_name)
+    own = baseline_path(sweep, task.name, model_name, protocol)
     own.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(own) + ".lock"):
         rec = _load(own, sweep.key)
@@ -80,7 +82,7 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
             cache = Path(sweep.spec.grader.baseline_cache)
             create_key(cache)
             cache_key = read_key(cache)
-            shared = cache / f"{task.name}__{digest[:20]}__v{task.spec.evaluator_version}.json"
+            shared = cache / f"{task.name}__{digest[:20]}__v{task.spec.evaluator_version}__{protocol}.json"
             cached = _load(shared, cache_key)
             if cached is not None and cached.status == "ok":
                 cached.model, cached.model_path = model_name, str(model_dir)
@@ -88,13 +90,13 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
                 return cached
         t0 = now()
         try:
-            score, details = evaluate(task, model_dir, model_dir)
-            rec = BaselineRecord(task=task.name, model=model_name, model_path=str(model_dir), weights_hash=digest,
+            score, details = evaluate(task, model_dir, model_dir, protocol)
+            rec = BaselineRecord(task=task.name, protocol=protocol, model=model_name, model_path=str(model_dir), weights_hash=digest,
                                  evaluator_version=task.spec.evaluator_version, status="ok", score=score,
                                  graded_at=now(), eval_seconds=now() - t0, details=details)
         except Exception as e:  # recorded and shown as a failure, never as a score of 0
-            rec = BaselineRecord(task=task.name, model=model_name, model_path=str(model_dir), weights_hash=digest,
-                                 evaluator_version=task.spec.evaluator_version, status="failed",
+            rec = BaselineRecord(task=task.name, protocol=protocol, model=model_name, model_path=str(model_dir),
+                                 weights_hash=digest, evaluator_version=task.spec.evaluator_version, status="failed",
                                  error=f"{type(e).__name__}: {e}", graded_at=now(), eval_seconds=now() - t0)
         rec.sign(sweep.key).dump(own)
         if shared is not None and rec.status == "ok":

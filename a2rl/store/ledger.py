@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from a2rl.records import RecordError
+from a2rl.spec.tasks import Protocol
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.ledger")
 
 
 class LedgerEntry(SignedRecord):
-    SCHEMA = 3  # 2 added hmac, 3 leaks
+    SCHEMA = 4  # 2 added hmac, 3 leaks, 4 protocol
     submission_id: str
     run_id: str
     seq: int
@@ -35,6 +36,7 @@ class LedgerEntry(SignedRecord):
     weights_hash: str | None = None
     copy_of_base: bool = False
     task: str
+    protocol: Protocol  # how it was scored (spec/tasks.py PROTOCOLS)
     evaluator_version: int
     grader: str
     attempt: int

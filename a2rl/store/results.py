@@ -20,6 +20,7 @@ from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
 from a2rl.records import RecordError, now
 from a2rl.spec.grid import RunSpec
+from a2rl.spec.tasks import Protocol
 from a2rl.store.sweepdir import SweepDir
 
 _NO_BASELINE = "no baseline was recorded"  # the baseline_error a refresh replaces once the baseline lands
@@ -36,9 +37,10 @@ class AgentUsage(BaseModel):
 
 
 class RunResult(SignedRecord):
-    SCHEMA = 2  # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt
+    SCHEMA = 3  # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol
     run_id: str
     task: str
+    protocol: Protocol  # how the submissions and the baseline were scored
     agent: str
     driver: str
     model: str
@@ -79,7 +81,7 @@ def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], basel
     best = max(scored, key=lambda e: e.score, default=None)
     base = baseline.score if baseline is not None and baseline.status == "ok" else None
     return RunResult(
-        run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, model=run.model.name,
+        run_id=run.run_id, task=run.task, protocol=run.protocol, agent=run.agent.key, driver=run.driver, model=run.model.name,
         seed=run.seed, status=status, failure_reason=failure_reason, agent_exit_code=agent_exit_code,
         baseline=base,
         baseline_error=(baseline.error if baseline is not None and baseline.status == "failed"
@@ -94,7 +96,7 @@ def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], basel
 def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     run = sweep.run(run_id)
     entries = sweep.ledger.entries(run_id)
-    base = load_baseline(sweep, run.task, run.model.name)
+    base = load_baseline(sweep, run.task, run.model.name, run.protocol)
     reason = fields.pop("failure_reason")
     submitted = sweep.queue.count(run_id)
     if len(entries) < submitted and reason is None and fields["status"] != "failed":
@@ -161,7 +163,7 @@ def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
         if old is None:
             return None
         run = sweep.run(run_id)
-        baseline_landed = old.baseline_error == _NO_BASELINE and baseline_path(sweep, run.task, run.model.name).exists()
+        baseline_landed = old.baseline_error == _NO_BASELINE and baseline_path(sweep, run.task, run.model.name, run.protocol).exists()
         if old.ungraded_submissions == 0 and not baseline_landed:
             return None
         reason = None if old.failure_reason and "not graded yet" in old.failure_reason else old.failure_reason

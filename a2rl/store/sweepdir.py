@@ -8,7 +8,7 @@
                           the workspace's code/, output/ and home/ saved when the job was interrupted
     queue/  ledger/       submission queue and ledger (see submit_queue.py, ledger.py)
     submissions/<id>/     frozen copies of submitted weights, read by the grader
-    baselines/            baseline scores per (task, model weights, evaluator version)
+    baselines/            baseline scores per (task, model weights, evaluator version, protocol)
     graders/<holder>.json grader heartbeats (jobs.json: their jobs)
     drivers/<name>/       a local driver's endpoint.json and jobs.json (see driver.py)
     jobs/                 submitit's folders, one per launch

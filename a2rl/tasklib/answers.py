@@ -22,7 +22,7 @@ def cut_at_stop(text: str, stop: str | Sequence[str] | None) -> str:
 
 
 # ---------------------------------------------------------------- GSM8K
-GSM8K_STOP = "\n\n"  # separates exemplars; no exemplar answer contains one
+GSM8K_STOP = "\n\nQuestion:"  # a2rl: where the model starts a question of its own (a blank line alone cut multi-paragraph answers)
 _CALCULATOR = re.compile(r"<<[^>]*>>")  # GSM8K's calculator annotations, e.g. "<<48/2=24>>"
 # Thousands separators only in groups of three, so a list "5,6" reads as two numbers.
 _NUMBER = re.compile(r"(-?)\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")

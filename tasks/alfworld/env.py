@@ -1,11 +1,16 @@
 """ALFWorld games (shipped to the agent as $DATA_PATH/env.py; the grader plays valid_unseen with it).
 
-A game is a folder `<task-type>-.../trial_*/` holding game.tw-pddl and traj_data.json. The environment wants
-"move X to Y" for placing objects (the reference's few-shot "put X in/on Y" is rejected by it).
+A game is a folder `<task-type>-.../trial_*/` holding game.tw-pddl and traj_data.json; the graded games are those
+ALFWorld's AlfredTWEnv loads (graded_games). Both protocols prompt with two ReAct examples of the game's task type
+(react_prompts.json: ReAct's alfworld prompts, as the reference ships them). Protocol `paper` uses them verbatim in
+ReAct's raw "> action" format: 12 of their 127 actions are "put X in/on Y", which ALFWorld >= 0.4 rejects (it wants
+"move X to Y"). Protocol `a2rl` rewrites those to "move X to Y" and uses the shared ReAct format (react.py).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,44 +22,75 @@ except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to
 HEADER = ("Interact with a household to solve a task. Write one action after \"Action:\": go to X, take X from Y, "
           "move X to Y, open X, close X, clean X with Y, heat X with Y, cool X with Y, use X, examine X, "
           "inventory, look, or \"think: ...\" to reason. Here are two examples.\n\n")
-EXAMPLES = """Observation: You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, a drawer 1, and a sinkbasin 1.
-Your task is to: put some spraybottle on countertop.
-Action: think: To solve the task, I need to find a spraybottle, take it, then move it to countertop 1. It is likely in a cabinet.
-Observation: OK.
-Action: go to cabinet 1
-Observation: On the cabinet 1, you see a spraybottle 2.
-Action: take spraybottle 2 from cabinet 1
-Observation: You pick up the spraybottle 2 from the cabinet 1.
-Action: go to countertop 1
-Observation: On the countertop 1, you see nothing.
-Action: move spraybottle 2 to countertop 1
-Observation: You move the spraybottle 2 to the countertop 1.
 
-Observation: You are in the middle of a room. Looking quickly around you, you see a countertop 1, a drawer 1, a fridge 1, and a sinkbasin 1.
-Your task is to: put a clean lettuce in fridge.
-Action: think: I need to find a lettuce, clean it with sinkbasin 1, then move it to fridge 1.
-Observation: OK.
-Action: go to countertop 1
-Observation: On the countertop 1, you see a lettuce 1.
-Action: take lettuce 1 from countertop 1
-Observation: You pick up the lettuce 1 from the countertop 1.
-Action: go to sinkbasin 1
-Observation: On the sinkbasin 1, you see nothing.
-Action: clean lettuce 1 with sinkbasin 1
-Observation: You clean the lettuce 1 using the sinkbasin 1.
-Action: go to fridge 1
-Observation: The fridge 1 is closed.
-Action: open fridge 1
-Observation: You open the fridge 1. The fridge 1 is open. In it, you see nothing.
-Action: move lettuce 1 to fridge 1
-Observation: You move the lettuce 1 to the fridge 1.
-"""
-PROMPT_HEADER = HEADER + EXAMPLES
+# ALFWorld's AlfredTWEnv: the task types it plays (config task_types [1..6]); the reference's example key per type
+TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
+TASK_PREFIXES = {"pick_and_place": "put", "pick_clean_then_place": "clean", "pick_heat_then_place": "heat",
+                 "pick_cool_then_place": "cool", "look_at_obj": "examine", "pick_two_obj": "puttwo"}
+PAPER_HEAD, PAPER_TAIL = "Interact with a household to solve a task. Here are two examples.\n", "\nHere is the task.\n"
 
 
 def games(root: str | Path) -> list[Path]:
     """Every game folder (one holding game.tw-pddl) under root."""
     return sorted(p.parent for p in Path(root).rglob("game.tw-pddl"))
+
+
+def graded_games(root: str | Path) -> list[Path]:
+    """The games AlfredTWEnv.collect_game_files keeps: no movable receptacles or sliced objects, a known task type,
+    and a game file marked solvable."""
+    kept = []
+    for game in games(root):
+        if "movable" in str(game) or "Sliced" in str(game):
+            continue
+        traj = json.loads((game / "traj_data.json").read_text(encoding="utf-8"))
+        if traj.get("task_type") in TASK_TYPES and json.loads((game / "game.tw-pddl").read_text()).get("solvable"):
+            kept.append(game)
+    return kept
+
+
+def example_key(game: str | Path) -> str:
+    """The reference's example set for a game: the first TASK_PREFIXES entry its task folder starts with."""
+    name = Path(game).parent.name
+    return next(key for prefix, key in TASK_PREFIXES.items() if name.startswith(prefix))
+
+
+def examples(game: str | Path) -> list[str]:
+    """The two examples for the game's task type, in the reference's order (_1 then _0)."""
+    prompts = json.loads(Path(__file__).with_name("react_prompts.json").read_text(encoding="utf-8"))
+    key = example_key(game)
+    return [prompts[f"react_{key}_1"], prompts[f"react_{key}_0"]]
+
+
+def paper_prompt(game: str | Path, observation: str) -> str:
+    """Protocol `paper`: the reference's prompt before the first action; each step then appends
+    " <action>\\n<observation>\\n>"."""
+    return PAPER_HEAD + "".join(examples(game)) + PAPER_TAIL + observation + "\n>"
+
+
+def process_ob(observation: str) -> str:
+    """ReAct's clean-up of an observation: "You arrive at loc N. " dropped."""
+    return observation[observation.find(". ") + 2:] if observation.startswith("You arrive at loc ") else observation
+
+
+def valid_actions(example: str) -> str:
+    """An example with "put X in/on Y" (rejected by ALFWorld >= 0.4) written as "move X to Y"."""
+    example = re.sub(r"put (\w+ \d+) in/on (\w+ \d+)", r"move \1 to \2", example)
+    example = re.sub(r"You put the (\w+ \d+) in/on the (\w+ \d+)\.", r"You move the \1 to the \2.", example)
+    return example.replace("put it in/on", "move it to")
+
+
+def a2rl_header(game: str | Path) -> str:
+    """Protocol `a2rl`: the game type's two examples with valid actions, in the shared ReAct format."""
+    blocks = []
+    for example in examples(game):
+        first, *steps = valid_actions(example).strip("\n").split("\n> ")
+        lines = [f"Observation: {first}"]
+        for step in steps:
+            action, _, observation = step.partition("\n")
+            lines += [f"Action: {action}", f"Observation: {observation}"] if observation else [f"Action: {action}"]
+        blocks.append("\n".join(lines) + "\n")
+    return HEADER + "\n".join(blocks)
 
 
 class AlfworldEnv:
@@ -74,7 +110,7 @@ class AlfworldEnv:
 
     def reset(self) -> str:
         obs, _ = self._env.reset()
-        return obs[0].split("\n\n", 1)[-1].strip()  # drop the "-= Welcome to TextWorld, ALFRED! =-" banner
+        return "\n".join(obs[0].split("\n\n")[1:])  # the reference's: no "-= Welcome to ... =-" banner
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         obs, scores, dones, infos = self._env.step([action])
@@ -84,5 +120,5 @@ class AlfworldEnv:
 
 def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,
             fits: Fits | None = None) -> Episode:
-    """Play one game with a prompt → completion policy and the grader's 2-shot prompt."""
-    return _rollout(policy_fn, AlfworldEnv(game, max_steps), PROMPT_HEADER, max_steps=max_steps, fits=fits)
+    """Play one game with a prompt → completion policy and the grader's 2-shot prompt of protocol `a2rl`."""
+    return _rollout(policy_fn, AlfworldEnv(game, max_steps), a2rl_header(game), max_steps=max_steps, fits=fits)

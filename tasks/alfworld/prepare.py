@@ -17,5 +17,6 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
                            "`a2rl prepare alfworld --source ~/.cache/alfworld/json_2.1.1`")
     shutil.copytree(Path(source) / "train", Path(train_dir) / "games")
     shutil.copytree(Path(source) / "valid_unseen", Path(heldout_dir) / "games")
-    shutil.copyfile(Path(__file__).with_name("env.py"), Path(train_dir) / "env.py")
+    for name in ("env.py", "react_prompts.json"):
+        shutil.copyfile(Path(__file__).with_name(name), Path(train_dir) / name)
     shutil.copyfile(a2rl.tasklib.envs.__file__, Path(train_dir) / "react.py")

@@ -1,25 +1,28 @@
-"""Score deepsearchqa: a ReAct loop with a search tool, final answers judged correct/incorrect by an LLM.
+"""Score deepsearchqa: a ReAct loop with a search tool (search.py), final answers judged correct/incorrect by an LLM.
 
-The loop (format in description.md) runs every open question one step at a time, batched: the policy writes a
-Thought and an Action, Search[query] runs the search backend and appends its results as an Observation,
-Finish[answer] ends the question. `answer[...]`, the reference implementation's spelling, is read as Finish.
+Protocol `a2rl`: the loop (format in description.md) runs every open question one step at a time, batched: the
+policy writes a Thought and an Action, Search[query] runs the search backend and appends its results as an
+Observation, Finish[answer] ends the question (`answer[...]`, the reference's spelling, is read as Finish). An
+empty or missing answer is incorrect and never sent to the judge.
 
-Unlike the reference, an empty or missing answer is incorrect and never sent to the judge (the reference's
-fallback string matcher marks an empty answer correct, since "" is a substring of every gold answer), and a
-judge failure is an error (JudgeError), never a silent fallback.
+Protocol `paper` (the default) is the reference's loop (autorl_bench deepsearchqa/eval.py): a raw prompt, 256 new
+tokens stopped at "\nAction:", "\nThought:" or "\nObservation:" - so an action on its own line is cut off and the
+search rarely runs - then, with no action in the output, "\nAction: answer[" appended and 128 tokens up to "]"
+taken as the answer, whatever it is (an empty one included); its judge prompt and verdict parsing. Its fallback
+string matcher on a judge failure (which marks an empty answer correct: "" is in every gold answer) is not
+reproduced: under both protocols a judge failure is an error (JudgeError), never a silent fallback.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import math
 import re
-from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol
 
 from a2rl.grading.judge import ChatClient, Messages, chat_prompt
+from a2rl.tasklib.envs import load_module
+
+search = load_module(Path(__file__).with_name("search.py"), "a2rl_task_deepsearchqa_search")
 
 REACT_SYSTEM = """Answer the question by alternating Thought, Action and Observation steps.
 Each step, write "Thought: <your reasoning>" and then "Action: <action>" on its own line, where <action> is one of:
@@ -41,55 +44,6 @@ Is the predicted answer correct or incorrect?"""
 JUDGE_MAX_TOKENS = 8
 
 
-class SearchBackend(Protocol):
-    def search(self, query: str) -> list[dict[str, str]]:  # [{title, snippet, url}], best first
-        ...
-
-
-def _terms(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
-
-
-class BM25Search:
-    """Okapi BM25 (k1 = 1.5, b = 0.75) over a JSONL corpus of {"title", "text", "url"}; titles are searched too."""
-
-    def __init__(self, docs: list[dict[str, str]], *, k: int = 3, snippet_chars: int = 300):
-        self.docs, self.k, self.snippet_chars = docs, k, snippet_chars
-        self.tf = [Counter(_terms(f"{d.get('title', '')} {d['text']}")) for d in docs]
-        self.lengths = [sum(tf.values()) for tf in self.tf]
-        self.avg_length = sum(self.lengths) / max(1, len(docs))
-        df = Counter(t for tf in self.tf for t in tf)
-        self.idf = {t: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
-
-    @classmethod
-    def from_options(cls, search: dict[str, Any]) -> BM25Search:
-        if not search.get("corpus"):
-            raise ValueError("deepsearchqa: set options search.corpus (a JSONL corpus) for the bm25 backend")
-        lines = Path(search["corpus"]).read_text(encoding="utf-8").splitlines()
-        return cls([json.loads(line) for line in lines if line.strip()], k=int(search.get("k", 3)),
-                   snippet_chars=int(search.get("snippet_chars", 300)))
-
-    def search(self, query: str) -> list[dict[str, str]]:
-        terms = set(_terms(query)) & self.idf.keys()
-        scores = []
-        for i, tf in enumerate(self.tf):
-            norm = 1.5 * (0.25 + 0.75 * self.lengths[i] / self.avg_length)
-            score = sum(self.idf[t] * tf[t] * 2.5 / (tf[t] + norm) for t in terms if t in tf)
-            if score > 0:
-                scores.append((-score, i))  # ties: corpus order, so results are deterministic
-        return [{"title": self.docs[i].get("title", ""), "snippet": self.docs[i]["text"][: self.snippet_chars],
-                 "url": self.docs[i].get("url", "")} for _, i in sorted(scores)[: self.k]]
-
-
-def make_search_backend(search: dict[str, Any]) -> SearchBackend:
-    """`bm25`, or "package.module:factory" for another backend (a web API...), called with the search options."""
-    backend = search.get("backend", "bm25")
-    if backend == "bm25":
-        return BM25Search.from_options(search)
-    module, _, factory = backend.partition(":")
-    return getattr(importlib.import_module(module), factory)(search)
-
-
 def parse_action(step: str) -> tuple[str, str, str] | None:
     """(kind "search" | "finish", argument, the step cut after its action) for the step's first action."""
     m = ACTION.search(step)
@@ -105,7 +59,7 @@ def format_results(results: list[dict[str, str]]) -> str:
     return " ".join(f"[{i}] {r['title']} ({r['url']}): {r['snippet']}" for i, r in enumerate(results, 1))
 
 
-def react(generator, rows: list[dict[str, str]], backend: SearchBackend, *, max_steps: int, max_new_tokens: int,
+def react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, max_new_tokens: int,
           batch_size: int) -> tuple[list[str], list[int]]:
     """Final answers ("" when the policy never finished) and the number of actions each question took."""
     system = REACT_SYSTEM.format(max_steps=max_steps)
@@ -136,6 +90,101 @@ def react(generator, rows: list[dict[str, str]], backend: SearchBackend, *, max_
     return answers, steps
 
 
+# ---- protocol `paper`: the reference's prompt, loop, judge
+
+PAPER_SYSTEM = """You are a research assistant that answers questions by searching the web.
+
+You must follow this format strictly:
+Thought: [your reasoning]
+Action: search[your search query]   <- to search the web
+  OR
+Action: answer[Paris]   <- to give final answer
+
+Rules:
+- Always start with a Thought
+- Use search[] to find information
+- Use answer[] ONLY when you have enough information
+- For Set Answer questions, list all items separated by commas
+- Be concise and factual
+"""
+PAPER_STOP = ["\nAction:", "\nThought:", "\nObservation:"]
+PAPER_ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.DOTALL)
+PAPER_ANSWERS = re.compile(r"Action:\s*answer\[(.+?)\]", re.DOTALL)
+PLACEHOLDER = "your final answer"
+PAPER_JUDGE_SYSTEM = "You are a strict answer evaluator."
+PAPER_JUDGE_USER = """You are an answer evaluator. Compare the predicted answer to the gold answer.
+        Question answer type: {answer_type}
+        Gold answer: {gold}
+        Predicted answer: {predicted}
+        For "Single Answer": The predicted answer is correct if it contains the same key information as the gold answer.
+        For "Set Answer": The predicted answer is correct if it contains ALL items from the gold answer (order doesn't matter, minor wording variations are OK).
+        Reply with ONLY "correct" or "incorrect". No explanation."""  # indented as the reference's f-string is
+
+
+def paper_observation(results: list[dict[str, str]]) -> str:
+    """The reference's SerpAPI observation: the snippets joined by " | "."""
+    return " | ".join(r["snippet"] for r in results) or "No results found."
+
+
+def paper_react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, batch_size: int) -> list[str]:
+    """The reference's _react_loop for every question, batched: the final answers."""
+    prompts = [f"{PAPER_SYSTEM}\n\nQuestion: {r['problem']}\nAnswer type: {r.get('answer_type') or 'Single Answer'}"
+               "\n\nThought:" for r in rows]
+    traces: list[list[str]] = [[] for _ in rows]  # the model's own outputs, for the answer after the last step
+    answers: list[str | None] = [None] * len(rows)
+    open_ = list(range(len(rows)))
+    for _ in range(max_steps):
+        outputs = generator.generate([prompts[i] for i in open_], max_new_tokens=256, batch_size=batch_size,
+                                     stop=PAPER_STOP)
+        forced, still = [], []
+        for i, out in zip(open_, outputs):
+            generated = out.strip()
+            traces[i].append(generated)
+            prompts[i] += f" {generated}"
+            m = PAPER_ACTION.search(generated)
+            if m is None:
+                prompts[i] += "\nAction: answer["
+                forced.append(i)
+            elif m.group(1) == "answer" and m.group(2).strip().lower() == PLACEHOLDER:
+                prompts[i] += "\nThat is not a valid answer. Please think again.\nThought:"
+                still.append(i)
+            elif m.group(1) == "answer":
+                answers[i] = m.group(2).strip()
+            else:
+                observation = paper_observation(backend.search(m.group(2).strip()))
+                prompts[i] += f"\nObservation: {observation}\nThought:"
+                still.append(i)
+        if forced:
+            for i, out in zip(forced, generator.generate([prompts[i] for i in forced], max_new_tokens=128,
+                                                         batch_size=batch_size, stop="]")):
+                answer = out.strip()
+                if answer:
+                    traces[i].append(answer)
+                if answer.lower() == PLACEHOLDER:
+                    still.append(i)  # the prompt keeps its open "answer[", as the reference's does
+                else:
+                    answers[i] = answer
+        open_ = sorted(still)
+        if not open_:
+            break
+    for i in open_:  # out of steps: the last real answer[...] the model wrote, else "I don't know"
+        real = [a.strip() for a in PAPER_ANSWERS.findall("\n".join(traces[i])) if a.strip().lower() != PLACEHOLDER]
+        answers[i] = real[-1] if real else "I don't know"
+    return [a if a is not None else "I don't know" for a in answers]
+
+
+def paper_judge_messages(row: dict[str, str], predicted: str) -> Messages:
+    return [{"role": "system", "content": PAPER_JUDGE_SYSTEM},
+            {"role": "user", "content": PAPER_JUDGE_USER.format(answer_type=row.get("answer_type") or "Single Answer",
+                                                                gold=row["answer"], predicted=predicted)}]
+
+
+def paper_verdict(text: str) -> bool:
+    """The reference's: the reply's first line, stripped of punctuation, is "correct"."""
+    lines = text.strip().lower().splitlines()
+    return bool(lines) and lines[0].strip().strip(".!,;: \t\r\n") == "correct"
+
+
 def judge_messages(row: dict[str, str], predicted: str) -> Messages:
     return [{"role": "system", "content": JUDGE_SYSTEM},
             {"role": "user", "content": JUDGE_USER.format(problem=row["problem"], answer_type=row["answer_type"],
@@ -149,16 +198,29 @@ def verdict(text: str) -> bool | None:
 
 
 def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
+    protocol = options.get("protocol", "paper")
+    if protocol not in ("paper", "a2rl"):
+        raise ValueError(f"deepsearchqa: unknown protocol {protocol!r} (paper or a2rl)")
+    options = {**options, **options.get(protocol, {})}
     rows = [json.loads(line) for line in (Path(heldout_dir) / "test.jsonl").read_text().splitlines() if line]
     client = ChatClient.from_options(options["judge"])
-    search = options["search"]
-    answers, steps = react(generator, rows, make_search_backend(search), max_steps=int(options.get("max_steps", 6)),
-                           max_new_tokens=int(options.get("max_new_tokens", 128)),
-                           batch_size=int(options.get("batch_size", 32)))
+    settings = {**options["search"]}
+    settings["corpus"] = settings.get("corpus") or str(Path(heldout_dir).parent / "train" / "corpus.sqlite")
+    backend = search.make_backend(settings)
+    max_steps, batch_size = int(options.get("max_steps", 6)), int(options.get("batch_size", 32))
+    if protocol == "paper":
+        answers = paper_react(generator, rows, backend, max_steps=max_steps, batch_size=batch_size)
+        replies = client.chat_many([paper_judge_messages(r, a) for r, a in zip(rows, answers)],
+                                   max_tokens=int(options["judge"].get("max_tokens", 1024)))
+        correct = sum(paper_verdict(c.text) for c in replies)
+        return {"score": 100 * correct / len(rows), "n": len(rows), "correct": correct,
+                "answered": sum(bool(a) for a in answers), "search": settings, "judge": client.describe()}
+    answers, steps = react(generator, rows, backend, max_steps=max_steps,
+                           max_new_tokens=int(options.get("max_new_tokens", 128)), batch_size=batch_size)
     answered = [i for i, a in enumerate(answers) if a]  # an empty answer is wrong: the judge never sees it
     verdicts = [verdict(c.text) for c in client.chat_many([judge_messages(rows[i], answers[i]) for i in answered],
                                                           max_tokens=JUDGE_MAX_TOKENS)]
     correct = sum(v is True for v in verdicts)
     return {"score": 100 * correct / len(rows), "n": len(rows), "correct": correct, "answered": len(answered),
             "unparsed_verdicts": sum(v is None for v in verdicts), "mean_steps": sum(steps) / len(rows),
-            "search": search, "judge": client.describe()}
+            "search": settings, "judge": client.describe()}

@@ -1,21 +1,64 @@
-"""Score GSM8K: 4-shot chain of thought, greedy, exact match on the final number.
+"""Score GSM8K: 4-shot chain of thought, greedy, exact match on the final number, under one of two protocols.
 
-The prompt is four train exemplars as "Question: ...\nAnswer: <reasoning>\n#### <number>", each followed by a
-blank line, then "Question: <question>\nAnswer:". Generation stops at the first blank line; the answer is the
-number after "####" (see extract_number for the fallbacks).
+`paper` is OpenCompass's gsm8k_gen_1d7fe4, as the reference runs it: the model's chat template over four fixed
+exemplar conversations (paper_fewshot.json: "Question: ...\\nLet's think step by step\\nAnswer:" → reasoning
+ending "The answer is N"), up to 512 new tokens, no stop string; the prediction is the last number before the
+first "Question:" (OpenCompass's regex has no thousands separator: "1,000" reads as "000", which is 0), and it
+is right when it equals the reference's text or its value is within 1e-6 of int(reference).
+
+`a2rl` is a raw completion prompt of four train exemplars as "Question: ...\\nAnswer: <reasoning>\\n#### <number>",
+up to 256 new tokens, stopping at the next "\\n\\nQuestion:" (not at the first blank line, which cut
+multi-paragraph answers); the answer is the number after "####" (see extract_number), commas understood.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+from a2rl.grading.judge import chat_prompt
 from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number, format_answer  # shared with the pipeline's reward
+
+PAPER_FEWSHOT = Path(__file__).with_name("paper_fewshot.json")  # the exemplars of OpenCompass's config
+PAPER_SUFFIX = "\nLet's think step by step\nAnswer:"
+MAX_NEW_TOKENS = {"paper": 512, "a2rl": 256}
+SEPARATOR = "\n\n"  # a2rl: between exemplars
+_PAPER_NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")  # OpenCompass's gsm8k_postprocess
+
+
+def paper_prediction(text: str) -> str:
+    """paper: the last number before the first "Question:", as written ("NULL" when there is none)."""
+    numbers = _PAPER_NUMBER.findall(text.split("Question:")[0])
+    return numbers[-1] if numbers else "NULL"
+
+
+def paper_reference(answer: str) -> str:
+    """paper: a gold solution's answer, the text after "#### " without commas."""
+    return answer.split("#### ")[1].replace(",", "")
+
+
+def paper_correct(prediction: str, reference: str) -> bool:
+    """paper: equal as text, or as numbers against int(reference) (so a decimal reference only matches as text)."""
+    try:
+        return prediction == reference or abs(float(prediction) - int(reference)) < 1e-6
+    except ValueError:
+        return False
 
 
 def build_prompt(exemplars: list[dict[str, str]], question: str) -> str:
-    shots = "".join(f"Question: {e['question']}\nAnswer: {format_answer(e['answer'])}{STOP}" for e in exemplars)
+    """a2rl's completion prompt."""
+    shots = "".join(f"Question: {e['question']}\nAnswer: {format_answer(e['answer'])}{SEPARATOR}" for e in exemplars)
     return f"{shots}Question: {question}\nAnswer:"
+
+
+def paper_messages(question: str) -> list[dict[str, str]]:
+    """paper: the exemplar conversation, then the question."""
+    messages = []
+    for shot in json.loads(PAPER_FEWSHOT.read_text()):
+        messages += [{"role": "user", "content": f"Question: {shot['question']}{PAPER_SUFFIX}"},
+                     {"role": "assistant", "content": shot["answer"]}]
+    return messages + [{"role": "user", "content": f"Question: {question}{PAPER_SUFFIX}"}]
 
 
 def _read_jsonl(path: Path) -> list[dict[str, str]]:
@@ -23,21 +66,26 @@ def _read_jsonl(path: Path) -> list[dict[str, str]]:
 
 
 def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
-    exemplars = _read_jsonl(Path(heldout_dir) / "fewshot.jsonl")
+    protocol = options["protocol"]
     rows = _read_jsonl(Path(heldout_dir) / "test.jsonl")
     if options.get("limit") is not None:
         rows = rows[: int(options["limit"])]
-    completions = generator.generate(
-        [build_prompt(exemplars, r["question"]) for r in rows],
-        max_new_tokens=int(options.get("max_new_tokens", 256)),
-        batch_size=int(options.get("batch_size", 32)),
-        stop=STOP,
-    )
-    predicted = [extract_number(c) for c in completions]
-    correct = sum(p is not None and p == extract_number(r["answer"]) for p, r in zip(predicted, rows))
-    return {
-        "score": 100.0 * correct / len(rows),
-        "n": len(rows),
-        "correct": correct,
-        "no_number": sum(p is None for p in predicted),
-    }
+    max_new_tokens = int(options.get("max_new_tokens") or MAX_NEW_TOKENS[protocol])
+    batch_size = int(options.get("batch_size", 32))
+    if protocol == "paper":
+        completions = generator.generate(
+            [chat_prompt(generator.tokenizer, paper_messages(r["question"])) for r in rows],
+            max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
+            add_special_tokens=not getattr(generator.tokenizer, "chat_template", None))
+        predicted = [paper_prediction(c) for c in completions]
+        verdicts = [paper_correct(p, paper_reference(r["answer"])) for p, r in zip(predicted, rows)]
+        no_number = sum(p == "NULL" for p in predicted)
+    else:
+        exemplars = _read_jsonl(Path(heldout_dir) / "fewshot.jsonl")
+        completions = generator.generate([build_prompt(exemplars, r["question"]) for r in rows],
+                                         max_new_tokens=max_new_tokens, batch_size=batch_size, stop=STOP)
+        answers = [extract_number(c) for c in completions]
+        verdicts = [a is not None and a == extract_number(r["answer"]) for a, r in zip(answers, rows)]
+        no_number = sum(a is None for a in answers)
+    correct = sum(verdicts)
+    return {"score": 100.0 * correct / len(rows), "n": len(rows), "correct": correct, "no_number": no_number}

@@ -43,6 +43,20 @@ HEADER = ("You are shopping on WebShop, a simulated online store, for the produc
           "then click[buy now]: buying ends the episode and scores the product's type, attributes, options and "
           "price against the instruction. Write \"think: ...\" to reason.")
 
+# Protocol `paper`: the reference's prompt (autorl_bench webshop/eval.py), sent with the model's chat template.
+PAPER_SYSTEM = ("You are a helpful shopping assistant browsing an e-commerce website. Given a user instruction, current "
+                "observation, and available actions, pick the best action to find and purchase a matching product. "
+                "Output ONLY one action (e.g., 'search[red shoes]', 'click[buy now]') with NO extra text, NO "
+                "explanation.")
+PAPER_RULES = """Rules:
+- Output ONLY one action from the available actions list above.
+- For search, use: search[your query]
+- For clicking, use: click[exact text from the list]
+- Do NOT output anything other than the action.
+
+Now it's your turn:
+"""
+
 SEARCH_RETURN_N = 50  # engine.py: results per search
 PRODUCT_WINDOW = 10  # engine.py: results per page
 BM25_K1, BM25_B = 0.9, 0.4  # Pyserini's LuceneSearcher defaults, which WebShop's engine keeps
@@ -148,16 +162,26 @@ def attribute_matches(product: dict, goal_attrs: list[str]) -> int:
                for g in goal_attrs)
 
 
-def option_matches(purchased: list[str], goal_options: list[str]) -> int:
+def goal_option_texts(goal_options: list[str] | dict[str, str]) -> list[str]:
+    """What goal.get_option_reward compares, after normalize_color. Human goals list option values. Synthetic goals
+    hold a dict, of which upstream passes the (name, value) pairs: normalize_color on a pair only matches a color
+    equal to the name or the value, and thefuzz scores any other pair as the text "('name', 'value')", so a
+    synthetic goal's option matches on its name too and a multi-word color is never normalized (kept: protocol
+    `paper` grades synthetic goals and must score as upstream does)."""
+    if isinstance(goal_options, dict):
+        return [next((c for c in COLOR_SET if c in pair), str(pair)) for pair in goal_options.items()]
+    return [normalize_color(g) for g in goal_options]
+
+
+def option_matches(purchased: list[str], goal_options: list[str] | dict[str, str]) -> int:
     """Goal options fuzzily among the purchased ones, colors normalized first."""
     purchased = [normalize_color(o) for o in purchased]
-    return sum(any(token_set_ratio(p, normalize_color(g)) > 85 for p in purchased) for g in goal_options)
+    return sum(any(token_set_ratio(p, g) > 85 for p in purchased) for g in goal_option_texts(goal_options))
 
 
 def get_reward(product: dict, goal: dict, price: float, options: dict[str, str]) -> tuple[float, dict[str, Any]]:
     """goal.get_reward(verbose=True): (type × share of attributes, options and price matched, details)."""
     goal_options = goal["goal_options"]  # a list for human goals, a dict for synthetic ones
-    goal_options = list(goal_options.values()) if isinstance(goal_options, dict) else goal_options
     n_attr, n_opt = len(goal["attributes"]), len(goal_options)
     r_type = type_reward(product, goal)
     r_price = price <= goal["price_upper"]
@@ -299,9 +323,12 @@ class WebShopEnv:
         _, clickables = self._page()
         return {"has_search_bar": self.page == "search", "clickables": list(clickables)}
 
+    def page_text(self) -> str:
+        """The page as WebAgentTextEnv's text mode shows it: its visible texts joined by [SEP]."""
+        return " [SEP] ".join(t.strip() for t in self._page()[0] if t.strip())
+
     def observation(self) -> str:
-        texts, clickables = self._page()
-        page = " [SEP] ".join(t.strip() for t in texts if t.strip())
+        page, (_, clickables) = self.page_text(), self._page()
         actions = (["search[<your query>]"] if self.page == "search" else
                    [f"click[{c}]" for c in clickables])
         return f"{page}\nAvailable actions: {', '.join(actions)}" if actions else page
@@ -354,15 +381,43 @@ class WebShopEnv:
         return 0.0
 
 
+# ---- protocol `paper`: the reference's prompt and action clean-up
+
+def paper_messages(env: WebShopEnv, history: list[tuple[str, str]], observation: str,
+                   history_window: int = 5) -> list[dict[str, str]]:
+    """The reference's chat for the next action: the instruction, the page's available actions, the last
+    `history_window` (action, observation) steps numbered from the start, and the current observation."""
+    avail = env.available_actions()
+    actions = (["search[<your query>]"] if avail["has_search_bar"] else []) + [f"click[{c}]" for c in
+                                                                                avail["clickables"]]
+    prompt = ("You are shopping on an e-commerce website. Find and purchase a product matching the user's "
+              f"instruction.\n\nInstruction: {env.goal['instruction_text']}\n\nAvailable actions:\n"
+              + "\n".join(f"  {a}" for a in actions) + "\n\n" + PAPER_RULES)
+    offset = max(0, len(history) - history_window)
+    for step, (action, obs) in enumerate(history[offset:], offset + 1):
+        prompt += f"\nObservation {step}: {obs}\nAction {step}: {action}\n"
+    prompt += f"\nObservation {len(history) + 1}: {observation}\nAction {len(history) + 1}:"
+    return [{"role": "system", "content": PAPER_SYSTEM}, {"role": "user", "content": prompt}]
+
+
+def paper_action(completion: str) -> str:
+    """The reference's clean-up of a completion (cut at its first newline): stripped, without an "Action:"
+    prefix, choose[...] read as click[...]."""
+    action = completion.split("\n", 1)[0].strip()
+    if action.startswith("Action:"):
+        action = action[7:].strip()
+    return "click[" + action[7:] if action.startswith("choose[") else action
+
+
 def load_catalogue(data_dir: str | Path | None = None) -> Catalogue:
     """The products (products.jsonl next to this file in the workspace)."""
     path = Path(data_dir or Path(__file__).parent) / "products.jsonl"
     return Catalogue([json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()])
 
 
-def load_goals(data_dir: str | Path | None = None) -> list[dict]:
+def load_goals(data_dir: str | Path | None = None, name: str = "goals.jsonl") -> list[dict]:
     """The goals (goals.jsonl next to this file in the workspace): the instruction and what the reward checks."""
-    path = Path(data_dir or Path(__file__).parent) / "goals.jsonl"
+    path = Path(data_dir or Path(__file__).parent) / name
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

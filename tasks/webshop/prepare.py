@@ -7,14 +7,18 @@ goals as SimServer does (random.seed(233); random.shuffle), so goal i is the ins
 `WebAgentTextEnv(num_products=1000, human_goals=True).reset(session=i)` poses. Upstream draws each product's price
 (within its range) and each goal's price cap from the unseeded global random; here they come from
 random.Random(SEED) in the same order of calls, so every preparation agrees. (The reference builds
-WebAgentTextEnv(num_products=1000) without human_goals, which makes SimServer pose synthetic goals instead.)
+WebAgentTextEnv(num_products=1000) without human_goals, which makes SimServer pose synthetic goals instead: those are
+ported too, as goal.get_synthetic_goals builds them from items_ins_v2's instructions, one per combination of the
+product's options, in SimServer's order; protocol `paper` grades synthetic goals 0–99.)
 
-train/: products.jsonl (the shop), goals.jsonl (every goal but the graded ones and their duplicates), env.py and
-react.py (the environment and the grader's ReAct loop). heldout/: products.jsonl and goals.jsonl (goals 0–99).
+train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and their duplicates), env.py
+and react.py (the environment and the grader's ReAct loop). heldout/: products.jsonl, goals.jsonl (human goals
+0–99, protocol `a2rl`) and synthetic_goals.jsonl (synthetic goals 0–99, protocol `paper`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -87,17 +91,43 @@ def human_goals(products: list[dict], human: dict, rng: random.Random) -> list[d
         for ins in human.get(product["asin"], []):
             if not ins["instruction_attributes"]:
                 continue  # upstream skips instructions without attributes
-            price_range = [p for p in PRICE_RANGE if p > product["price"]][:4]
-            if len(price_range) >= 2:
-                _, price_upper = sorted(rng.sample(price_range, 2))
-                price_text = f", and price lower than {price_upper:.2f} dollars"
-            else:
-                price_upper, price_text = 1000000, ""
+            price_upper, price_text = price_cap(product["price"], rng)
             goals.append({"asin": product["asin"], "category": product["category"], "query": product["query"],
                           "name": product["name"], "product_category": product["product_category"],
                           "instruction_text": ins["instruction"].strip(".") + price_text,
                           "attributes": ins["instruction_attributes"], "price_upper": price_upper,
                           "goal_options": ins["instruction_options"]})
+    random.Random(233).shuffle(goals)
+    return goals
+
+
+def price_cap(price: float, rng: random.Random) -> tuple[float, str]:
+    """goal.py's price cap of a goal for a product at `price`, and the text the instruction ends with."""
+    price_range = [p for p in PRICE_RANGE if p > price][:4]
+    if len(price_range) < 2:
+        return 1000000, ""
+    _, price_upper = sorted(rng.sample(price_range, 2))
+    return price_upper, f", and price lower than {price_upper:.2f} dollars"
+
+
+def synthetic_goals(products: list[dict], attributes: dict, rng: random.Random) -> list[dict]:
+    """goal.get_synthetic_goals over engine.load_products(human_goals=False), in SimServer's order (seed 233):
+    items_ins_v2's instruction with every combination of the product's options; goal_options is a dict."""
+    goals = []
+    for product in products:
+        entry = attributes.get(product["asin"], {})  # upstream raises KeyError on a product missing here
+        if entry.get("instruction") is None:
+            continue
+        price_upper, price_text = price_cap(product["price"], rng)  # one draw per product, as upstream
+        names = sorted(product["options"])
+        for combination in itertools.product(*(product["options"][n] for n in names)):
+            options = dict(zip(names, combination))
+            option_text = ", and ".join(f"{k}: {v}" for k, v in options.items())
+            goals.append({"asin": product["asin"], "category": product["category"], "query": product["query"],
+                          "name": product["Title"], "product_category": product["product_category"],
+                          "instruction_text": entry["instruction"] + (f" with {option_text}" if option_text else "")
+                          + price_text, "attributes": entry["instruction_attributes"],
+                          "price_upper": price_upper, "goal_options": options})
     random.Random(233).shuffle(goals)
     return goals
 
@@ -121,9 +151,12 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
         raw, attributes, human = (read(name, source, Path(tmp)) for name in FILES)
     rng = random.Random(SEED)
     products = load_products(raw, attributes, rng)
+    after_prices = rng.getstate()  # each goal set draws its price caps after the prices, as in its own SimServer
     train, graded = split(human_goals(products, human, rng))
+    rng.setstate(after_prices)
     for directory, goals in ((Path(train_dir), train), (Path(heldout_dir), graded)):
         write_jsonl(directory / "products.jsonl", products)
         write_jsonl(directory / "goals.jsonl", goals)
+    write_jsonl(Path(heldout_dir) / "synthetic_goals.jsonl", synthetic_goals(products, attributes, rng)[:N_HELDOUT])
     shutil.copyfile(Path(__file__).with_name("env.py"), Path(train_dir) / "env.py")
     shutil.copyfile(a2rl.tasklib.envs.__file__, Path(train_dir) / "react.py")
