@@ -106,7 +106,7 @@ def test_stages_share_the_budget_left_and_stop_at_their_deadline():
 
 def test_rewards_are_the_graders_checks():
     gold = "She has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"
-    assert P.final_number_reward([" 3 + 4 = 7.\n#### 7\n\nQuestion: 8", " #### 8", " 7 then\n\n#### 9"],
+    assert P.final_number_reward([" 3 + 4 = 7.\n#### 7\n\nQuestion: 8", " #### 8", " 7 then\n\nQuestion: #### 9"],
                                  [gold] * 3) == [1.0, 0.0, 1.0]  # cut where the grader stops generating
 
 
