@@ -13,7 +13,7 @@ def _words(text: str, add_special_tokens: bool = True) -> dict:
 
 
 class FakeGenerator:
-    """Shaped like a2rl.grading.inference.Generator (`generate`, `model.config`, `tokenizer`), configured with
+    """Shaped like a2rl.grading.inference.Generator (`generate`, `config`, `tokenizer`), configured with
     exactly one of: `reply` (every prompt gets it), `replies` (handed out one per prompt, in order, across
     calls), `script` (a function of the prompt). It records the prompts, the stop argument of each call and the
     number of calls; `cut=True` cuts each completion at the stop strings, as the real one does."""
@@ -25,6 +25,7 @@ class FakeGenerator:
             raise ValueError("FakeGenerator takes exactly one of reply, replies, script")
         self._reply, self._replies, self._script, self._cut = reply, list(replies or ()), script, cut
         self.model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=context))
+        self.config = self.model.config
         self.tokenizer = tokenizer or _words
         self.prompts: list[str] = []
         self.stops: list[str | Sequence[str] | None] = []
@@ -83,3 +84,44 @@ class FakeClock:
 
     def __getattr__(self, name: str):
         return getattr(time, name)
+
+
+class RecordingSamplingParams:
+    """STAND-IN for vllm.SamplingParams (vLLM cannot be installed here): keeps its keyword arguments."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class RecordingVLLM:
+    """STAND-IN for vllm.LLM (vLLM cannot be installed here). It records how a2rl drives the engine: the
+    constructor's arguments, `collective_rpc` calls, `reset_prefix_cache`, and each `generate` call's prompts and
+    sampling parameters. It proves our plumbing (when an engine starts, when weights are reloaded), not vLLM.
+    Every completion is `reply` (default: the prompt's word count and a newline, so stop cuts are visible).
+    `instances` lists every engine made, across the test."""
+
+    instances: list[RecordingVLLM] = []
+
+    def __init__(self, reply: Callable[[str], str] | None = None, **kwargs):
+        from transformers import AutoTokenizer
+
+        self.kwargs = kwargs
+        self.calls: list[tuple] = []
+        self._reply = reply or (lambda p: f" {len(p.split())}\nmore")
+        self._tokenizer = AutoTokenizer.from_pretrained(kwargs["tokenizer"], local_files_only=True)
+        RecordingVLLM.instances.append(self)
+
+    def get_tokenizer(self):
+        return self._tokenizer
+
+    def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None):
+        self.calls.append(("collective_rpc", method, args, kwargs or {}))
+        return []
+
+    def reset_prefix_cache(self) -> bool:
+        self.calls.append(("reset_prefix_cache",))
+        return True
+
+    def generate(self, prompts: list[str], sampling_params: RecordingSamplingParams, use_tqdm: bool = True):
+        self.calls.append(("generate", list(prompts), sampling_params.kwargs))
+        return [SimpleNamespace(outputs=[SimpleNamespace(text=self._reply(p))]) for p in prompts]

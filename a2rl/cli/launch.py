@@ -18,6 +18,7 @@ from a2rl.run.sandbox import SandboxError
 from a2rl.scheduling.base import resolve_kind
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, open_sweep, pending_runs
 from a2rl.spec.grid import RunSpec, expand
+from a2rl.spec.sizing import check_shapes
 from a2rl.spec.sweep import load_sweep
 from a2rl.store.sweepdir import SweepDir
 
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("target", type=Path, help="sweep.yaml, or an existing sweep directory to resume")
     p.add_argument("--sweep-dir", type=Path, help=f"where the sweep's records go (default {DEFAULT_SWEEPS}/<name>)")
     p.add_argument("--wait", action="store_true", help="follow progress until every run has finished")
-    p.add_argument("--dry-run", action="store_true", help="print the expanded runs; submit nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the expanded runs and check the job shapes against the models; submit nothing")
     p.add_argument("--retry-failed", action="store_true", help="resubmit runs that ended failed")
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
     p.add_argument("--allow-leaks", action="store_true",
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             spec = load_sweep(args.target) if not args.target.is_dir() else SweepDir(args.target).spec
             runs = expand(spec)
+            check_shapes(spec)
             print_runs(runs)
             print(f"{len(runs)} runs (dry run: nothing submitted)")
             return 0

@@ -220,6 +220,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from a2rl.cli import fetch
     from a2rl.spec import tinymodel
 
     p = argparse.ArgumentParser(prog="a2rl")
@@ -253,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("sweep_dir", type=Path)
     s.add_argument("run_ids", nargs="*", help="default: every run with a result")
     s.set_defaults(fn=cmd_runreport)
+    s = sub.add_parser("fetch-model", help="download a hub model's safetensors onto the shared file system")
+    fetch.add_arguments(s)
+    s.set_defaults(fn=fetch.run)
     s = sub.add_parser("build-tiny-model", help="build the tiny offline test model")
     tinymodel.add_arguments(s)
     s.set_defaults(fn=tinymodel.run)

@@ -42,10 +42,11 @@ class LocalChatModel:
     (deterministic scores). Decoding is always greedy, whatever the request asks."""
 
     def __init__(self, model_dir: Path, model_id: str | None = None):
-        from a2rl.grading.inference import Generator
+        from a2rl.grading.inference import Generator, pick_device
 
         model_dir = Path(model_dir).resolve()
-        self.generator = Generator.load(model_dir)
+        # the grader's transformers backend: on its GPU in bf16 when it has one, else on CPU in fp32
+        self.generator = Generator.load(model_dir, device=pick_device())
         self.model_id = model_id or model_dir.name
         stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(model_dir.glob("*.safetensors")))
         self.fingerprint = _fingerprint(model_dir, stamp)

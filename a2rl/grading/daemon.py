@@ -11,6 +11,8 @@ log line), never the daemon.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -34,26 +36,42 @@ from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Task, get_task
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
+from a2rl.grading.backends import BackendSettings, Engine, EngineKey, engine_key, resolve_settings
+from a2rl.spec.generation import GenerationPreset, get_preset
 
 log = logging.getLogger("a2rl.grader")
 INFRA_RETRY_S = 30.0  # pause after a judge outage or similar before claiming again
 
 
 def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_root: Path,
-                   protocol: str = DEFAULT_PROTOCOL, batch_size: int | None = None, options: dict | None = None) -> tuple[float, dict]:
-    """Score one model on the task's held-out split with the CPU/transformers backend, under `protocol`
-    (the run's, never an option a sweep's task_options could set apart from the run id and the ledger)."""
+                   protocol: str = DEFAULT_PROTOCOL, batch_size: int | None = None, options: dict | None = None,
+                   engine: Engine | None = None, preset: GenerationPreset | None = None) -> tuple[float, dict]:
+    """Score one model on the task's held-out split under `protocol` (the run's, never an option a sweep's
+    task_options could set apart from the run id and the ledger) with the engine's backend (without one: a
+    transformers generator on CPU, loaded for this call)."""
     from a2rl.grading.inference import Generator
 
     options = {**task.spec.eval, **(options or {}), "protocol": protocol}
     if batch_size:
         options["batch_size"] = batch_size
-    generator = Generator.load(model_dir, tokenizer_dir=tokenizer_dir)
+    preset = preset or get_preset()
+    generator = engine.get(model_dir, tokenizer_dir, preset) if engine is not None \
+        else Generator.load(model_dir, tokenizer_dir=tokenizer_dir, preset=preset)
     result = task.evaluator.evaluate(generator, task.data(data_root).heldout_dir, options)
     score = float(result["score"])
     if not 0.0 <= score <= 100.0:
         raise ValueError(f"evaluator of {task.name!r} returned score {score}, outside 0–100")
     return score, {k: v for k, v in result.items() if k != "score"}
+
+
+def grading_key(digest: str, model: EngineKey, task: Task, protocol: str, settings: BackendSettings,
+                preset: GenerationPreset, options: dict | None) -> str:
+    """What fixes a submission's score: its weights, architecture (config) and tokenizer, the task, evaluator
+    version and protocol, the backend settings, the preset and the task options. Equal keys, equal scores (the
+    grading cache)."""
+    return hashlib.sha256(json.dumps([digest, model.__dict__, task.name, task.spec.evaluator_version, protocol,
+                                      settings.record(), preset.record(), options or {}], sort_keys=True,
+                                     default=str).encode()).hexdigest()
 
 
 class GradingDaemon:
@@ -77,6 +95,18 @@ class GradingDaemon:
         self._stop = threading.Event()
         self._baselines: dict[tuple[str, str, str], BaselineRecord] = {}
         self.sleep, self.clock = time.sleep, time.monotonic  # of the idle wait; tests drive a fake time
+        self._engine: Engine | None = None
+        self._graded_keys: dict[str, str] = {}  # grading key -> submission id, of scored ledger entries
+
+    @property
+    def engine(self) -> Engine:
+        """The one generation engine of this process, reused across submissions (made when first needed)."""
+        if self._engine is None:
+            self._engine = Engine(resolve_settings(self.settings))
+        return self._engine
+
+    def preset(self, model_name: str) -> GenerationPreset:
+        return get_preset(next(m for m in self.spec.model_entries if m.name == model_name).generation)
 
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> int:
@@ -135,9 +165,11 @@ class GradingDaemon:
     def task(self, name: str) -> Task:
         return get_task(name, self.task_dirs)
 
-    def _evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str) -> tuple[float, dict]:
+    def _evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str,
+                  preset: GenerationPreset) -> tuple[float, dict]:
         return evaluate_model(task, model_dir, tokenizer_dir, data_root=self.data_root, protocol=protocol,
-                              batch_size=self.settings.batch_size, options=self.settings.task_options.get(task.name))
+                              batch_size=self.settings.batch_size, options=self.settings.task_options.get(task.name),
+                              engine=self.engine, preset=preset)
 
     def baseline(self, task_name: str, model_name: str, protocol: str,
                  retry_failed: bool = False) -> BaselineRecord:
@@ -147,8 +179,9 @@ class GradingDaemon:
             self._state, prev = "baseline", self._state
             task = self.task(task_name)
             task.ensure_prepared(self.data_root)
-            rec = ensure_baseline(self.sweep, task, model_name, model.path, protocol, self._evaluate,
-                                  retry_failed=retry_failed)
+            preset = get_preset(model.generation)
+            rec = ensure_baseline(self.sweep, task, model_name, model.path, protocol,
+                                  lambda t, m, tok, p: self._evaluate(t, m, tok, p, preset), retry_failed=retry_failed)
             if rec.status == "failed":
                 log.error("BASELINE FAILED for %s / %s / %s: %s", task_name, model_name, protocol, rec.error)
             self._baselines[key] = rec
@@ -162,7 +195,8 @@ class GradingDaemon:
         fields = dict(submission_id=entry.submission_id, run_id=entry.run_id, seq=entry.seq,
                       submitted_at=entry.submitted_at, claimed_at=lease.claimed_at,
                       model_path=entry.model_path, task=task.name, protocol=run.protocol,
-                      evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt)
+                      evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt,
+                      generation=self.preset(run.model.name).record())
         t0 = now()
         self._state = "grading"
         renewing = threading.Event()
@@ -232,15 +266,34 @@ class GradingDaemon:
             if base.status == "ok" and digest == base.weights_hash:
                 return LedgerEntry(**fields, graded_at=now(), status="scored", score=base.score,
                                    weights_hash=digest, copy_of_base=True, eval_seconds=now() - t0)
-            score, details = self._evaluate(task, frozen, Path(base.model_path), fields["protocol"])
+            preset = self.preset(model_name)
+            settings = self.engine.settings
+            key = grading_key(digest, engine_key(frozen, Path(base.model_path)), task, fields["protocol"], settings,
+                              preset, self.settings.task_options.get(task.name))
+            fields = {**fields, "weights_hash": digest, "backend": settings.record(), "grading_key": key}
+            if (earlier := self._graded(key)) is not None:
+                return LedgerEntry(**fields, graded_at=now(), status="scored", score=earlier.score,
+                                   details=earlier.details, cached_from=earlier.submission_id,
+                                   eval_seconds=now() - t0)
+            score, details = self._evaluate(task, frozen, Path(base.model_path), fields["protocol"], preset)
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash
             return LedgerEntry(**fields, graded_at=now(), status="invalid",
                                error=f"could not evaluate the model: {type(e).__name__}: {e}",
                                eval_seconds=now() - t0)
-        return LedgerEntry(**fields, graded_at=now(), status="scored", score=score, weights_hash=digest,
-                           eval_seconds=now() - t0, details=details)
+        return LedgerEntry(**fields, graded_at=now(), status="scored", score=score, eval_seconds=now() - t0,
+                           details=details)
+
+    def _graded(self, key: str) -> LedgerEntry | None:
+        """An evaluated (not itself cached) scored entry with this grading key, by any grader of the sweep: the
+        index is refreshed from the ledger when the key is not in it yet."""
+        if key not in self._graded_keys:
+            self._graded_keys.update({e.grading_key: e.submission_id for e in self.ledger.all_entries()
+                                      if e.status == "scored" and e.grading_key and e.cached_from is None
+                                      and not e.copy_of_base})
+        sid = self._graded_keys.get(key)
+        return self.ledger.get(sid) if sid is not None else None
 
     def _renew_loop(self, sid: str, done: threading.Event) -> None:
         while not done.wait(self.settings.lease_s / 3):

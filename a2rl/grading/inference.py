@@ -1,4 +1,5 @@
-"""Greedy batched generation for the grader (transformers backend; runs on CPU).
+"""Batched generation for the grader with transformers: bf16 on CUDA, fp32 on CPU (the devices of the job's
+allocation: CUDA_VISIBLE_DEVICES). Greedy unless a generation preset says otherwise.
 
 Submitted checkpoints are untrusted: weights load from safetensors only and no repository code
 is executed. Thread count comes from the environment (OMP_NUM_THREADS), set by the caller.
@@ -20,6 +21,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from a2rl.spec.generation import GenerationPreset
 from a2rl.tasklib.answers import cut_at_stop, stop_strings  # noqa: F401 (cut_at_stop: drivers use it from here)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -46,56 +48,115 @@ class StopOnString(StoppingCriteria):
                             device=input_ids.device)
 
 
+def pick_device(gpus: int | None = None) -> str:
+    """cuda when the job was given GPUs (None: whenever CUDA is visible) and CUDA works, else cpu."""
+    return "cuda" if (gpus is None or gpus > 0) and torch.cuda.is_available() else "cpu"
+
+
 class Generator:
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+    """The transformers backend. On CUDA, without an explicit batch size, each batch's size is chosen from the
+    free GPU memory and the KV cache a sequence needs (`auto_batch`); on CPU the evaluator's batch size holds."""
+
+    backend = "transformers"
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, preset: GenerationPreset | None = None,
+                 auto_batch: bool = False):
         self.model = model
         self.tokenizer = tokenizer
+        self.preset = preset or GenerationPreset(name="greedy")
+        self.auto_batch = auto_batch
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
 
     @classmethod
-    def load(cls, model_dir: Path, *, tokenizer_dir: Path | None = None, device: str = "cpu") -> Generator:
+    def load(cls, model_dir: Path, *, tokenizer_dir: Path | None = None, device: str = "cpu",
+             preset: GenerationPreset | None = None, auto_batch: bool | None = None) -> Generator:
         model_dir = Path(model_dir)
-        has_tokenizer = any((model_dir / f).exists() for f in TOKENIZER_FILES)
-        tok_dir = model_dir if has_tokenizer or tokenizer_dir is None else Path(tokenizer_dir)
         tokenizer = AutoTokenizer.from_pretrained(
-            tok_dir, padding_side="left", trust_remote_code=False, local_files_only=True
+            tokenizer_source(model_dir, tokenizer_dir), padding_side="left", trust_remote_code=False,
+            local_files_only=True
         )
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
+        on_gpu = device.startswith("cuda")
+        multi = on_gpu and torch.cuda.device_count() > 1
         model = AutoModelForCausalLM.from_pretrained(
             model_dir,
             use_safetensors=True,  # never unpickle a submitted pytorch_model.bin
             trust_remote_code=False,
             local_files_only=True,
-            dtype=torch.float32 if device == "cpu" else "auto",
-        ).to(device)
+            dtype=torch.bfloat16 if on_gpu else torch.float32,
+            device_map="auto" if multi else None,  # several GPUs: layers spread over them (accelerate)
+        )
+        if not multi:
+            model = model.to(device)
         model.eval()
-        return cls(model, tokenizer)
+        return cls(model, tokenizer, preset=preset, auto_batch=on_gpu if auto_batch is None else auto_batch)
+
+    def load_weights(self, model_dir: Path) -> None:
+        """Replace the weights with another checkpoint of the same tensor layout (checked by the caller), keeping
+        the model, its devices and the tokenizer: the reuse that spares a load per submission."""
+        from safetensors.torch import load_file
+
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for f in sorted(Path(model_dir).glob("*.safetensors")):
+                for name, tensor in load_file(str(f)).items():
+                    if name not in params:
+                        raise ValueError(f"{f.name}: tensor {name!r} is not a parameter of the loaded model")
+                    params[name].copy_(tensor)
 
     def generate(
         self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
         stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True,
     ) -> list[str]:
-        """Greedy completions, each cut at the earliest of the stop strings; a batch stops decoding once every
-        sequence in it has produced one (or EOS). A prompt rendered by a chat template already holds its special
-        tokens: pass add_special_tokens=False, or a BOS is doubled."""
+        """Completions (greedy unless the preset samples), each cut at the earliest of the stop strings; a batch
+        stops decoding once every sequence in it has produced one (or EOS). A prompt rendered by a chat template
+        already holds its special tokens: pass add_special_tokens=False, or a BOS is doubled."""
         stops = stop_strings(stop)
         # A fresh config, so sampling settings shipped with a submission cannot change grading.
+        p = self.preset
+        sampling = dict(do_sample=True, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or None) \
+            if not p.greedy else dict(do_sample=False)
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
-            do_sample=False,
             use_cache=True,  # trainers save use_cache=false in config.json; without the KV cache decoding is slow
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
+            **sampling,
         )
+        if not p.greedy:
+            torch.manual_seed(p.seed)
         # Batching similar lengths together wastes less compute on padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         outputs: list[str] = [""] * len(prompts)
-        for lo in range(0, len(order), batch_size):
-            idx = order[lo : lo + batch_size]
+        lo = 0
+        while lo < len(order):
+            size = self._auto_batch_size(prompts[order[min(len(order), lo + batch_size) - 1]], max_new_tokens) \
+                if self.auto_batch else batch_size
+            idx = order[lo : lo + size]
             for i, text in zip(idx, self._generate_batch([prompts[i] for i in idx], config, stops,
                                                          add_special_tokens)):
                 outputs[i] = text
+            lo += len(idx)
         return outputs
+
+    def _auto_batch_size(self, longest_prompt: str, max_new_tokens: int) -> int:
+        """As many sequences as half the free GPU memory holds KV cache for (the other half: activations,
+        logits), between 1 and 256."""
+        c = self.model.config
+        heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        tokens = len(self.tokenizer(longest_prompt)["input_ids"]) + max_new_tokens
+        per_seq = 2 * c.num_hidden_layers * heads * head_dim * tokens * self.model.dtype.itemsize
+        free = min(torch.cuda.mem_get_info(d)[0] for d in range(torch.cuda.device_count()))
+        return max(1, min(256, int(free * 0.5 // max(per_seq, 1))))
 
     @torch.inference_mode()
     def _generate_batch(self, prompts: list[str], config: GenerationConfig, stops: tuple[str, ...],
@@ -107,3 +168,10 @@ class Generator:
         out = self.model.generate(**enc, generation_config=config, stopping_criteria=criteria)
         texts = self.tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
         return [cut_at_stop(t, stops) for t in texts]
+
+
+def tokenizer_source(model_dir: Path, tokenizer_dir: Path | None) -> Path:
+    """The submission's own tokenizer when it ships one, else the base model's."""
+    model_dir = Path(model_dir)
+    has_tokenizer = any((model_dir / f).exists() for f in TOKENIZER_FILES)
+    return model_dir if has_tokenizer or tokenizer_dir is None else Path(tokenizer_dir)

@@ -27,6 +27,7 @@ from a2rl.store.services import record_service_job
 from a2rl.records import now
 from a2rl.store.results import load_result
 from a2rl.spec.grid import RunSpec, expand
+from a2rl.spec.sizing import check_shapes, grader_mem_gb, model_params
 from a2rl.spec.sweep import SweepSpec, load_sweep, local_driver_name
 from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
@@ -124,6 +125,7 @@ class Launcher:
         self.deferred: list[str] = []  # run ids left for top-up (queue limit)
         self.grader_jobs: list[str] = []
         self.driver_jobs: list[str] = []  # local driver servers
+        self.params: dict[str, int] = {}  # model name -> parameters, read by prepare()
 
     def prepare(self) -> None:
         """Offline preparation the runs share: task data, built-in models."""
@@ -135,6 +137,7 @@ class Launcher:
             get_task(name, [Path(p) for p in self.spec.task_paths]).ensure_prepared(data_root)
         for m in self.spec.model_entries:
             print(f"model {m.name}: {resolve_model(m.path)}", flush=True)
+        self.params = check_shapes(self.spec)  # refuse a grader or run shape that cannot hold a model
 
     def submit(self, runs: list[RunSpec]) -> None:
         """The graders the sweep lacks, then the runs: one array per resource shape (split at MaxArraySize), as
@@ -145,7 +148,7 @@ class Launcher:
             for i in range(alive, g.workers):
                 job_id = self.scheduler.submit_one(Shape(
                     f"a2rl-grader-{self.spec.name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, g.cpus,
-                    g.gpus, g.mem_gb), SweepGraderJob(str(self.sweep.root), i, self.kind, str(self.folder)))
+                    g.gpus, grader_mem_gb(self.spec, self.params or model_params(self.spec))), SweepGraderJob(str(self.sweep.root), i, self.kind, str(self.folder)))
                 self.grader_jobs.append(job_id)
                 record_service_job(self.sweep.grader_jobs, self.kind, job_id)
             for name in drivers_used(runs):  # before the runs, which wait for them

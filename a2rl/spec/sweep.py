@@ -57,12 +57,14 @@ class AgentEntry(_Strict):
 class ModelEntry(_Strict):
     name: str = Field(pattern=NAME)
     path: str  # a directory, or builtin:NAME
+    generation: str = "greedy"  # how the grader decodes this model: a preset under configs/generation/
 
 
 class Resources(_Strict):
     cpus: int = Field(1, ge=1)
     gpus: int = Field(0, ge=0)
     mem_gb: float = Field(8, gt=0)
+    gpu_mem_gb: float = Field(80, gt=0)  # memory of one of the nodes' GPUs (A100/H100: 80), for the launch check
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -84,14 +86,20 @@ class Resources(_Strict):
 class GraderSettings(_Strict):
     workers: int = Field(1, ge=1)  # grading daemons serving the sweep's queue
     cpus: int = Field(1, ge=1)
-    gpus: int = Field(0, ge=0)
-    mem_gb: float = Field(8, gt=0)
+    gpus: int = Field(0, ge=0)  # > 0: grade on GPUs (CUDA_VISIBLE_DEVICES of the job)
+    mem_gb: float | None = Field(None, gt=0)  # default: what the largest model needs (spec/sizing.py), at least 8
+    gpu_mem_gb: float = Field(80, gt=0)  # memory of one of the nodes' GPUs (A100/H100: 80), for the launch check
+    # auto: vllm when it imports and a GPU is visible, else transformers (bf16 on CUDA, fp32 on CPU)
+    backend: Literal["auto", "transformers", "vllm"] = "auto"
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # the share of each GPU vLLM may take
+    max_model_len: int | None = Field(None, ge=1)  # vLLM's context length; default: the model's
     lease_s: float = Field(120, gt=0)  # a claim not renewed for this long is graded again
     poll_s: float = Field(0.2, gt=0)
     idle_timeout_s: float = Field(3600, gt=0)  # a daemon with nothing to do for this long exits
     max_attempts: int = Field(3, ge=1)  # a submission that kills its grader this often is recorded invalid
     max_wait_s: float = Field(6 * 3600, gt=0)  # how long a blocking submit waits for its score
-    batch_size: int | None = Field(None, ge=1)  # overrides the task's generation batch size
+    # overrides the task's generation batch size; unset on a GPU (transformers): chosen from free memory
+    batch_size: int | None = Field(None, ge=1)
     baseline_cache: str | None = None  # share baselines across sweeps; default: in the sweep directory
     keep_artifacts: bool = False  # keep frozen submission weights after grading
     task_options: dict[str, dict[str, Any]] = {}  # per task, merged over task.yaml's `eval` (judge endpoints...)
@@ -266,6 +274,7 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
     """Names that must exist in the registries, and files that must exist. Checks that depend on a field in
     `invalid` (which broke the schema, so `spec` holds a default or a placeholder there) are skipped."""
     from a2rl.spec.agents import agent_registry, known_modes
+    from a2rl.spec.generation import preset_registry
     from a2rl.spec.tasks import task_registry
 
     def valid(*fields: str) -> bool:
@@ -313,12 +322,16 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
                 problems.append(f"agents[{i}]: agent {a.name!r} cannot use local driver {d!r}: its stack declares "
                                 f"no `openai_compatible` endpoint settings")
     modes = known_modes()
+    presets = preset_registry().names()
     problems += [f"modes[{i}]: unknown mode {m!r} (known: {', '.join(modes)})"
                  for i, m in enumerate(spec.modes) if m not in modes]
     for i, m in enumerate(spec.model_entries if valid("models") else []):
         err = check_model_ref(m.path)
         if err:
             problems.append(f"models[{i}].path: {err}")
+        if m.generation not in presets:
+            problems.append(f"models[{i}].generation: unknown generation preset {m.generation!r} "
+                            f"(known: {', '.join(presets)})")
     for name, d in spec.local_drivers.items():
         if not re.match(NAME, name):
             problems.append(f"local_drivers.{name}: a driver name may hold letters, digits, '_', '.' and '-'")

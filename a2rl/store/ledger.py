@@ -22,7 +22,7 @@ log = logging.getLogger("a2rl.ledger")
 
 
 class LedgerEntry(SignedRecord):
-    SCHEMA = 4  # 2 added hmac, 3 leaks, 4 protocol
+    SCHEMA = 5  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from
     submission_id: str
     run_id: str
     seq: int
@@ -43,6 +43,11 @@ class LedgerEntry(SignedRecord):
     eval_seconds: float = 0.0
     details: dict[str, Any] = {}
     leaks: list[str] = []  # held-out data found in the submitted files (tasklib/leaks.py)
+    generation: dict[str, Any] = {}  # the generation preset it was graded with (name and every setting)
+    backend: dict[str, Any] = {}  # the grader's resolved backend settings (grading/backends.py BackendSettings)
+    # hash of (weights, task, evaluator version, backend settings, preset, task options): equal keys, equal scores
+    grading_key: str | None = None
+    cached_from: str | None = None  # the submission whose score this one reuses (same grading_key); not evaluated
 
 
 class Ledger:

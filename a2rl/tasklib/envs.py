@@ -111,7 +111,7 @@ def generator_policy(generator: Any, options: dict[str, Any]) -> tuple[Generate,
     """Adapt a2rl.grading.inference.Generator: greedy, one line per action, prompts kept inside the model's context."""
     max_new_tokens = int(options.get("max_new_tokens", 32))
     batch_size = int(options.get("batch_size", 64))
-    context = int(getattr(generator.model.config, "max_position_embeddings", 0) or 1 << 30)
+    context = int(getattr(generator.config, "max_position_embeddings", 0) or 1 << 30)
     limit = min(context - max_new_tokens, int(options.get("max_prompt_tokens", context)))
 
     def generate(prompts: list[str]) -> list[str]:

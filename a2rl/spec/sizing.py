@@ -1,0 +1,94 @@
+"""Memory a model needs, from its safetensors headers (parameters x dtype), and the launch check that refuses a
+grader or run shape that cannot hold it. The default grader memory follows the model size.
+
+The estimates are deliberately simple and stated here, so a refusal can be argued with:
+- on GPUs (bf16): weights x 1.2 (activations, a minimal KV cache) within gpus x gpu_mem_gb, and for the grader
+  x gpu_memory_utilization (what vLLM may take); host memory 8 GiB (Python, torch, CUDA context) + the weights
+  once (loading passes them through host memory);
+- on CPU (fp32, the transformers backend): host memory 4 GiB + fp32 weights x 1.2.
+A run's needs depend on what its agent does; the check only asks that its shape holds the weights (bf16 on its
+GPUs, else fp32 in host memory).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from a2rl.errors import SpecError
+from a2rl.spec.models import parameter_count, resolve_model
+from a2rl.spec.sweep import SweepSpec
+
+GIB = 1 << 30
+DEFAULT_GRADER_MEM_GB = 8  # the least a grader gets, whatever the model
+
+
+@dataclass(frozen=True)
+class Need:
+    gpu_gb: float  # in all of the job's GPUs together; 0 on CPU
+    host_gb: float
+
+
+def memory_need(params: int, gpus: int) -> Need:
+    if gpus > 0:
+        weights = params * 2 / GIB
+        return Need(gpu_gb=weights * 1.2, host_gb=8 + weights)
+    return Need(gpu_gb=0.0, host_gb=4 + params * 4 / GIB * 1.2)
+
+
+def model_params(spec: SweepSpec) -> dict[str, int]:
+    """Model name -> parameters, building built-in models first."""
+    return {m.name: parameter_count(resolve_model(m.path)) for m in spec.model_entries}
+
+
+def grader_mem_gb(spec: SweepSpec, params: dict[str, int]) -> float:
+    """grader.mem_gb when set, else what the largest model needs on the grader's devices (at least 8)."""
+    if spec.grader.mem_gb is not None:
+        return spec.grader.mem_gb
+    need = max((memory_need(p, spec.grader.gpus).host_gb for p in params.values()), default=0)
+    return float(max(DEFAULT_GRADER_MEM_GB, math.ceil(need)))
+
+
+def shape_problems(spec: SweepSpec, params: dict[str, int]) -> list[str]:
+    """One line per shape (grader, runs) that cannot hold a model, naming the field to change."""
+    g, r = spec.grader, spec.resources
+    problems = []
+    for name, p in params.items():
+        size = f"model {name!r} ({p / 1e9:.2f}B parameters)"
+        need = memory_need(p, g.gpus)
+        have = g.gpus * g.gpu_mem_gb * g.gpu_memory_utilization
+        if g.gpus and need.gpu_gb > have:
+            problems.append(f"grader.gpus: {size} needs {need.gpu_gb:.1f} GiB of GPU memory in bf16; grader.gpus="
+                            f"{g.gpus} x gpu_mem_gb={g.gpu_mem_gb:g} x gpu_memory_utilization="
+                            f"{g.gpu_memory_utilization:g} gives {have:.1f}: raise grader.gpus (or gpu_mem_gb)")
+        mem = grader_mem_gb(spec, params)
+        if need.host_gb > mem:
+            hint = "" if g.gpus else ", or grade on GPUs (grader.gpus)"
+            problems.append(f"grader.mem_gb: {size} needs {need.host_gb:.1f} GiB of host memory "
+                            f"({'on GPUs' if g.gpus else 'on CPU in fp32'}); grader.mem_gb is {mem:g}: "
+                            f"raise grader.mem_gb{hint}")
+        # a run's needs depend on what the agent does; it must at least hold the weights
+        weights = p * (2 if r.gpus else 4) / GIB
+        if r.gpus and weights > r.gpus * r.gpu_mem_gb:
+            problems.append(f"resources.gpus: {size} takes {weights:.1f} GiB in bf16; resources.gpus={r.gpus} x "
+                            f"gpu_mem_gb={r.gpu_mem_gb:g} cannot hold it: raise resources.gpus (or gpu_mem_gb)")
+        if not r.gpus and weights > r.mem_gb:
+            problems.append(f"resources.mem_gb: {size} takes {weights:.1f} GiB in fp32 on CPU; resources.mem_gb is "
+                            f"{r.mem_gb:g}: raise resources.mem_gb, or give the runs GPUs (resources.gpus)")
+    return problems
+
+
+def check_shapes(spec: SweepSpec) -> dict[str, int]:
+    """Raise SpecError when a shape cannot hold a model; returns the parameter counts."""
+    params = model_params(spec)
+    if problems := shape_problems(spec, params):
+        raise SpecError(problems)
+    return params
+
+
+def describe(model_dir: Path) -> str:
+    p = parameter_count(model_dir)
+    gpu, cpu = memory_need(p, 1), memory_need(p, 0)
+    return (f"{p / 1e9:.3f}B parameters: GPU {gpu.gpu_gb:.1f} GiB (bf16) + host {gpu.host_gb:.1f} GiB; "
+            f"CPU-only host {cpu.host_gb:.1f} GiB (fp32)")
