@@ -63,7 +63,7 @@ def test_parameters_from_headers(qwen7b, tiny_model):
 def test_memory_need_by_device():
     gpu, cpu = memory_need(QWEN25_7B_PARAMS, 1), memory_need(QWEN25_7B_PARAMS, 0)
     assert round(gpu.gpu_gb, 1) == 17.0 and round(gpu.host_gb, 1) == 22.2  # bf16 x 1.2; 8 + bf16
-    assert cpu.gpu_gb == 0 and round(cpu.host_gb, 1) == 38.0  # 4 + fp32 x 1.2
+    assert cpu.gpu_gb == 0 and round(cpu.host_gb, 1) == 34.8  # 0.75 + fp32 x 1.2
 
 
 def spec_of(tmp_path: Path, model: Path, **fields):
@@ -95,7 +95,7 @@ def test_shapes_that_hold_7b_pass_and_grader_memory_follows_the_model(tmp_path, 
     params = check_shapes(spec)
     assert grader_mem_gb(spec, params) == 23  # ceil(8 + 14.2)
     cpu = spec_of(tmp_path, qwen7b, grader={"gpus": 0}, resources={"gpus": 1, "mem_gb": 64})
-    assert grader_mem_gb(cpu, check_shapes(cpu)) == 39  # ceil(38.05)
+    assert grader_mem_gb(cpu, check_shapes(cpu)) == 35  # ceil(34.8)
     tiny = spec_of(tmp_path, tiny_model)
     assert grader_mem_gb(tiny, check_shapes(tiny)) == 8  # the floor
     assert shape_problems(spec_of(tmp_path, qwen7b, grader={"gpus": 1, "mem_gb": 30},

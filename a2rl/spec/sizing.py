@@ -5,7 +5,8 @@ The estimates are deliberately simple and stated here, so a refusal can be argue
 - on GPUs (bf16): weights x 1.2 (activations, a minimal KV cache) within gpus x gpu_mem_gb, and for the grader
   x gpu_memory_utilization (what vLLM may take); host memory 8 GiB (Python, torch, CUDA context) + the weights
   once (loading passes them through host memory);
-- on CPU (fp32, the transformers backend): host memory 4 GiB + fp32 weights x 1.2.
+- on CPU (fp32, the transformers backend): host memory 0.75 GiB (Python, torch, transformers: the tiny model's
+  grader runs in a 1 GiB Slurm allocation in the test suite) + fp32 weights x 1.2.
 A run's needs depend on what its agent does; the check only asks that its shape holds the weights (bf16 on its
 GPUs, else fp32 in host memory).
 """
@@ -22,6 +23,7 @@ from a2rl.spec.sweep import SweepSpec
 
 GIB = 1 << 30
 DEFAULT_GRADER_MEM_GB = 8  # the least a grader gets, whatever the model
+CPU_RUNTIME_GB = 0.75  # a CPU grader's own memory besides the weights
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ def memory_need(params: int, gpus: int) -> Need:
     if gpus > 0:
         weights = params * 2 / GIB
         return Need(gpu_gb=weights * 1.2, host_gb=8 + weights)
-    return Need(gpu_gb=0.0, host_gb=4 + params * 4 / GIB * 1.2)
+    return Need(gpu_gb=0.0, host_gb=CPU_RUNTIME_GB + params * 4 / GIB * 1.2)
 
 
 def model_params(spec: SweepSpec) -> dict[str, int]:
