@@ -34,6 +34,7 @@ def test_prepare_keeps_the_first_2000_alpaca_rows_and_every_baseline_answer(data
     assert len(upstream) > 2000 and read_jsonl(data.train_dir / "train.jsonl") == upstream[:2000]
     baseline = json.loads((FIXTURES / "alpaca_eval_gpt4_baseline.json").read_text())
     assert read_jsonl(data.heldout_dir / "test.jsonl") == baseline
+    assert (data.heldout_dir / "df_gamed.csv").read_bytes() == (FIXTURES / "df_gamed.csv").read_bytes()
     assert sorted(p.name for p in data.train_dir.iterdir()) == ["train.jsonl"]  # no baseline answers for the agent
 
 
@@ -91,7 +92,8 @@ def test_grading_against_a_stub_judge(tiny_model: Path, data_root: Path) -> None
 
     with stub_llm(reply) as (url, seen):
         options = {"max_new_tokens": 24, "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
-        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=data_root, options=options)
+        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=data_root, protocol="a2rl",
+                                        options=options)
     assert len(seen) == 2 * len(rows)
     assert all(s["body"]["max_tokens"] == 1 and s["body"]["top_logprobs"] == 20 for s in seen)
     expected = [0.5 if r["instruction"] == biased else wins[r["instruction"]] for r in rows]

@@ -64,7 +64,7 @@ def test_prepare_splits_82_82(tmp_path, data, graded):
                 assert (f.read_bytes() == (getattr(again, part) / f.name).read_bytes()) is (f.name != CANARY), f
 
 
-TAILS = ("\ndef g():\n", "\nclass A:\n", "\n# tests\n", "\nif __name__ == '__main__':\n", "\nprint(f(1))")
+TAILS = ("\n# tests\n", "\nif __name__ == '__main__':\n", "\nprint(f(1))")
 
 
 def test_truncate_at_stop_sequences():
@@ -79,7 +79,7 @@ def test_generation_stops_where_truncate_cuts(data, graded):
     problems = graded[: len(TAILS)]
     completions = {p["prompt"]: p["canonical_solution"] + tail for p, tail in zip(problems, TAILS)}
     generator = canned(completions)
-    result = EVAL.evaluate(generator, data.heldout_dir, {"limit": len(TAILS)})
+    result = EVAL.evaluate(generator, data.heldout_dir, {"protocol": "a2rl", "limit": len(TAILS)})
     assert generator.stops == [EVAL.STOP_SEQUENCES] and result["score"] == 100.0
     for p in problems:
         cut = cut_at_stop(completions[p["prompt"]], EVAL.STOP_SEQUENCES)
@@ -193,11 +193,11 @@ def test_run_many_keeps_order():
 @pytest.mark.slow  # > 5 s: 82 sandboxed programs
 def test_canonical_solutions_score_100(data, graded):
     result = EVAL.evaluate(canned({p["prompt"]: p["canonical_solution"] for p in graded}),
-                           data.heldout_dir, {"workers": 2})
+                           data.heldout_dir, {"protocol": "a2rl", "workers": 2})
     assert (result["score"], result["n"], result["passed"]) == (100.0, 82, 82)
 
     stubs = EVAL.evaluate(canned({p["prompt"]: "    pass\n" for p in graded}), data.heldout_dir,
-                          {"limit": 10})
+                          {"protocol": "a2rl", "limit": 10})
     assert (stubs["score"], stubs["n"]) == (0.0, 10)
 
 

