@@ -73,13 +73,25 @@ class AlfworldEnv:
         self._env = textworld.gym.make(env_id)
 
     def reset(self) -> str:
-        obs, _ = self._env.reset()
+        obs, infos = self._env.reset()
+        self._admissible = infos["admissible_commands"][0]
         return obs[0].split("\n\n", 1)[-1].strip()  # drop the "-= Welcome to TextWorld, ALFRED! =-" banner
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         obs, scores, dones, infos = self._env.step([action])
-        info = {"won": bool(infos["won"][0]), "admissible_commands": infos["admissible_commands"][0]}
+        info = {"won": bool(infos["won"][0]), "admissible_commands": infos["admissible_commands"][0],
+                "valid": action in self._admissible}
+        self._admissible = info["admissible_commands"]
         return obs[0].strip(), float(scores[0]), bool(dones[0]), info
+
+
+def train_episodes(data_dir: str | Path) -> list[str]:
+    """The common protocol (a2rl/envs.py): a training game is its folder under data_dir."""
+    return [str(g.relative_to(data_dir)) for g in games(Path(data_dir) / "games")]
+
+
+def make_env(data_dir: str | Path, episode: str) -> AlfworldEnv:
+    return AlfworldEnv(Path(data_dir) / episode)
 
 
 def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,
