@@ -21,6 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 WEBSHOP = get_task("webshop")
 WS_PREP = load_module(WEBSHOP.folder / "prepare.py", "a2rl_task_webshop_prepare")
 TEXTWORLD = get_task("textworld")
+ALFWORLD = get_task("alfworld")
 
 
 def prepare_webshop(root: Path, n_heldout: int = 3) -> tuple[Path, Path]:
@@ -44,6 +45,16 @@ def prepare_textworld(root: Path) -> tuple[Path, Path]:
         prep.prepare(root / "train", root / "heldout", source=FIXTURES / "textgame")
     finally:
         prep.N_TRAIN, prep.N_HELDOUT = counts
+    return root / "train", root / "heldout"
+
+
+def prepare_alfworld(root: Path) -> tuple[Path, Path]:
+    """ALFWorld from the fixture's two hand-written games (tests/fixtures/alfworld/make_games.py): one per split."""
+    pytest.importorskip("alfworld")
+    (root / "train").mkdir(parents=True)
+    (root / "heldout").mkdir()
+    prep = load_module(ALFWORLD.folder / "prepare.py", "a2rl_task_alfworld_prepare")
+    prep.prepare(root / "train", root / "heldout", source=FIXTURES / "alfworld" / "json_2.1.1")
     return root / "train", root / "heldout"
 
 
@@ -94,6 +105,18 @@ def test_textworld_trajectories_follow_the_protocol(tmp_path):
     assert all(r["source"] == "walkthrough" and not r["episode"].startswith("heldout") for r in rows)
 
 
+def test_alfworld_prepare_writes_the_planner_experts_trajectories(tmp_path):
+    train, heldout = prepare_alfworld(tmp_path)
+    alf = load_task_env(train / "env.py", "alf_workspace_env")
+    rows = read_jsonl(train / "trajectories.jsonl")
+    assert [r["episode"] for r in rows] == alf.train_episodes(train) and len(rows) == 1
+    assert rows[0]["won"] and rows[0]["source"] == "planner_expert"
+    assert rows[0]["actions"][-1] == "move spraybottle 1 to toilet 1"  # the environment's own verb for placing
+    assert rows[0]["steps"][0]["prompt"].startswith(alf.PROMPT_HEADER)
+    assert "sink 1" not in (train / "trajectories.jsonl").read_text()  # the held-out game's room
+    assert not list(train.rglob("*Lettuce*")) and list(heldout.rglob("*Lettuce*"))
+
+
 # ---- the step reward: real environment steps
 
 def test_step_reward_scores_actions_by_real_webshop_steps(webshop):
@@ -139,6 +162,19 @@ def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny
     for stage in ("sft", "grpo"):
         result = grade(WEBSHOP, out / stage, heldout, max_steps=4)
         assert result["n"] == 3 and 0.0 <= result["score"] <= 100.0
+
+
+@pytest.mark.slow
+def test_interactive_route_trains_and_submits_on_alfworld(tmp_path, tiny_model):
+    pytest.importorskip("trl")
+    train, heldout = prepare_alfworld(tmp_path)
+    out = tmp_path / "out"
+    log = run_pipeline(train, out, tiny_model, "--sft-steps", "20", "--grpo-steps", "2", "--grpo-prompts", "2",
+                       "--num-generations", "2")
+    assert "1 trajectories (1 won)" in log and "policy rollouts on 1 training episodes" in log
+    assert "environment steps" in log
+    result = grade(ALFWORLD, out / "grpo", heldout, max_steps=4)
+    assert result["n"] == 1 and result["score"] in (0.0, 100.0)
 
 
 @pytest.mark.slow
