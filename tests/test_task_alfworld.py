@@ -1,5 +1,6 @@
 """ALFWorld: prepare splits the json_2.1.1 layout by folder; protocol a2rl's 2-shot prompt uses the env's "move X to Y";
-scoring runs the shared ReAct loop against a fake environment (real .tw-pddl games need alfworld-download)."""
+scoring runs the shared ReAct loop against a fake environment. The fixture's two games are hand-written (make_games.py):
+prepare plays them with ALFWorld's planner expert, so the tests that prepare need alfworld installed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fakes import FakeGenerator
 from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
 
-SOURCE = Path(__file__).parent / "fixtures" / "alfworld" / "json_2.1.1"  # layout stand-ins, not playable
+SOURCE = Path(__file__).parent / "fixtures" / "alfworld" / "json_2.1.1"  # two hand-written playable games
 TASK = get_task("alfworld")
 
 
@@ -34,6 +35,7 @@ class FakeAlfEnv:
 
 @pytest.fixture
 def prepared(tmp_path) -> SimpleNamespace:
+    pytest.importorskip("alfworld")
     (tmp_path / "train").mkdir()
     (tmp_path / "heldout").mkdir()
     load_module(TASK.folder / "prepare.py", "alf_prep").prepare(tmp_path / "train", tmp_path / "heldout", source=SOURCE)

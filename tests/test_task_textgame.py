@@ -81,7 +81,7 @@ def test_trajectories_are_successful_sft_pairs(prepared):
     rows = [json.loads(line) for line in (prepared.train / "trajectories.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["won"] for r in rows)
     for r in rows:
-        assert (prepared.train / r["game"]).is_file()
+        assert (prepared.train / r["episode"]).is_file()
         assert [s["completion"] for s in r["steps"]] == [f" {a}\n" for a in r["actions"]]
         assert all(s["prompt"].endswith("\nAction:") for s in r["steps"])
         assert r["steps"][1]["prompt"].count("\nAction: ") == 1  # one earlier turn in the second prompt

@@ -206,14 +206,15 @@ def test_text_protocol_from_search_to_purchase(prepared):
     obs = env.reset()
     assert obs == (f"WebShop [SEP] Instruction: [SEP] {instruction} [SEP] Search\n"
                    "Available actions: search[<your query>]")
-    assert env.step("click[search]")[0] == obs and env.step("search[]")[0] == obs and env.step("buy it")[0] == obs
+    for invalid in ("click[search]", "search[]", "buy it"):  # the page stays, and info says the action was invalid
+        assert env.step(invalid)[0] == obs and not env.step(invalid)[3]["valid"]
 
     obs, reward, done, info = env.step("search[bright citrus deodorant]")
     page, actions = obs.split("\nAvailable actions: ")
     assert page.startswith(f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] Page 1 (Total results: 3) "
                            "[SEP] B078GWRC1J [SEP] Bright Citrus Deodorant by Earth Mama")
     assert actions == "click[back to search], click[b078gwrc1j], click[b078gtkvxy], click[b08kbvj4xn]"
-    assert (reward, done, info) == (0.0, False, {"won": False, "reward": 0.0})
+    assert (reward, done, info) == (0.0, False, {"won": False, "reward": 0.0, "valid": True})
     assert env.available_actions() == {"has_search_bar": False,
                                        "clickables": ["back to search", "b078gwrc1j", "b078gtkvxy", "b08kbvj4xn"]}
 
@@ -247,7 +248,7 @@ def test_text_protocol_from_search_to_purchase(prepared):
     assert info["reward_info"] == {"r_type": 1.0, "query_match": True, "category_match": True, "title_score": 1.0,
                                    "r_att": 1.0, "r_price": True, "r_option": 1.0}
     assert obs == "Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] 1.0"
-    assert env.step("search[anything]") == (obs, 0.0, True, info)  # the episode is over
+    assert env.step("search[anything]") == (obs, 0.0, True, {**info, "valid": False})  # the episode is over
 
 
 def test_leaving_the_item_page_clears_options_and_back_to_search_restarts(prepared):

@@ -1,12 +1,15 @@
 """The pipeline's route for interactive tasks ($DATA_PATH/trajectories.jsonl): SFT warm-up on the successful
-expert trajectories, then GRPO whose rewards come from online steps in the training games, submitting after each.
+expert trajectories, then GRPO whose rewards come from online steps in the training episodes, submitting after each.
+
+Task-agnostic: it plays whatever $DATA_PATH/env.py the task ships, through the common protocol of
+a2rl.tasklib.envs (prompt_header, train_episodes, make_env); textworld, alfworld and webshop all expose it. It sees
+only the train split: the trajectories and the episodes env.py lists under $DATA_PATH.
 
 The trajectories' prompts are untruncated; the grader keeps each prompt inside the policy's context (a2rl/envs.py
 drops old turns, then cuts from the left), so both stages rebuild every prompt with the grader's own `react_prompt`
 and a `fits` for the base model's context. GRPO states are the expert prefixes plus the states the SFT policy
-reaches when it plays the training games greedily (real environment episodes); a sampled action is scored by
-executing it from that state in a fresh environment: 1 if the game's score rose (or the game was won), 0.1 if the
-command was admissible, else 0.
+reaches when it plays the training episodes greedily (real environment episodes); a sampled action is scored by
+executing it from that state in a fresh environment (a2rl.tasklib.envs.step_score).
 """
 
 from __future__ import annotations
@@ -14,16 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import random
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer
 
 from a2rl.agents.pipeline import grpo_stage, log, sft_stage, submit
-from a2rl.tasklib.envs import Episode, Fits, load_module, parse_action, play, react_prompt
+from a2rl.tasklib.envs import Episode, Fits, close, load_task_env, parse_action, play, react_prompt, score_actions
 
 ACTION_TOKENS = 32  # the grader's max_new_tokens per action: prompts must leave room for them
+ROLLOUT_EPISODES = 64  # training episodes the SFT policy plays for GRPO states (webshop has thousands of goals)
 
 
 def context_fits(model_dir: Path, action_tokens: int = ACTION_TOKENS) -> Fits:
@@ -38,37 +44,16 @@ def load_trajectories(data_path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def sft_pairs(header: str, trajectories: list[dict], fits: Fits) -> list[dict[str, str]]:
-    """The successful trajectories' steps, with prompts as the grader would show them to this model."""
-    return [{"prompt": react_prompt(header, Episode(t["observations"][: k + 1], t["actions"][:k]), fits),
+def sft_pairs(header: Callable[[str], str], trajectories: list[dict], fits: Fits) -> list[dict[str, str]]:
+    """The successful trajectories' steps, with prompts as the grader would show them to this model (header: an
+    episode's prompt header)."""
+    return [{"prompt": react_prompt(header(t["episode"]), Episode(t["observations"][: k + 1], t["actions"][:k]), fits),
              "completion": f" {a}\n"}
             for t in trajectories if t["won"] for k, a in enumerate(t["actions"])]
 
 
-_WORKER_ENVS: dict[str, object] = {}  # in the worker process: one environment per game, reset for every state
-
-
-def _score_states(env_py: str, data_path: str, items: list[tuple[str, tuple[str, ...], str]]) -> list[float]:
-    """Run in a worker process: execute each (game, history, action) in the game and score the action."""
-    env_module = load_module(env_py, "a2rl_workspace_env")
-    scores = []
-    for game, history, action in items:
-        if game not in _WORKER_ENVS:
-            _WORKER_ENVS[game] = env_module.TextWorldEnv(Path(data_path) / game)
-        env = _WORKER_ENVS[game]
-        env.reset()
-        for a in history:
-            env.step(a)
-        _, reward, _, info = env.step(action)
-        if reward > 0 or info.get("won"):
-            scores.append(1.0)
-        else:
-            scores.append(0.1 if action in info.get("admissible_commands", ()) else 0.0)
-    return scores
-
-
 class StepReward:
-    """Reward a completion by executing its action in the game, from the state its prompt came from.
+    """Reward a completion by executing its action in the episode, from the state its prompt came from.
 
     The environment steps run in a worker process: TextWorld games stepped thousands of times inside the
     training process crashed it (segfault) after a few GRPO steps; a crashed worker is replaced and retried."""
@@ -85,15 +70,16 @@ class StepReward:
             if self.pool is None:
                 self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
             try:
-                return self.pool.submit(_score_states, str(self.data_path / "env.py"), str(self.data_path),
+                return self.pool.submit(score_actions, str(self.data_path / "env.py"), str(self.data_path),
                                         items).result()
             except BrokenProcessPool:
                 log(f"environment worker crashed (attempt {attempt + 1}); restarting it")
                 self.pool = None
         return [0.0] * len(items)
 
-    def __call__(self, completions: list[str], game: list[str], history: list[list[str]], **kwargs) -> list[float]:
-        keys = [(g, tuple(h), parse_action(c)) for c, g, h in zip(completions, game, history)]
+    def __call__(self, completions: list[str], episode: list[str], history: list[list[str]],
+                 **kwargs) -> list[float]:
+        keys = [(e, tuple(h), parse_action(c)) for c, e, h in zip(completions, episode, history)]
         todo = sorted(set(k for k in keys if k not in self.cache))
         if todo:
             self.cache.update(zip(todo, self._run(todo)))
@@ -105,30 +91,39 @@ class StepReward:
             self.pool.shutdown()
 
 
-def policy_states(model_dir: Path, env_module, games: list[Path], data_path: Path, fits: Fits,
-                  max_steps: int) -> list[tuple[str, list[str]]]:
-    """(game, actions so far) for every state the model reaches playing the training games greedily."""
+def policy_states(model_dir: Path, env_module, episodes: list[str], data_path: Path, fits: Fits,
+                  max_steps: int) -> list[tuple[str, tuple[str, ...]]]:
+    """(episode, actions so far) for every state the model reaches playing the training episodes greedily."""
     from a2rl.grading.inference import Generator
 
     generator = Generator.load(model_dir)
     generate = lambda prompts: generator.generate(prompts, max_new_tokens=ACTION_TOKENS, stop="\n")  # noqa: E731
-    envs = [env_module.TextWorldEnv(g) for g in games]
+    envs = [env_module.make_env(data_path, e) for e in episodes]
     try:
-        episodes = play(generate, envs, [env_module.HEADER] * len(envs), max_steps=max_steps, fits=fits)
+        played = play(generate, envs, [env_module.prompt_header(data_path, e) for e in episodes], max_steps=max_steps,
+                      fits=fits)
     finally:
-        for e in envs:
-            e.close()
-    log(f"policy rollouts on {len(games)} training games: {sum(e.won for e in episodes)} won, "
-        f"mean {sum(len(e.actions) for e in episodes) / len(episodes):.1f} steps")
-    return [(str(g.relative_to(data_path)), ep.actions[:k]) for g, ep in zip(games, episodes)
-            for k in range(len(ep.actions) + (not ep.done))]
+        for env in envs:
+            close(env)
+    log(f"policy rollouts on {len(episodes)} training episodes: {sum(p.won for p in played)} won, "
+        f"mean {sum(len(p.actions) for p in played) / len(played):.1f} steps")
+    return [(e, tuple(p.actions[:k])) for e, p in zip(episodes, played) for k in range(len(p.actions) + (not p.done))]
+
+
+def observations(env_module, data_path: Path, episode: str, history: tuple[str, ...]) -> list[str]:
+    """The observations along a state's history, from real environment steps."""
+    env = env_module.make_env(data_path, episode)
+    try:
+        return [env.reset()] + [env.step(a)[0] for a in history]
+    finally:
+        close(env)
 
 
 def run(args: argparse.Namespace, model_path: Path, data_path: Path, out: Path) -> int:
-    env_module = load_module(data_path / "env.py", "a2rl_workspace_env")
+    env_module = load_task_env(data_path / "env.py")
     trajectories = load_trajectories(data_path)
     fits = context_fits(model_path)
-    pairs = sft_pairs(env_module.HEADER, trajectories, fits)
+    pairs = sft_pairs(lambda episode: env_module.prompt_header(data_path, episode), trajectories, fits)
     log(f"interactive task: {len(trajectories)} trajectories ({sum(t['won'] for t in trajectories)} won), "
         f"{len(pairs)} SFT pairs, base model {model_path}")
     start = model_path
@@ -138,20 +133,14 @@ def run(args: argparse.Namespace, model_path: Path, data_path: Path, out: Path) 
         submit(start)
     if args.grpo_steps > 0:
         log(f"stage grpo: {args.grpo_steps} steps from {start}")
-        states = {(t["game"], tuple(t["actions"][:k])) for t in trajectories for k in range(len(t["actions"]))}
-        games = sorted(data_path / t["game"] for t in trajectories)
+        states = {(t["episode"], tuple(t["actions"][:k])) for t in trajectories for k in range(len(t["actions"]))}
+        episodes = env_module.train_episodes(data_path)
+        random.Random(args.seed).shuffle(episodes)
         horizon = max(len(t["actions"]) for t in trajectories) + 2
-        states |= {(g, tuple(h)) for g, h in policy_states(start, env_module, games, data_path, fits, horizon)}
-        obs = {}  # the observations along each state's history, from real environment steps
-        for game, history in sorted(states):
-            env = env_module.TextWorldEnv(data_path / game)
-            try:
-                observations = [env.reset()] + [env.step(a)[0] for a in history]
-            finally:
-                env.close()
-            obs[game, history] = observations
-        rows = [{"prompt": react_prompt(env_module.HEADER, Episode(obs[s], list(s[1])), fits), "game": s[0],
-                 "history": list(s[1])} for s in sorted(states)]
+        states |= set(policy_states(start, env_module, sorted(episodes[:ROLLOUT_EPISODES]), data_path, fits, horizon))
+        rows = [{"prompt": react_prompt(env_module.prompt_header(data_path, s[0]),
+                                        Episode(observations(env_module, data_path, *s), list(s[1])), fits),
+                 "episode": s[0], "history": list(s[1])} for s in sorted(states)]
         reward = StepReward(data_path)
         log(f"grpo on {len(rows)} states")
         model = grpo_stage(args, start, rows, reward, out, temperature=1.0)

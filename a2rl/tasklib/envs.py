@@ -3,6 +3,12 @@
 Standard library only: prepare scripts copy this file into the agent's workspace as `react.py`, next to the
 task's environment wrapper, so the agent builds prompts and plays training games exactly as the grader does.
 
+Every interactive task's env.py (the agent's $DATA_PATH/env.py) exposes the same protocol, so one agent plays any
+of them: prompt_header(data_dir, episode) (the grader's prompt header for an episode: ALFWorld's examples follow
+the game's type), train_episodes(data_dir) (ids of the training episodes: a
+game's path under data_dir, or a goal's index) and make_env(data_dir, episode) (a fresh TextEnv for one). Its
+prepare step writes trajectories.jsonl next to it: one `trajectory_record` per expert episode on the train split.
+
 Prompt format (plain text, no chat template):
 
     <header: instructions and any few-shot examples>
@@ -32,8 +38,27 @@ class TextEnv(Protocol):
     def reset(self) -> str: ...
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
-        """(observation, reward, done, info); info["won"] says whether the episode succeeded."""
+        """(observation, reward, done, info); info["won"] says whether the episode succeeded, info["valid"] whether
+        the action was one the state admitted (a shaping signal for training; graders ignore it)."""
         ...
+
+
+TASK_ENV_NAMES = ("prompt_header", "train_episodes", "make_env")
+
+
+def load_task_env(env_py: str | Path, name: str = "a2rl_workspace_env") -> ModuleType:
+    """A task's env.py, checked to expose the common protocol (TASK_ENV_NAMES)."""
+    module = load_module(env_py, name)
+    missing = [n for n in TASK_ENV_NAMES if not hasattr(module, n)]
+    if missing:
+        raise ValueError(f"{env_py} lacks {', '.join(missing)} of the interactive task protocol "
+                         f"({', '.join(TASK_ENV_NAMES)})")
+    return module
+
+
+def close(env: TextEnv) -> None:
+    """Release an environment's engine (TextWorld runs a subprocess); pure-Python ones have no close()."""
+    getattr(env, "close", lambda: None)()
 
 
 @dataclass
@@ -99,6 +124,55 @@ def rollout(policy_fn: Callable[[str], str], env: TextEnv, header: str, *, max_s
             fits: Fits | None = None) -> Episode:
     """One episode with a prompt → completion policy (the agent's side of `play`)."""
     return play(lambda prompts: [policy_fn(p) for p in prompts], [env], [header], max_steps=max_steps, fits=fits)[0]
+
+
+def replay(env: TextEnv, actions: Sequence[str]) -> Episode:
+    """Step an environment through fixed actions from reset() until they run out or the episode ends."""
+    episode = Episode([env.reset()])
+    for action in actions:
+        if episode.done:
+            break
+        obs, episode.reward, episode.done, info = env.step(action)
+        episode.won = bool(info.get("won", False))
+        episode.actions.append(action)
+        episode.observations.append(obs)
+    return episode
+
+
+def trajectory_record(episode_id: str, episode: Episode, header: str, source: str) -> dict[str, Any]:
+    """One line of a task's trajectories.jsonl: the episode, where its actions came from, and its SFT pairs."""
+    return {"episode": episode_id, "source": source, "won": episode.won, "reward": episode.reward,
+            "actions": episode.actions, "observations": episode.observations, "steps": sft_pairs(header, episode)}
+
+
+def step_score(reward: float, info: dict[str, Any]) -> float:
+    """An action's reward for RL: 1 if it won the episode, the environment's reward in (0, 1] if it earned one (a
+    TextWorld point, a WebShop purchase's partial score), 0.1 if the state admitted it, else 0."""
+    if info.get("won"):
+        return 1.0
+    if reward > 0:
+        return min(1.0, reward)
+    return 0.1 if info.get("valid") else 0.0
+
+
+_SCORING_ENVS: dict[tuple[str, str], TextEnv] = {}  # per process: one environment per episode, reset for each state
+
+
+def score_actions(env_py: str, data_dir: str, items: Sequence[tuple[str, Sequence[str], str]]) -> list[float]:
+    """Score each (episode, history, action): replay the history from the episode's reset, then step the action
+    (step_score). A module-level function so that a worker process can run it (the agent's StepReward does)."""
+    module = load_task_env(env_py)
+    scores = []
+    for episode, history, action in items:
+        env = _SCORING_ENVS.get((env_py, episode))
+        if env is None:
+            env = _SCORING_ENVS[env_py, episode] = module.make_env(data_dir, episode)
+        env.reset()
+        for a in history:
+            env.step(a)
+        _, reward, _, info = env.step(action)
+        scores.append(step_score(reward, info))
+    return scores
 
 
 def sft_pairs(header: str, episode: Episode) -> list[dict[str, str]]:

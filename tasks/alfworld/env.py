@@ -97,25 +97,55 @@ class AlfworldEnv:
     """Gym-like over ALFWorld's TextWorld environment: reset() → observation; step(action) →
     (observation, reward, done, info) with info["won"] and info["admissible_commands"]."""
 
-    def __init__(self, game: str | Path, max_steps: int = 50):
+    def __init__(self, game: str | Path, max_steps: int = 50, *, expert: bool = False):
+        """expert: also run ALFWorld's planner expert (AlfredExpert, type "planner": Fast Downward on the game's
+        PDDL), whose plan from the current state is then `expert_plan` (prepare's trajectories; never graded)."""
         import textworld
         import textworld.gym
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+        from alfworld.agents.environment.alfred_tw_env import (AlfredDemangler, AlfredExpert, AlfredExpertType,
+                                                               AlfredInfos)
 
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+        wrappers = [AlfredDemangler(), AlfredInfos]
+        if expert:
+            infos.extras.append("expert_plan")
+            # By keyword: the first positional parameter is the wrapped env (alfworld's own AlfredTWEnv passes the
+            # type positionally, so it silently gets the handcoded expert).
+            wrappers.append(AlfredExpert(expert_type=AlfredExpertType.PLANNER))
         env_id = textworld.gym.register_games([str(Path(game) / "game.tw-pddl")], infos, batch_size=1,
-                                              asynchronous=False, max_episode_steps=max_steps,
-                                              wrappers=[AlfredDemangler(), AlfredInfos])
+                                              asynchronous=False, max_episode_steps=max_steps, wrappers=wrappers)
         self._env = textworld.gym.make(env_id)
+        self.expert_plan: list[str] = []
+
+    def _observe(self, infos: dict) -> None:
+        self._admissible = infos["admissible_commands"][0]
+        self.expert_plan = list(infos.get("extra.expert_plan", [[]])[0])
 
     def reset(self) -> str:
-        obs, _ = self._env.reset()
+        obs, infos = self._env.reset()
+        self._observe(infos)
         return "\n".join(obs[0].split("\n\n")[1:])  # the reference's: no "-= Welcome to ... =-" banner
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         obs, scores, dones, infos = self._env.step([action])
-        info = {"won": bool(infos["won"][0]), "admissible_commands": infos["admissible_commands"][0]}
+        info = {"won": bool(infos["won"][0]), "admissible_commands": infos["admissible_commands"][0],
+                "valid": action in self._admissible}
+        self._observe(infos)
         return obs[0].strip(), float(scores[0]), bool(dones[0]), info
+
+
+def train_episodes(data_dir: str | Path) -> list[str]:
+    """The common protocol (a2rl/tasklib/envs.py): a training game is its folder under data_dir."""
+    return [str(g.relative_to(data_dir)) for g in games(Path(data_dir) / "games")]
+
+
+def prompt_header(data_dir: str | Path, episode: str) -> str:
+    """The common protocol: protocol `a2rl`'s header, whose examples follow the game's type."""
+    return a2rl_header(Path(data_dir) / episode)
+
+
+def make_env(data_dir: str | Path, episode: str) -> AlfworldEnv:
+    return AlfworldEnv(Path(data_dir) / episode)
 
 
 def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,

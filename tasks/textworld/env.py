@@ -23,6 +23,11 @@ except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to
 HEADER = ("You are playing a text adventure game. Complete the task described in the first observation. "
           "After each observation, write one game command after \"Action:\", e.g. \"go east\", "
           "\"open antique trunk\", \"take coin\", \"put milk on stove\".")
+
+
+def prompt_header(data_dir: str | Path, episode: str) -> str:
+    """The common protocol (a2rl/tasklib/envs.py): one header for every game."""
+    return HEADER
 INFOS = textworld.EnvInfos(won=True, lost=True, score=True, max_score=True, admissible_commands=True,
                            extras=["walkthrough"])
 _WORDS = re.compile(r"[A-Za-z]{2}")
@@ -47,13 +52,14 @@ class TextWorldEnv:
     def reset(self) -> str:
         state = self._env.reset()
         self.walkthrough = list(state["extra.walkthrough"])
-        self._score = state["score"]
+        self._score, self._admissible = state["score"], state["admissible_commands"]
         return clean(state.feedback)
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         state, score, done = self._env.step(action)
         reward, self._score = float(score - self._score), score
         info = {k: state[k] for k in ("won", "lost", "score", "max_score", "admissible_commands")}
+        info["valid"], self._admissible = action in self._admissible, state["admissible_commands"]
         return clean(state.feedback), reward, bool(done or state["won"] or state["lost"]), info
 
     def close(self) -> None:
@@ -63,6 +69,15 @@ class TextWorldEnv:
 def train_games(data_dir: str | Path | None = None) -> list[Path]:
     """The training games (next to this file in the workspace)."""
     return sorted((Path(data_dir) if data_dir else Path(__file__).parent).glob("games/*.z8"))
+
+
+def train_episodes(data_dir: str | Path) -> list[str]:
+    """The common protocol (a2rl/envs.py): a training game is its path under data_dir."""
+    return [f"games/{g.name}" for g in train_games(data_dir)]
+
+
+def make_env(data_dir: str | Path, episode: str) -> TextWorldEnv:
+    return TextWorldEnv(Path(data_dir) / episode)
 
 
 def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import a2rl.tasklib.envs
+from a2rl.tasklib.taskdata import write_jsonl
 
 tw = a2rl.tasklib.envs.load_module(Path(__file__).with_name("env.py"), "a2rl_task_textworld_env")
 
@@ -68,14 +69,16 @@ def _generate(games: Path, prefix: str, seed0: int, n: int, taken: set[str], cac
                     kept += 1
 
 
-def expert_trajectory(game: Path) -> dict:
-    """The walkthrough replayed in the environment, with the grader's prompt for every step."""
-    walkthrough = _walkthrough(game)
-    episode = tw.rollout(lambda prompt: walkthrough.pop(0), game, max_steps=len(walkthrough))
+def expert_trajectory(data_dir: Path, episode_id: str) -> dict:
+    """The game's walkthrough replayed in the environment, with the grader's prompt for every step."""
+    env = tw.make_env(data_dir, episode_id)
+    try:
+        episode = a2rl.tasklib.envs.replay(env, _walkthrough(data_dir / episode_id))
+    finally:
+        env.close()
     if not episode.won:
-        raise RuntimeError(f"{game}: the walkthrough does not win")
-    return {"game": f"games/{game.name}", "won": episode.won, "actions": episode.actions,
-            "observations": episode.observations, "steps": a2rl.tasklib.envs.sft_pairs(tw.HEADER, episode)}
+        raise RuntimeError(f"{episode_id}: the walkthrough does not win")
+    return a2rl.tasklib.envs.trajectory_record(episode_id, episode, tw.HEADER, "walkthrough")
 
 
 def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> None:
@@ -86,6 +89,5 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     _generate(heldout_dir / "games", "heldout", HELDOUT_SEED, N_HELDOUT, taken, source)
     shutil.copyfile(Path(__file__).with_name("env.py"), train_dir / "env.py")
     shutil.copyfile(a2rl.tasklib.envs.__file__, train_dir / "react.py")
-    with open(train_dir / "trajectories.jsonl", "w") as f:
-        for game in tw.train_games(train_dir):
-            f.write(json.dumps(expert_trajectory(game)) + "\n")
+    write_jsonl(train_dir / "trajectories.jsonl",
+                [expert_trajectory(train_dir, e) for e in tw.train_episodes(train_dir)])

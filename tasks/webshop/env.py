@@ -23,6 +23,7 @@ the page's available actions (upstream's get_available_actions), which the refer
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -42,6 +43,11 @@ HEADER = ("You are shopping on WebShop, a simulated online store, for the produc
           "click[< prev], click[buy now]. Open a matching product, click every option the instruction asks for, "
           "then click[buy now]: buying ends the episode and scores the product's type, attributes, options and "
           "price against the instruction. Write \"think: ...\" to reason.")
+
+
+def prompt_header(data_dir: str | Path, episode: str) -> str:
+    """The common protocol (a2rl/tasklib/envs.py): one header for every goal."""
+    return HEADER
 
 # Protocol `paper`: the reference's prompt (autorl_bench webshop/eval.py), sent with the model's chat template.
 PAPER_SYSTEM = ("You are a helpful shopping assistant browsing an e-commerce website. Given a user instruction, current "
@@ -336,17 +342,19 @@ class WebShopEnv:
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         """Like WebAgentTextEnv.step: search[...] works on any page, click[...] only on the page's clickables
         (case-insensitive); anything else leaves the page as it is. The purchase ends the episode."""
-        reward = 0.0
+        reward, valid = 0.0, False
         if self.page != "done":
             name, arg = parse_action(action)
             arg = arg.lower() if arg is not None else None
             _, clickables = self._page()
             if name == "search" and arg:
                 self._search(arg)
+                valid = True
             elif name == "click" and arg in clickables and arg != "search":
                 reward = self._click(arg, *clickables[arg])
+                valid = True
         done = self.page == "done"
-        info: dict[str, Any] = {"won": done and self.reward == 1.0, "reward": self.reward}
+        info: dict[str, Any] = {"won": done and self.reward == 1.0, "reward": self.reward, "valid": valid}
         if done:
             info["reward_info"] = self.reward_info
         return self.observation(), reward, done, info
@@ -419,6 +427,21 @@ def load_goals(data_dir: str | Path | None = None, name: str = "goals.jsonl") ->
     """The goals (goals.jsonl next to this file in the workspace): the instruction and what the reward checks."""
     path = Path(data_dir or Path(__file__).parent) / name
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@functools.lru_cache(maxsize=4)
+def _shop(data_dir: str) -> tuple[Catalogue, list[dict]]:
+    return load_catalogue(data_dir), load_goals(data_dir)
+
+
+def train_episodes(data_dir: str | Path) -> list[str]:
+    """The common protocol (a2rl/envs.py): a training episode is a goal's index in goals.jsonl."""
+    return [str(i) for i in range(len(_shop(str(data_dir))[1]))]
+
+
+def make_env(data_dir: str | Path, episode: str) -> WebShopEnv:
+    catalogue, goals = _shop(str(data_dir))
+    return WebShopEnv(catalogue, goals[int(episode)])
 
 
 def rollout(policy_fn: Callable[[str], str], catalogue: Catalogue, goal: dict, *, max_steps: int = 50,

@@ -12,8 +12,10 @@ ported too, as goal.get_synthetic_goals builds them from items_ins_v2's instruct
 product's options, in SimServer's order; protocol `paper` grades synthetic goals 0–99.)
 
 train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and their duplicates), env.py
-and react.py (the environment and the grader's ReAct loop). heldout/: products.jsonl, goals.jsonl (human goals
-0–99, protocol `a2rl`) and synthetic_goals.jsonl (synthetic goals 0–99, protocol `paper`).
+and react.py (the environment and the grader's ReAct loop) and trajectories.jsonl (a scripted expert's episode on
+every training goal: WebShop's human demonstrations are not among the files this step can fetch). heldout/:
+products.jsonl, goals.jsonl (human goals 0–99, protocol `a2rl`) and synthetic_goals.jsonl (synthetic goals 0–99,
+protocol `paper`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ NUM_PRODUCTS = 1000  # the reference's num_products
 N_HELDOUT = 100  # graded goals: 0..N_HELDOUT-1
 SEED = 233  # prices and price caps; the goal order uses SimServer's own seed, also 233
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]  # goal.py
+EXPERT_PAGES = 5  # result pages the expert turns before giving up on finding the goal's product
+
+ws = a2rl.tasklib.envs.load_module(Path(__file__).with_name("env.py"), "a2rl_task_webshop_env")
 
 
 def download(file_id: str, path: Path) -> None:
@@ -146,6 +151,36 @@ def split(goals: list[dict]) -> tuple[list[dict], list[dict]]:
     return [g for g in goals[N_HELDOUT:] if key(g) not in taken], graded
 
 
+def expert_episode(env, goal: dict) -> a2rl.tasklib.envs.Episode:
+    """A scripted expert who knows the goal's product: search the instruction, turn result pages until the product
+    shows, open it, click each option value the goal asks for (as goal.py matches them), buy. Training goals only."""
+    actions = [f"search[{goal['instruction_text'].split(', and price lower than ')[0]}]"]
+    env.reset()
+    env.step(actions[0])
+    asin = goal["asin"].lower()
+    for _ in range(EXPERT_PAGES):
+        clickables = env.available_actions()["clickables"]
+        if asin in clickables or "next >" not in clickables:
+            break
+        actions.append("click[next >]")
+        env.step(actions[-1])
+    actions.append(f"click[{asin}]")
+    values = [v for vs in env.catalogue.products[goal["asin"]]["options"].values() for v in vs]
+    for wanted in goal["goal_options"]:
+        match = next((v for v in values if ws.option_matches([v], [wanted])), None)
+        if match is not None:
+            actions.append(f"click[{match}]")
+    actions.append("click[buy now]")
+    return a2rl.tasklib.envs.replay(env, actions)
+
+
+def expert_trajectories(train_dir: Path) -> list[dict]:
+    goals = ws.load_goals(train_dir)
+    return [a2rl.tasklib.envs.trajectory_record(e, expert_episode(ws.make_env(train_dir, e), goals[int(e)]),
+                                                ws.HEADER, "scripted_expert")
+            for e in ws.train_episodes(train_dir)]
+
+
 def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw, attributes, human = (read(name, source, Path(tmp)) for name in FILES)
@@ -160,3 +195,4 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     write_jsonl(Path(heldout_dir) / "synthetic_goals.jsonl", synthetic_goals(products, attributes, rng)[:N_HELDOUT])
     shutil.copyfile(Path(__file__).with_name("env.py"), Path(train_dir) / "env.py")
     shutil.copyfile(a2rl.tasklib.envs.__file__, Path(train_dir) / "react.py")
+    write_jsonl(Path(train_dir) / "trajectories.jsonl", expert_trajectories(Path(train_dir)))
