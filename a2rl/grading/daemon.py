@@ -159,7 +159,8 @@ class GradingDaemon:
         fields = dict(submission_id=entry.submission_id, run_id=entry.run_id, seq=entry.seq,
                       submitted_at=entry.submitted_at, claimed_at=lease.claimed_at,
                       model_path=entry.model_path, task=task.name,
-                      evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt)
+                      evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt,
+                      budget_used_s=entry.budget_used_s, tokens=entry.tokens, cost_usd=entry.cost_usd)
         t0 = now()
         self._state = "grading"
         renewing = threading.Event()

@@ -21,7 +21,7 @@ log = logging.getLogger("a2rl.ledger")
 
 
 class LedgerEntry(SignedRecord):
-    SCHEMA = 3  # 2 added hmac, 3 leaks
+    SCHEMA = 4  # 2 added hmac, 3 leaks, 4 budget_used_s/tokens/cost_usd
     submission_id: str
     run_id: str
     seq: int
@@ -41,6 +41,11 @@ class LedgerEntry(SignedRecord):
     eval_seconds: float = 0.0
     details: dict[str, Any] = {}
     leaks: list[str] = []  # held-out data found in the submitted files (tasklib/leaks.py)
+    # at submission, from the run's job (QueueEntry): the budget clock used, and the agent's tokens (input +
+    # output) and cost so far where its transcript reports them; what the scaling analyses plot against
+    budget_used_s: float | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
 
 
 class Ledger:
