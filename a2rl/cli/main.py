@@ -176,7 +176,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}")
     for problem in st.problems:
         print(f"skipped: {problem}")
-    if note := untrusted_note(sweep):
+    if note := untrusted_note(sweep.spec.isolation == "none"):
         print(note.strip())
     return 0
 
