@@ -97,6 +97,20 @@ def cmd_runreport(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure evaluation noise: grade the baseline (and --best submissions) K times per judge task."""
+    from a2rl.grading.calibrate import calibrate
+
+    sweep = open_sweep_dir(args.sweep_dir)
+    if args.repeats < 2:
+        raise NotASweep(f"--repeats must be 2 or more to measure noise, got {args.repeats}")
+    tasks = args.tasks.split(",") if args.tasks else None
+    if unknown := sorted(set(tasks or ()) - set(sweep.spec.tasks)):
+        raise NotASweep(f"no task {', '.join(map(repr, unknown))} in {sweep.root}")
+    calibrate(sweep, args.repeats, tasks=tasks, best=args.best)
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     """Prepare a task's data (train split for agents, held-out split for the grader)."""
     from a2rl.errors import SpecError
@@ -253,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("sweep_dir", type=Path)
     s.add_argument("run_ids", nargs="*", help="default: every run with a result")
     s.set_defaults(fn=cmd_runreport)
+    s = sub.add_parser("calibrate", help=cmd_calibrate.__doc__)
+    s.add_argument("sweep_dir", type=Path)
+    s.add_argument("--repeats", type=int, default=5, help="gradings of each set of weights (default 5)")
+    s.add_argument("--tasks", help="comma-separated tasks to calibrate (default: the judge tasks)")
+    s.add_argument("--best", action="store_true", help="also re-grade each run's best submission (kept weights)")
+    s.set_defaults(fn=cmd_calibrate)
     s = sub.add_parser("build-tiny-model", help="build the tiny offline test model")
     tinymodel.add_arguments(s)
     s.set_defaults(fn=tinymodel.run)

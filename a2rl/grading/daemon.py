@@ -133,7 +133,7 @@ class GradingDaemon:
     def task(self, name: str) -> Task:
         return get_task(name, self.task_dirs)
 
-    def _evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path) -> tuple[float, dict]:
+    def evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path) -> tuple[float, dict]:
         return evaluate_model(task, model_dir, tokenizer_dir, data_root=self.data_root,
                               batch_size=self.settings.batch_size, options=self.settings.task_options.get(task.name))
 
@@ -144,7 +144,7 @@ class GradingDaemon:
             self._state, prev = "baseline", self._state
             task = self.task(task_name)
             task.ensure_prepared(self.data_root)
-            rec = ensure_baseline(self.sweep, task, model_name, model.path, self._evaluate,
+            rec = ensure_baseline(self.sweep, task, model_name, model.path, self.evaluate,
                                   retry_failed=retry_failed)
             if rec.status == "failed":
                 log.error("BASELINE FAILED for %s / %s: %s", task_name, model_name, rec.error)
@@ -230,7 +230,7 @@ class GradingDaemon:
             if base.status == "ok" and digest == base.weights_hash:
                 return LedgerEntry(**fields, graded_at=now(), status="scored", score=base.score,
                                    weights_hash=digest, copy_of_base=True, eval_seconds=now() - t0)
-            score, details = self._evaluate(task, frozen, Path(base.model_path))
+            score, details = self.evaluate(task, frozen, Path(base.model_path))
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash
