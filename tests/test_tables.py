@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +211,17 @@ def test_command_line_formats_and_errors(sweep, tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("error: the same run") and "Traceback" not in bad.stderr
     bad = a2rl("aggregate", str(sweep.root), "--pass-at", "0")
     assert bad.returncode == 2 and "k values must be 1 or more" in bad.stderr
+
+
+def test_html_report_of_the_synthetic_sweep(sweep):
+    index = Path(a2rl("report", str(sweep.root), check=True).stdout.strip())
+    assert index == sweep.root / "report" / "index.html"
+    page = index.read_text()
+    assert "<h3>Table 2: tiny-llama</h3>" in page and "35.00 ± 5.00 (n=2)" in page and "FAILED" in page
+    imgs = re.findall(r'<img[^>]* src="([^"]+)"', page)
+    assert "plots/heatmap.svg" in imgs and len([i for i in imgs if i.startswith("plots/cell-")]) == 4
+    assert all((index.parent / i).stat().st_size > 1000 for i in imgs)
+    links = re.findall(r'href="([^"]+)"', page)
+    run_id = "gsm8k__claude__gpt-x__tiny-llama__s0"
+    assert f"../runs/{run_id}/report/metrics.json" in links and all((index.parent / h).exists() for h in links)
+    assert "http" not in page  # nothing fetched from elsewhere
