@@ -26,7 +26,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
 
 from tabulate import tabulate
 
@@ -35,7 +34,6 @@ from a2rl.reporting.metrics import RunMetrics
 from a2rl.records import RecordError
 from a2rl.spec.grid import RunSpec
 from a2rl.store.baselines import BaselineRecord, load_baseline
-from a2rl.store.ledger import LedgerEntry
 from a2rl.store.noise import NoiseRecord, load_noise
 from a2rl.store.results import RunResult, load_result
 from a2rl.store.sweepdir import SweepDir
@@ -99,10 +97,6 @@ class Run:
         return None if s is None or b is None else s - b
 
     @cached_property
-    def entries(self) -> list[LedgerEntry]:
-        return self.sweep.ledger.entries(self.spec.run_id)
-
-    @cached_property
     def metrics(self) -> RunMetrics | None:
         """The run report's metrics (derived, rebuilt by `a2rl runreport`); None where not written yet."""
         try:
@@ -110,20 +104,23 @@ class Run:
         except RecordError:
             return None
 
-    def best_within(self, at: Callable[[LedgerEntry], float | None], limit: float) -> float | None:
+    def scored(self, at: str) -> list[tuple[float | None, float]]:
+        """(when, score) of each valid submission; `at`: "budget_s" (budget clock) or "tokens" (the agent's)."""
+        r = self.result
+        when = r.submitted_budget_s if at == "budget_s" else r.submitted_tokens
+        return [(w, s) for w, s in zip(when, r.scores) if s is not None]
+
+    def best_within(self, at: str, limit: float) -> float | None:
         """The run's score counting only submissions made by `limit` (budget seconds or tokens); None when
         the run has no score or a submission does not say when it was made."""
         if self.score is None:
             return None
         best = self.base_score
-        for e in self.entries:
-            if e.status != "scored":
-                continue
-            when = at(e)
+        for when, score in self.scored(at):
             if when is None:
                 return None
             if when <= limit:
-                best = e.score if best is None else max(best, e.score)
+                best = score if best is None else max(best, score)
         return best
 
 
@@ -139,6 +136,7 @@ class Sweeps:
     def __post_init__(self) -> None:
         where: dict[str, tuple[RunSpec, Path]] = {}
         for sweep in self.dirs:
+            bases: dict[tuple[str, str], BaselineRecord | None] = {}  # this sweep's, read once each
             for spec in sweep.runs():
                 if spec.run_id in where:
                     other, path = where[spec.run_id]
@@ -146,7 +144,8 @@ class Sweeps:
                     raise SpecError([f"{what} {spec.run_id} in {path} and {sweep.root}: merge sweeps that "
                                      f"hold different runs"])
                 where[spec.run_id] = (spec, sweep.root)
-                base = self._baseline(sweep, spec.task, spec.model.name)
+                pair = (spec.task, spec.model.name)
+                base = bases[pair] if pair in bases else bases.setdefault(pair, self._baseline(sweep, *pair))
                 run = Run(spec, sweep, load_result(sweep, spec.run_id, self.problems), base)
                 key = (spec.model.name, spec.task, spec.agent.key, spec.driver, spec.mode)
                 cell = self.cells.setdefault(key, [])
@@ -302,10 +301,10 @@ def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
 
 
 def scaling_table(sw: Sweeps) -> Table:
-    with_tokens = any(e.tokens is not None for r in sw.runs if r.completed for e in r.entries)
-    points = [(f"@{f:.0%} budget", lambda e: e.budget_used_s, f, True) for f in FRACTIONS]
+    with_tokens = any(t is not None for r in sw.runs if r.completed for t in r.result.submitted_tokens)
+    points = [(f"@{f:.0%} budget", "budget_s", f, True) for f in FRACTIONS]
     if with_tokens:
-        points += [(f"@{t:,} tokens", lambda e: e.tokens, t, False) for t in TOKEN_POINTS]
+        points += [(f"@{t:,} tokens", "tokens", t, False) for t in TOKEN_POINTS]
     rows = []
     for key in _cell_keys(sw):
         runs, row = sw.cells[key], list(key)

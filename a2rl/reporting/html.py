@@ -45,7 +45,7 @@ def cell_plot(sw: Sweeps, key: Key, path: Path) -> None:
     base = runs[0].base_score
     fig, ax = plt.subplots(figsize=(5, 3))
     for run in runs:
-        pts = [(e.budget_used_s, e.score) for e in run.entries if e.status == "scored" and e.budget_used_s is not None]
+        pts = [(x, s) for x, s in run.scored("budget_s") if x is not None] if run.result else []
         if not pts:
             continue
         line, = ax.plot(*zip(*pts), "o", markersize=3)
