@@ -225,3 +225,16 @@ def test_html_report_of_the_synthetic_sweep(sweep):
     run_id = "gsm8k__claude__gpt-x__tiny-llama__s0"
     assert f"../runs/{run_id}/report/metrics.json" in links and all((index.parent / h).exists() for h in links)
     assert "http" not in page  # nothing fetched from elsewhere
+
+
+def test_report_plots_the_same_in_worker_processes(sweep, tmp_path, monkeypatch):
+    """Big sweeps plot their cells in worker processes; the pictures are those of a single process."""
+    from a2rl.reporting import html
+
+    one = html.write_report(Sweeps([sweep]), tmp_path / "one").parent / "plots"
+    monkeypatch.setattr(html, "CELLS_PER_WORKER", 1)
+    monkeypatch.setattr(html.os, "cpu_count", lambda: 4)
+    many = html.write_report(Sweeps([sweep]), tmp_path / "many").parent / "plots"
+    cells = sorted(p.name for p in one.glob("cell-*.png"))
+    assert len(cells) == 4 and sorted(p.name for p in many.glob("cell-*.png")) == cells
+    assert all((one / c).read_bytes() == (many / c).read_bytes() for c in cells)

@@ -24,8 +24,9 @@ import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from tabulate import tabulate
 
@@ -44,6 +45,7 @@ HEADERS = ["task", "agent", "driver", "mode", "model", "baseline", "best (mean Â
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the budget, for --scaling
 TOKEN_POINTS = (10_000, 100_000, 1_000_000)
 WITHIN_NOISE = "~"
+LOAD_THREADS = 16
 Key = tuple[str, str, str, str, str]  # model, task, agent, driver, mode
 
 
@@ -70,12 +72,19 @@ def expected_best_of(xs: list[float], k: int) -> float:
 
 @dataclass
 class Run:
-    """One run as the tables see it: its spec, verified result and baseline, and (read on demand) its ledger
-    entries and its run report's metrics."""
+    """One run as the tables see it: its spec, verified result and baseline, and its run report's metrics
+    (derived, rebuilt by `a2rl runreport`; None where not written yet; read by Sweeps.with_metrics)."""
     spec: RunSpec
     sweep: SweepDir
-    result: RunResult | None
     base: BaselineRecord | None
+    result: RunResult | None = None
+    metrics: RunMetrics | None = None
+
+    def load_metrics(self) -> None:
+        try:
+            self.metrics = RunMetrics.load_or_none(self.sweep.run_dir(self.spec.run_id) / "report" / "metrics.json")
+        except RecordError:
+            self.metrics = None
 
     @property
     def completed(self) -> bool:
@@ -95,14 +104,6 @@ class Run:
     def improvement(self) -> float | None:
         s, b = self.score, self.base_score
         return None if s is None or b is None else s - b
-
-    @cached_property
-    def metrics(self) -> RunMetrics | None:
-        """The run report's metrics (derived, rebuilt by `a2rl runreport`); None where not written yet."""
-        try:
-            return RunMetrics.load_or_none(self.sweep.run_dir(self.spec.run_id) / "report" / "metrics.json")
-        except RecordError:
-            return None
 
     def scored(self, at: str) -> list[tuple[float | None, float]]:
         """(when, score) of each valid submission; `at`: "budget_s" (budget clock) or "tokens" (the agent's)."""
@@ -146,13 +147,29 @@ class Sweeps:
                 where[spec.run_id] = (spec, sweep.root)
                 pair = (spec.task, spec.model.name)
                 base = bases[pair] if pair in bases else bases.setdefault(pair, self._baseline(sweep, *pair))
-                run = Run(spec, sweep, load_result(sweep, spec.run_id, self.problems), base)
+                run = Run(spec, sweep, base)
                 key = (spec.model.name, spec.task, spec.agent.key, spec.driver, spec.mode)
                 cell = self.cells.setdefault(key, [])
                 if cell and cell[0].spec.budget_s != spec.budget_s:
                     raise SpecError([f"conflicting specs for {' / '.join(key)}: budget {cell[0].spec.budget_s:g} s "
                                      f"in {cell[0].sweep.root}, {spec.budget_s:g} s in {sweep.root}"])
                 cell.append(run)
+        self._read(lambda run: setattr(run, "result", load_result(run.sweep, run.spec.run_id, self.problems)))
+        self._metrics_read = False
+        self._modes = list(dict.fromkeys(k[4] for k in self.cells))
+
+    def _read(self, fn: Callable[[Run], None]) -> None:
+        """fn on every run; the files' latency, not parsing, dominates on a shared file system: read them side
+        by side."""
+        with ThreadPoolExecutor(LOAD_THREADS) as pool:
+            list(pool.map(fn, self.runs))
+
+    def with_metrics(self) -> "Sweeps":
+        """Read the runs' report metrics (once), for the tables that need them."""
+        if not self._metrics_read:
+            self._read(Run.load_metrics)
+            self._metrics_read = True
+        return self
 
     def _baseline(self, sweep: SweepDir, task: str, model: str) -> BaselineRecord | None:
         new = load_baseline(sweep, task, model, self.problems)
@@ -182,11 +199,13 @@ class Sweeps:
     def models(self) -> list[str]:
         return list(dict.fromkeys(k[0] for k in self.cells))
 
+    def modes(self) -> list[str]:
+        return self._modes
+
     def label(self, key: Key) -> str:
         """A cell's row name: stack + driver, and the mode when the sweeps have several."""
         _, _, agent, driver, mode = key
-        several = len({k[4] for k in self.cells}) > 1
-        return f"{agent} / {driver}" + (f" [{mode}]" if several else "")
+        return f"{agent} / {driver}" + (f" [{mode}]" if len(self._modes) > 1 else "")
 
     def marked(self, task: str, model: str, improvement: float) -> str:
         noise = self.noise.get((task, model))
@@ -214,7 +233,8 @@ def _ms(xs: list[float], expected: int, signed: bool = False) -> str:
 
 
 def _cell_keys(sw: Sweeps) -> list[Key]:
-    return sorted(sw.cells, key=lambda k: (sw.models().index(k[0]), sw.tasks().index(k[1])))
+    models, tasks = {m: i for i, m in enumerate(sw.models())}, {t: i for i, t in enumerate(sw.tasks())}
+    return sorted(sw.cells, key=lambda k: (models[k[0]], tasks[k[1]]))
 
 
 def long_table(sw: Sweeps) -> Table:
@@ -271,7 +291,7 @@ def _by_mode(sw: Sweeps) -> tuple[list[str], list[str], dict[tuple[str, str], li
     by: dict[tuple[str, str], list[float]] = defaultdict(list)
     for (_, task, _, _, mode), runs in sw.cells.items():
         by[mode, task] += [r.improvement for r in runs if r.improvement is not None]
-    return list(dict.fromkeys(k[4] for k in sw.cells)), sw.tasks(), by
+    return sw.modes(), sw.tasks(), by
 
 
 def mode_table(sw: Sweeps) -> Table:
@@ -317,6 +337,7 @@ def scaling_table(sw: Sweeps) -> Table:
 
 
 def routes_table(sw: Sweeps) -> Table:
+    sw.with_metrics()
     rows = []
     for key in _cell_keys(sw):
         routes = Counter((r.metrics.train_type if r.metrics else "?") for r in sw.cells[key]
@@ -339,6 +360,7 @@ def failure_cause(run: Run) -> tuple[str | None, str | None]:
 
 
 def failures_table(sw: Sweeps) -> Table:
+    sw.with_metrics()
     rows = []
     for key in _cell_keys(sw):
         causes = [failure_cause(r) for r in sw.cells[key]]

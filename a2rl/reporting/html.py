@@ -8,7 +8,9 @@ relative links and no scripts, styles or fonts from elsewhere: it opens from a s
 from __future__ import annotations
 
 import html
+import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tabulate import tabulate
@@ -21,6 +23,7 @@ td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:f
 .note{color:#555;font-size:90%}.plots img{width:420px;margin:4px;border:1px solid #eee}
 .warn{background:#fdd;padding:.5em}"""
 PASS_AT = [1, 3, 5]
+CELLS_PER_WORKER = 50  # below this many plots a worker process costs more than it saves
 
 
 def _table(t: Table) -> str:
@@ -38,31 +41,41 @@ def _plt():
     return plt
 
 
-def cell_plot(sw: Sweeps, key: Key, path: Path) -> None:
-    """Every run of the cell: its scores (dots) and best so far (steps) against the budget clock; the baseline."""
-    plt = _plt()
+# what a cell's plot needs, picklable for the worker processes: title, budget, baseline, and per run with a
+# budget-timed submission its seed and (budget s, score) points
+CellPlot = tuple[str, float, "float | None", list[tuple[int, list[tuple[float, float]]]]]
+
+
+def cell_data(sw: Sweeps, key: Key) -> CellPlot:
     runs = sw.cells[key]
-    base = runs[0].base_score
+    series = [(r.spec.seed, [(x, s) for x, s in r.scored("budget_s") if x is not None]) for r in runs if r.result]
+    return " / ".join(key), runs[0].spec.budget_s, runs[0].base_score, [(seed, pts) for seed, pts in series if pts]
+
+
+def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
+    """Every run of each cell: its scores (dots) and best so far (steps, from the base model's score at 0)
+    against the budget clock, and the baseline. One figure, cleared between cells: a new one costs more than
+    the plot."""
+    plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3))
-    for run in runs:
-        pts = [(x, s) for x, s in run.scored("budget_s") if x is not None] if run.result else []
-        if not pts:
-            continue
-        line, = ax.plot(*zip(*pts), "o", markersize=3)
-        xs, best = ([0.0], [base]) if base is not None else ([], [])  # the run starts from the base model
-        for x, s in pts:
-            xs.append(x)
-            best.append(max(s, best[-1]) if best else s)
-        ax.step(xs + [run.spec.budget_s], best + best[-1:], where="post", color=line.get_color(),
-                label=f"s{run.spec.seed}", linewidth=1)
-    if base is not None:
-        ax.axhline(base, color="gray", linewidth=1, linestyle="--", label="baseline")
-    ax.set(xlabel="budget clock (s)", ylabel="score", xlim=(0, runs[0].spec.budget_s), title=" / ".join(key))
-    ax.title.set_fontsize(7)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=72)
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.15, top=0.9)
+    for (title, budget, base, series), path in jobs:
+        ax.clear()
+        for seed, pts in series:
+            line, = ax.plot(*zip(*pts), "o", markersize=3)
+            xs, best = ([0.0], [base]) if base is not None else ([], [])
+            for x, s in pts:
+                xs.append(x)
+                best.append(max(s, best[-1]) if best else s)
+            ax.step(xs + [budget], best + best[-1:], where="post", color=line.get_color(), label=f"s{seed}",
+                    linewidth=1)
+        if base is not None:
+            ax.axhline(base, color="gray", linewidth=1, linestyle="--", label="baseline")
+        ax.set(xlabel="budget clock (s)", ylabel="score", xlim=(0, budget))
+        ax.set_title(title, fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, ncol=2)
+        fig.savefig(path, dpi=72)
     plt.close(fig)
 
 
@@ -106,10 +119,14 @@ def write_report(sw: Sweeps, out: Path) -> Path:
     parts.append('<img class="heatmap" src="plots/heatmap.svg" alt="mode × task heatmap">')
     parts += [_table(t) for t in tables(sw, by="mode")]
     parts.append("<h2>Score against budget time, per cell</h2><div class=\"plots\">")
-    for i, key in enumerate(sw.cells):
-        name = f"cell-{i:04d}.png"
-        cell_plot(sw, key, plots / name)
-        parts.append(f'<img src="plots/{name}" alt="{html.escape(" / ".join(key))}">')
+    jobs = [(cell_data(sw, key), str(plots / f"cell-{i:04d}.png")) for i, key in enumerate(sw.cells)]
+    workers = min(os.cpu_count() or 1, -(-len(jobs) // CELLS_PER_WORKER))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            list(pool.map(plot_cells, [jobs[i::workers] for i in range(workers)]))
+    else:
+        plot_cells(jobs)
+    parts += [f'<img src="plots/{Path(path).name}" alt="{html.escape(title)}">' for (title, *_), path in jobs]
     parts.append("</div><h2>Analyses</h2>")
     parts += [_table(t) for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True,
                                         submissions=True)]
