@@ -23,6 +23,7 @@ td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:f
 .note{color:#555;font-size:90%}.plots img{width:420px;margin:4px;border:1px solid #eee}
 .warn{background:#fdd;padding:.5em}"""
 PASS_AT = [1, 3, 5]
+LEGEND_RUNS = 6  # a legend of more seeds costs half the plot's time and tells nothing
 CELLS_PER_WORKER = 50  # below this many plots a worker process costs more than it saves
 
 
@@ -67,12 +68,12 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
             for x, s in pts:
                 xs.append(x)
                 best.append(max(s, best[-1]) if best else s)
-            ax.step(xs + [budget], best + best[-1:], where="post", color=line.get_color(), label=f"s{seed}",
-                    linewidth=1)
+            ax.step(xs + [budget], best + best[-1:], where="post", color=line.get_color(), linewidth=1,
+                    label=f"s{seed}" if len(series) <= LEGEND_RUNS else None)
         if base is not None:
             ax.axhline(base, color="gray", linewidth=1, linestyle="--", label="baseline")
         ax.set(xlabel="budget clock (s)", ylabel="score", xlim=(0, budget))
-        ax.set_title(title, fontsize=7)
+        ax.set_title(f"{title} ({len(series)} runs)", fontsize=7)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6, ncol=2)
         fig.savefig(path, dpi=72)
@@ -82,7 +83,7 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
 def heatmap_plot(sw: Sweeps, path: Path) -> None:
     plt = _plt()
     modes, tasks, grid = heatmap(sw)
-    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(tasks), 1 + 0.5 * len(modes)))
+    fig, ax = plt.subplots(figsize=(max(4.0, 2 + 1.2 * len(tasks)), 1.5 + 0.5 * len(modes)))
     vals = [[v if v is not None else float("nan") for v in row] for row in grid]
     span = max([abs(v) for row in grid for v in row if v is not None], default=1.0) or 1.0
     im = ax.imshow(vals, cmap="RdYlGn", aspect="auto", vmin=-span, vmax=span)  # 0 (no change) is the middle
