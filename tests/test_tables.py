@@ -238,3 +238,12 @@ def test_report_plots_the_same_in_worker_processes(sweep, tmp_path, monkeypatch)
     cells = sorted(p.name for p in one.glob("cell-*.png"))
     assert len(cells) == 4 and sorted(p.name for p in many.glob("cell-*.png")) == cells
     assert all((one / c).read_bytes() == (many / c).read_bytes() for c in cells)
+
+
+def test_long_table_without_a_baseline_score_shows_the_best_but_no_improvement(tmp_path):
+    sweep = make_sweep(tmp_path / "s", seeds=(0,), tasks=("humaneval",))  # its baseline failed
+    finish(sweep, "humaneval", "free", 0, [(10, None, 30.0)])
+    from a2rl.reporting.aggregate import long_table
+
+    row = dict(zip(long_table(Sweeps([sweep])).headers, long_table(Sweeps([sweep])).rows[0]))
+    assert (row["baseline"], row["best (mean ± SEM)"], row["improvement"]) == ("FAILED: judge down", "30.00 ± 0.00", "—")

@@ -250,7 +250,8 @@ def long_table(sw: Sweeps) -> Table:
         if completed and any(r.result.best is not None for r in completed) and None not in scores:
             m, s = mean_sem(scores)
             best_txt = f"{m:.2f} ± {s:.2f}"
-            impr_txt = f"{m - base.score:+.2f}{sw.marked(task, model, m - base.score)}"
+            if (b := runs[0].base_score) is not None:  # else pending or failed: no improvement to tell
+                impr_txt = f"{m - b:+.2f}{sw.marked(task, model, m - b)}"
         subs = sum(r.submissions for r in results)
         valid = sum(r.valid_submissions for r in results)
         unfinished = len(runs) - len(results)
