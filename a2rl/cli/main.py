@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(fn=tinymodel.run)
     s = sub.add_parser("launch", help="launch a sweep (same as python -m a2rl.launch)", add_help=False)
     s.set_defaults(fn=None)
-    s = sub.add_parser("aggregate", help="results table (same as python -m a2rl.aggregate)", add_help=False)
+    s = sub.add_parser("aggregate", help="results tables (same as python -m a2rl.aggregate)", add_help=False)
     s.set_defaults(fn=None)
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("launch", "aggregate"):

@@ -161,8 +161,9 @@ class Sweeps:
     def _read(self, fn: Callable[[Run], None]) -> None:
         """fn on every run; the files' latency, not parsing, dominates on a shared file system: read them side
         by side."""
-        with ThreadPoolExecutor(LOAD_THREADS) as pool:
-            list(pool.map(fn, self.runs))
+        runs = self.runs
+        with ThreadPoolExecutor(LOAD_THREADS) as pool:  # a chunk per thread: a future per run costs more than it reads
+            list(pool.map(lambda chunk: list(map(fn, chunk)), [runs[i::LOAD_THREADS] for i in range(LOAD_THREADS)]))
 
     def with_metrics(self) -> "Sweeps":
         """Read the runs' report metrics (once), for the tables that need them."""
