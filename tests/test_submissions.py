@@ -182,7 +182,7 @@ def test_a_judge_outage_is_retried_not_recorded_invalid(run, tiny_model, monkeyp
     grader = GradingDaemon(sweep)
     grader.baseline("echo", "tiny-llama", "paper")
     monkeypatch.setattr("a2rl.grading.daemon.INFRA_RETRY_S", 0)
-    real, calls = grader._evaluate, []
+    real, calls = grader.evaluate, []
 
     def judge_down_once(*args):
         calls.append(args)
@@ -190,7 +190,7 @@ def test_a_judge_outage_is_retried_not_recorded_invalid(run, tiny_model, monkeyp
             raise JudgeError("https://judge.example answered 503")
         return real(*args)
 
-    grader._evaluate = judge_down_once
+    grader.evaluate = judge_down_once
     assert grader.grade(sweep.queue.claim(grader.holder, 60, sweep.ledger.has)) is None
     assert not sweep.ledger.has(sid)
     again = sweep.queue.claim(grader.holder, 60, sweep.ledger.has)

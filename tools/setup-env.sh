@@ -28,11 +28,7 @@ AGENT_VENV=${A2RL_AGENT_VENV:-$ROOT/.venv-agent}  # where sweeps look for it by 
 t0=$(date +%s)
 say() { echo "[setup-env +$(( $(date +%s) - t0 ))s] $*"; }
 die() { echo "setup-env: ERROR: $*" >&2; exit 1; }
-apt_install() {  # PKG: as root with apt-get only
-  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || return 1
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" </dev/null >/dev/null \
-    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" </dev/null >/dev/null; }
-}
+apt_install() { bash "$ROOT/tools/apt-install.sh" "$1"; }
 sandbox_and_agent_env() {
   if ! command -v bwrap >/dev/null; then
     say "installing bubblewrap (the agents' sandbox)"

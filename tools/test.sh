@@ -2,7 +2,7 @@
 # tools/test.sh [pytest args...] - THE test command (README, CI via .ci/run). On Debian 12 as root:
 #   1. brings up the local Slurm cluster (tools/slurm/up.sh: apt-installs Slurm, munge, MariaDB + slurmdbd
 #      when missing) and stops it again on exit (tools/slurm/down.sh), but only if it was not running before;
-#   2. creates/refreshes the venv (tools/setup-env.sh);
+#   2. creates/refreshes the venv (tools/setup-env.sh) and installs chromium (apt) when it is missing;
 #   3. runs `python -m pytest "$@"` from the repo root with A2RL_SLURM=1 exported.
 # "No tests collected" (pytest exit 5) is a failure here.
 #
@@ -45,6 +45,10 @@ else
 fi
 
 bash tools/setup-env.sh "$VENV"
+if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tests/test_report_browser.py)
+  say "installing chromium (Debian's package)"
+  bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"
+fi
 
 say "$VENV/bin/python -m pytest $*"
 rc=0

@@ -1,4 +1,4 @@
-"""`python -m a2rl.aggregate SWEEP_DIR`: the results table of a sweep."""
+"""`a2rl aggregate SWEEP_DIR...` (or `python -m a2rl.aggregate`): the results tables of one or several sweeps."""
 
 from __future__ import annotations
 
@@ -6,28 +6,66 @@ import argparse
 import sys
 from pathlib import Path
 
+from a2rl.errors import SpecError
 from a2rl.records import RecordError
-from a2rl.reporting.aggregate import __doc__ as DOC, render
+from a2rl.reporting.aggregate import FORMATS, Sweeps, __doc__ as DOC, format_tables, tables
 from a2rl.store.sweepdir import SweepDir
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m a2rl.aggregate", description=DOC,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("sweep_dir", type=Path)
-    p.add_argument("--format", default="simple", choices=["simple", "github", "latex", "csv"])
-    args = p.parse_args(argv)
-    sweep = SweepDir(args.sweep_dir)
-    if not sweep.exists():
-        print(f"error: {args.sweep_dir} is not a sweep directory (no sweep.json)", file=sys.stderr)
-        return 2
-    problems: list[str] = []
+def ks(text: str) -> list[int]:
     try:
-        print(render(sweep, args.format, problems))
+        out = [int(k) for k in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected k values like 1,3,5, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"k values must be 1 or more, got {text!r}")
+    return out
+
+
+def table_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layout", default="long", choices=["long", "paper"],
+                   help="paper: one Table-2 block per base model")
+    p.add_argument("--by", choices=["mode"], help="mode: mode × task mean improvement")
+    p.add_argument("--pass-at", type=ks, metavar="K,K,...", help="expected best improvement over k runs")
+    p.add_argument("--scaling", action="store_true", help="best score at budget fractions and token counts")
+    p.add_argument("--routes", action="store_true", help="training of each run's best submission")
+    p.add_argument("--failures", action="store_true", help="failures by cause: infrastructure or agent")
+    p.add_argument("--usage", action="store_true", help="tokens and cost per cell")
+    p.add_argument("--submissions", action="store_true", help="submissions per run")
+
+
+def open_sweeps(paths: list[Path]) -> Sweeps:
+    """The sweeps at `paths`, merged; SpecError for a directory that is not a sweep, or conflicting ones."""
+    dirs = []
+    for path in paths:
+        sweep = SweepDir(path)
+        if not sweep.exists():
+            raise SpecError([f"{path} is not a sweep directory (no sweep.json)"])
+        dirs.append(sweep)
+    return Sweeps(dirs)
+
+
+def selected(sw: Sweeps, args: argparse.Namespace):
+    return tables(sw, layout=args.layout, by=args.by, pass_at=args.pass_at, scaling=args.scaling,
+                  routes=args.routes, failures=args.failures, usage=args.usage, submissions=args.submissions)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="a2rl aggregate", description=DOC,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sweep_dirs", type=Path, nargs="+", metavar="SWEEP_DIR")
+    p.add_argument("--format", default="simple", choices=FORMATS)
+    table_options(p)
+    args = p.parse_args(argv)
+    try:
+        sw = open_sweeps(args.sweep_dirs)
+        print(format_tables(sw, selected(sw, args), args.format))
+    except SpecError as e:
+        print("\n".join(f"error: {line}" for line in e.lines), file=sys.stderr)
+        return 2
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for problem in problems:
+    for problem in sw.problems:
         print(f"skipped: {problem}", file=sys.stderr)
     return 0
-

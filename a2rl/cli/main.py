@@ -97,6 +97,40 @@ def cmd_runreport(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure evaluation noise: grade the baseline (and --best submissions) K times per judge task."""
+    from a2rl.grading.calibrate import calibrate
+
+    sweep = open_sweep_dir(args.sweep_dir)
+    if args.repeats < 2:
+        raise NotASweep(f"--repeats must be 2 or more to measure noise, got {args.repeats}")
+    tasks = args.tasks.split(",") if args.tasks else None
+    if unknown := sorted(set(tasks or ()) - set(sweep.spec.tasks)):
+        raise NotASweep(f"no task {', '.join(map(repr, unknown))} in {sweep.root}")
+    calibrate(sweep, args.repeats, tasks=tasks, best=args.best)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write a static HTML report of one or several sweeps (tables, plots, links to each run's report)."""
+    from a2rl.cli.aggregate import open_sweeps
+    from a2rl.errors import SpecError
+    from a2rl.reporting.html import write_report
+
+    try:
+        sw = open_sweeps(args.sweep_dirs)
+    except SpecError as e:
+        raise NotASweep("; ".join(e.lines)) from None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise NotASweep("a2rl report draws its plots with matplotlib: pip install 'a2rl[report]'") from None
+    print(write_report(sw, args.out or sw.dirs[0].root / "report"))
+    for problem in sw.problems:
+        print(f"skipped: {problem}", file=sys.stderr)
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     """Prepare a task's data (train split for agents, held-out split for the grader)."""
     from a2rl.errors import SpecError
@@ -137,7 +171,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """One line per run: state (from the run's own files, checked against the scheduler), job, best score."""
+    """One line per run: state (from the run's own files, checked against the scheduler), job, best score, tokens
+    and cost so far (where the agent's transcript reports them)."""
     from tabulate import tabulate
 
     from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
@@ -163,9 +198,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                                                if e.score is not None), default=None)
         reason = (result.failure_reason or "").strip().splitlines()[-1][:100] if result and result.failure_reason else ""
         job = jobs.get(run.run_id)
+        tokens, cost = st.usage.get(run.run_id, (None, None))
         table.append([run.run_id, state, status.job_id if status else "", job.state if job else "",
-                      sweep.queue.count(run.run_id), "" if best is None else f"{best:.2f}", reason])
-    print(tabulate(table, headers=["run", "state", "job", "scheduler", "submissions", "best", "reason"]))
+                      sweep.queue.count(run.run_id), "" if best is None else f"{best:.2f}",
+                      "" if tokens is None else f"{tokens:,}", "" if cost is None else f"{cost:.2f}", reason])
+    print(tabulate(table, headers=["run", "state", "job", "scheduler", "submissions", "best", "tokens", "cost $",
+                                   "reason"], disable_numparse=True))
     print(st.line(0).split("] ", 1)[1] + f" · {st.graders_alive} grader(s) alive"
           + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs, schedulers)) or 'none'}")
     for name in sweep.spec.local_drivers:
@@ -176,7 +214,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}")
     for problem in st.problems:
         print(f"skipped: {problem}")
-    if note := untrusted_note(sweep):
+    if note := untrusted_note(sweep.spec.isolation == "none"):
         print(note.strip())
     return 0
 
@@ -257,12 +295,22 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("fetch-model", help="download a hub model's safetensors onto the shared file system")
     fetch.add_arguments(s)
     s.set_defaults(fn=fetch.run)
+    s = sub.add_parser("calibrate", help=cmd_calibrate.__doc__)
+    s.add_argument("sweep_dir", type=Path)
+    s.add_argument("--repeats", type=int, default=5, help="gradings of each set of weights (default 5)")
+    s.add_argument("--tasks", help="comma-separated tasks to calibrate (default: the judge tasks)")
+    s.add_argument("--best", action="store_true", help="also re-grade each run's best submission (kept weights)")
+    s.set_defaults(fn=cmd_calibrate)
+    s = sub.add_parser("report", help=cmd_report.__doc__)
+    s.add_argument("sweep_dirs", type=Path, nargs="+", metavar="SWEEP_DIR")
+    s.add_argument("--out", type=Path, help="directory for index.html and its plots (default: FIRST_SWEEP_DIR/report)")
+    s.set_defaults(fn=cmd_report)
     s = sub.add_parser("build-tiny-model", help="build the tiny offline test model")
     tinymodel.add_arguments(s)
     s.set_defaults(fn=tinymodel.run)
     s = sub.add_parser("launch", help="launch a sweep (same as python -m a2rl.launch)", add_help=False)
     s.set_defaults(fn=None)
-    s = sub.add_parser("aggregate", help="results table (same as python -m a2rl.aggregate)", add_help=False)
+    s = sub.add_parser("aggregate", help="results tables (same as python -m a2rl.aggregate)", add_help=False)
     s.set_defaults(fn=None)
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("launch", "aggregate"):

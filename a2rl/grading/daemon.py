@@ -165,8 +165,8 @@ class GradingDaemon:
     def task(self, name: str) -> Task:
         return get_task(name, self.task_dirs)
 
-    def _evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str,
-                  preset: GenerationPreset) -> tuple[float, dict]:
+    def evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str,
+                 preset: GenerationPreset) -> tuple[float, dict]:
         return evaluate_model(task, model_dir, tokenizer_dir, data_root=self.data_root, protocol=protocol,
                               batch_size=self.settings.batch_size, options=self.settings.task_options.get(task.name),
                               engine=self.engine, preset=preset)
@@ -181,7 +181,7 @@ class GradingDaemon:
             task.ensure_prepared(self.data_root)
             preset = get_preset(model.generation)
             rec = ensure_baseline(self.sweep, task, model_name, model.path, protocol,
-                                  lambda t, m, tok, p: self._evaluate(t, m, tok, p, preset), retry_failed=retry_failed)
+                                  lambda t, m, tok, p: self.evaluate(t, m, tok, p, preset), retry_failed=retry_failed)
             if rec.status == "failed":
                 log.error("BASELINE FAILED for %s / %s / %s: %s", task_name, model_name, protocol, rec.error)
             self._baselines[key] = rec
@@ -196,7 +196,8 @@ class GradingDaemon:
                       submitted_at=entry.submitted_at, claimed_at=lease.claimed_at,
                       model_path=entry.model_path, task=task.name, protocol=run.protocol,
                       evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt,
-                      generation=self.preset(run.model.name).record())
+                      generation=self.preset(run.model.name).record(),
+                      budget_used_s=entry.budget_used_s, tokens=entry.tokens, cost_usd=entry.cost_usd)
         t0 = now()
         self._state = "grading"
         renewing = threading.Event()
@@ -275,7 +276,7 @@ class GradingDaemon:
                 return LedgerEntry(**fields, graded_at=now(), status="scored", score=earlier.score,
                                    details=earlier.details, cached_from=earlier.submission_id,
                                    eval_seconds=now() - t0)
-            score, details = self._evaluate(task, frozen, Path(base.model_path), fields["protocol"], preset)
+            score, details = self.evaluate(task, frozen, Path(base.model_path), fields["protocol"], preset)
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash

@@ -1,27 +1,53 @@
-"""The results table (`python -m a2rl.aggregate SWEEP_DIR`): one row per task × agent × driver × prompt
-mode × model × protocol over seeds (runs in different modes or scored under different protocols are different
-experiments: never averaged together).
+"""The results tables (`a2rl aggregate SWEEP_DIR...`, same as `python -m a2rl.aggregate`), from one or several
+sweep directories (one sweep per task or model is common): their runs merge by key; a run in two of them, or
+runs of one cell or baselines of one (task, model, protocol) that disagree (budget, weights, evaluator), is an
+error. Runs scored under different evaluation protocols are different experiments, never averaged together.
 
-best is the mean ± SEM over seeds of each run's best score, where a run with no valid submission keeps the
-base model (its baseline), as in the paper; improvement is best − baseline. Results and baselines that do not verify against the sweep's key are left out,
-and each is named in `problems` (the command prints them to stderr).
+A cell is base model × task × agent × driver × prompt mode, over seeds (runs in different modes are different
+experiments: never averaged together). A run's score is its best submission's, or the base model's (its
+baseline) when it has no valid submission, as in the paper; improvement is score − baseline. Failed runs have
+no score. Results and baselines that do not verify against their sweep's key are left out, and each is named
+in `problems` (the command prints them to stderr).
+
+Tables: the long table (one row per cell; the default); `--layout paper`, one Table-2 block per base model
+(first row the baseline, then one row per stack + driver [+ mode], a column per task; mean ± SEM over seeds,
+with n when seeds are missing); `--by mode`, mode × task mean improvement (the heatmap); `--pass-at 1,3,5`;
+`--scaling` (best score at budget fractions and token counts); `--routes` (training of the best
+submissions); `--failures` (by cause: infrastructure or agent); `--usage` (tokens and cost); `--submissions`
+(per run). Where `a2rl calibrate` measured the evaluation noise, improvements within it are marked `~`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
 
 from tabulate import tabulate
 
-from a2rl.store.baselines import load_baseline
+from a2rl.errors import SpecError
+from a2rl.reporting.metrics import RunMetrics
+from a2rl.records import RecordError
+from a2rl.spec.grid import RunSpec
+from a2rl.store.baselines import BaselineRecord, load_baseline
+from a2rl.store.noise import NoiseRecord, load_noise
 from a2rl.store.results import RunResult, load_result
 from a2rl.store.sweepdir import SweepDir
 
+FORMATS = ["simple", "github", "latex", "csv", "json"]
 HEADERS = ["task", "agent", "driver", "mode", "model", "protocol", "baseline", "best (mean ± SEM)", "improvement", "submissions",
            "runs ok", "runs failed"]
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the budget, for --scaling
+TOKEN_POINTS = (10_000, 100_000, 1_000_000)
+WITHIN_NOISE = "~"
+LOAD_THREADS = 16
+Key = tuple[str, str, str, str, str, str]  # model, task, agent, driver, mode, protocol
 
 
 def mean_sem(xs: list[float]) -> tuple[float, float]:
@@ -32,54 +58,403 @@ def mean_sem(xs: list[float]) -> tuple[float, float]:
     return m, math.sqrt(var / len(xs))
 
 
-def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
-    groups: dict[tuple, list[RunResult]] = defaultdict(list)
-    order: list[tuple] = []
-    for run in sweep.runs():
-        key = (run.task, run.agent.key, run.driver, run.mode, run.model.name, run.protocol)
-        if key not in groups:
-            order.append(key)
-        result = load_result(sweep, run.run_id, problems)
-        groups[key].append(result)
+def expected_best_of(xs: list[float], k: int) -> float:
+    """pass@k as expected best improvement: E[max of k runs drawn without replacement from the cell's n].
+
+    With the n values sorted ascending x_(1) ≤ … ≤ x_(n), the i-th is the maximum of exactly C(i−1, k−1) of the
+    C(n, k) equally likely k-subsets, so E = Σ_{i=k..n} C(i−1, k−1) / C(n, k) · x_(i) (the unbiased estimator
+    of Chen et al. 2021, with the score in place of pass/fail). Requires k ≤ n.
+    """
+    xs, n = sorted(xs), len(xs)
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@{k} needs at least {k} runs, the cell has {n}")
+    return sum(math.comb(i - 1, k - 1) * xs[i - 1] for i in range(k, n + 1)) / math.comb(n, k)
+
+
+@dataclass
+class Run:
+    """One run as the tables see it: its spec, verified result and baseline, and its run report's metrics
+    (derived, rebuilt by `a2rl runreport`; None where not written yet; read by Sweeps.with_metrics)."""
+    spec: RunSpec
+    sweep: SweepDir
+    base: BaselineRecord | None
+    result: RunResult | None = None
+    metrics: RunMetrics | None = None
+
+    def load_metrics(self) -> None:
+        try:
+            self.metrics = RunMetrics.load_or_none(self.sweep.run_dir(self.spec.run_id) / "report" / "metrics.json")
+        except RecordError:
+            self.metrics = None
+
+    @property
+    def completed(self) -> bool:
+        return self.result is not None and self.result.status != "failed"
+
+    @property
+    def base_score(self) -> float | None:
+        return self.base.score if self.base is not None and self.base.status == "ok" else None
+
+    @property
+    def score(self) -> float | None:
+        if not self.completed:
+            return None
+        return self.result.best if self.result.best is not None else self.base_score
+
+    @property
+    def improvement(self) -> float | None:
+        s, b = self.score, self.base_score
+        return None if s is None or b is None else s - b
+
+    def scored(self, at: str) -> list[tuple[float | None, float]]:
+        """(when, score) of each valid submission; `at`: "budget_s" (budget clock) or "tokens" (the agent's)."""
+        r = self.result
+        when = r.submitted_budget_s if at == "budget_s" else r.submitted_tokens
+        return [(w, s) for w, s in zip(when, r.scores) if s is not None]
+
+    def best_within(self, at: str, limit: float) -> float | None:
+        """The run's score counting only submissions made by `limit` (budget seconds or tokens); None when
+        the run has no score or a submission does not say when it was made."""
+        if self.score is None:
+            return None
+        best = self.base_score
+        for when, score in self.scored(at):
+            if when is None:
+                return None
+            if when <= limit:
+                best = score if best is None else max(best, score)
+        return best
+
+
+@dataclass
+class Sweeps:
+    """The runs of one or several sweep directories, by cell, with the baselines and noise records."""
+    dirs: list[SweepDir]
+    problems: list[str] = field(default_factory=list)
+    cells: dict[Key, list[Run]] = field(default_factory=dict)
+    baselines: dict[tuple[str, str, str], BaselineRecord | None] = field(default_factory=dict)
+    noise: dict[tuple[str, str, str], NoiseRecord] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where: dict[str, tuple[RunSpec, Path]] = {}
+        for sweep in self.dirs:
+            bases: dict[tuple[str, str, str], BaselineRecord | None] = {}  # this sweep's, read once each
+            for spec in sweep.runs():
+                if spec.run_id in where:
+                    other, path = where[spec.run_id]
+                    what = "conflicting specs for" if other != spec else "the same run"
+                    raise SpecError([f"{what} {spec.run_id} in {path} and {sweep.root}: merge sweeps that "
+                                     f"hold different runs"])
+                where[spec.run_id] = (spec, sweep.root)
+                pair = (spec.task, spec.model.name, spec.protocol)
+                base = bases[pair] if pair in bases else bases.setdefault(pair, self._baseline(sweep, *pair))
+                run = Run(spec, sweep, base)
+                key = (spec.model.name, spec.task, spec.agent.key, spec.driver, spec.mode, spec.protocol)
+                cell = self.cells.setdefault(key, [])
+                if cell and cell[0].spec.budget_s != spec.budget_s:
+                    raise SpecError([f"conflicting specs for {' / '.join(key)}: budget {cell[0].spec.budget_s:g} s "
+                                     f"in {cell[0].sweep.root}, {spec.budget_s:g} s in {sweep.root}"])
+                cell.append(run)
+        self._read(lambda run: setattr(run, "result", load_result(run.sweep, run.spec.run_id, self.problems)))
+        self._metrics_read = False
+        self._modes = list(dict.fromkeys(k[4] for k in self.cells))
+        self._protocols = list(dict.fromkeys(k[5] for k in self.cells))
+
+    def _read(self, fn: Callable[[Run], None]) -> None:
+        """fn on every run; the files' latency, not parsing, dominates on a shared file system: read them side
+        by side."""
+        runs = self.runs
+        with ThreadPoolExecutor(LOAD_THREADS) as pool:  # a chunk per thread: a future per run costs more than it reads
+            list(pool.map(lambda chunk: list(map(fn, chunk)), [runs[i::LOAD_THREADS] for i in range(LOAD_THREADS)]))
+
+    def with_metrics(self) -> "Sweeps":
+        """Read the runs' report metrics (once), for the tables that need them."""
+        if not self._metrics_read:
+            self._read(Run.load_metrics)
+            self._metrics_read = True
+        return self
+
+    def _baseline(self, sweep: SweepDir, task: str, model: str, protocol: str) -> BaselineRecord | None:
+        new = load_baseline(sweep, task, model, protocol, self.problems)
+        if (task, model, protocol) not in self.baselines:
+            self.baselines[task, model, protocol] = new
+            if (noise := load_noise(sweep, task, model, protocol, self.problems)) is not None:
+                self.noise[task, model, protocol] = noise
+        old = self.baselines[task, model, protocol]
+        if old is None:
+            self.baselines[task, model, protocol] = old = new
+        elif new is not None and (old.weights_hash, old.evaluator_version) != (new.weights_hash, new.evaluator_version):
+            raise SpecError([f"conflicting baselines for {task} / {model} / {protocol}: the sweeps graded different weights or "
+                             f"evaluator versions"])
+        return old
+
+    @property
+    def runs(self) -> list[Run]:
+        return [r for cell in self.cells.values() for r in cell]
+
+    @property
+    def untrusted(self) -> bool:
+        return any(s.spec.isolation == "none" for s in self.dirs)
+
+    def tasks(self, model: str | None = None, protocol: str | None = None) -> list[str]:
+        return list(dict.fromkeys(k[1] for k in self.cells if model in (None, k[0]) and protocol in (None, k[5])))
+
+    def blocks(self) -> list[tuple[str, str]]:
+        """(model, protocol) pairs in order: one Table-2 block each."""
+        return list(dict.fromkeys((k[0], k[5]) for k in self.cells))
+
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(k[0] for k in self.cells))
+
+    def modes(self) -> list[str]:
+        return self._modes
+
+    def label(self, key: Key) -> str:
+        """A cell's row name: stack + driver, and the mode when the sweeps have several."""
+        _, _, agent, driver, mode, _ = key
+        return f"{agent} / {driver}" + (f" [{mode}]" if len(self._modes) > 1 else "")
+
+    def marked(self, task: str, model: str, protocol: str, improvement: float) -> str:
+        noise = self.noise.get((task, model, protocol))
+        return WITHIN_NOISE if noise is not None and noise.within(improvement) else ""
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _f(v: float | None, signed: bool = False) -> str:
+    return "—" if v is None else (f"{v:+.2f}" if signed else f"{v:.2f}")
+
+
+def _ms(xs: list[float], expected: int, signed: bool = False) -> str:
+    """mean ± SEM, with n when fewer than `expected` values are there."""
+    if not xs:
+        return "—"
+    m, s = mean_sem(xs)
+    return f"{_f(m, signed)} ± {s:.2f}" + (f" (n={len(xs)})" if len(xs) < expected else "")
+
+
+def _cell_keys(sw: Sweeps) -> list[Key]:
+    models, tasks = {m: i for i, m in enumerate(sw.models())}, {t: i for i, t in enumerate(sw.tasks())}
+    return sorted(sw.cells, key=lambda k: (models[k[0]], tasks[k[1]]))
+
+
+def long_table(sw: Sweeps) -> Table:
     out = []
-    for key in order:
-        task, agent, driver, mode, model, protocol = key
-        results = [r for r in groups[key] if r is not None]
-        unfinished = len(groups[key]) - len(results)
-        base = load_baseline(sweep, task, model, protocol, problems)
-        if base is None:
-            base_txt, base_score = "pending", None
-        elif base.status == "failed":
-            base_txt, base_score = f"FAILED: {base.error}", None
-        else:
-            base_txt, base_score = f"{base.score:.2f}", base.score
-        completed = [r for r in results if r.status != "failed"]
+    for (model, task, agent, driver, mode, protocol), runs in sw.cells.items():
+        base = sw.baselines[task, model, protocol]
+        base_txt = "pending" if base is None else (f"FAILED: {base.error}" if base.status == "failed" else
+                                                   f"{base.score:.2f}")
+        results = [r.result for r in runs if r.result is not None]
+        completed = [r for r in runs if r.completed]
         best_txt = impr_txt = "—"
-        effective = [r.best if r.best is not None else base_score for r in completed]
-        if completed and any(r.best is not None for r in completed) and None not in effective:
-            m, s = mean_sem(effective)
+        scores = [r.score for r in completed]
+        if completed and any(r.result.best is not None for r in completed) and None not in scores:
+            m, s = mean_sem(scores)
             best_txt = f"{m:.2f} ± {s:.2f}"
-            impr_txt = f"{m - base_score:+.2f}"
+            if (b := runs[0].base_score) is not None:  # else pending or failed: no improvement to tell
+                impr_txt = f"{m - b:+.2f}{sw.marked(task, model, protocol, m - b)}"
         subs = sum(r.submissions for r in results)
         valid = sum(r.valid_submissions for r in results)
+        unfinished = len(runs) - len(results)
         ok_txt = str(len(completed)) + (f" (+{unfinished} unfinished)" if unfinished else "")
         out.append([task, agent, driver, mode, model, protocol, base_txt, best_txt, impr_txt, f"{subs} ({valid} valid)",
                     ok_txt, str(len(results) - len(completed))])
+    return Table("results", HEADERS, out)
+
+
+def paper_tables(sw: Sweeps) -> list[Table]:
+    """Table 2: per base model (and evaluation protocol), the baseline row then one row per stack + driver; cells
+    are the best score."""
+    out = []
+    blocks = sw.blocks()
+    for model, protocol in blocks:
+        tasks = sw.tasks(model, protocol)
+        base_row = ["baseline"]
+        for task in tasks:
+            base = sw.baselines[task, model, protocol]
+            base_row.append("pending" if base is None else "FAILED" if base.status == "failed" else _f(base.score))
+        rows: dict[str, list[str]] = {}
+        for key in _cell_keys(sw):
+            if (key[0], key[5]) != (model, protocol):
+                continue
+            row = rows.setdefault(sw.label(key), [sw.label(key)] + ["—"] * len(tasks))
+            runs = sw.cells[key]
+            scores = [r.score for r in runs if r.score is not None]
+            text = _ms(scores, len(runs))
+            base = runs[0].base_score
+            if scores and base is not None:
+                text += sw.marked(key[1], model, protocol, mean_sem(scores)[0] - base)
+            row[1 + tasks.index(key[1])] = text
+        title = f"Table 2: {model}" + (f" (protocol {protocol})" if len({p for _, p in blocks}) > 1 else "")
+        out.append(Table(title, ["stack / driver", *tasks], [base_row, *rows.values()],
+                         ["cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed"]))
     return out
 
 
+def _by_mode(sw: Sweeps) -> tuple[list[str], list[str], dict[tuple[str, str], list[float]]]:
+    """Improvements of every run with one, by (mode, task) over all stacks, drivers and base models."""
+    by: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (_, task, _, _, mode, _), runs in sw.cells.items():
+        by[mode, task] += [r.improvement for r in runs if r.improvement is not None]
+    return sw.modes(), sw.tasks(), by
+
+
+def mode_table(sw: Sweeps) -> Table:
+    modes, tasks, by = _by_mode(sw)
+    rows = [[mode] + [_ms(by[mode, t], 0, signed=True) + (f" (n={len(by[mode, t])})" if by[mode, t] else "")
+                      for t in tasks] for mode in modes]
+    return Table("improvement by mode", ["mode", *tasks], rows, ["cells: mean ± SEM over runs (n)"])
+
+
+def heatmap(sw: Sweeps) -> tuple[list[str], list[str], list[list[float | None]]]:
+    """The numbers of mode_table: (modes, tasks, mean improvement or None)."""
+    modes, tasks, by = _by_mode(sw)
+    return modes, tasks, [[mean_sem(by[m, t])[0] if by[m, t] else None for t in tasks] for m in modes]
+
+
+CELL = ["model", "task", "agent", "driver", "mode", "protocol"]
+
+
+def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
+    rows = []
+    for key in _cell_keys(sw):
+        xs = [r.improvement for r in sw.cells[key] if r.improvement is not None]
+        rows.append(list(key) + [str(len(xs))] +
+                    [_f(expected_best_of(xs, k), True) if k <= len(xs) else "—" for k in ks])
+    return Table("pass@k: expected best improvement over k runs", CELL + ["n"] + [f"pass@{k}" for k in ks], rows,
+                 ["— where the cell has fewer than k runs with a score"])
+
+
+def scaling_table(sw: Sweeps) -> Table:
+    with_tokens = any(t is not None for r in sw.runs if r.completed for t in r.result.submitted_tokens)
+    points = [(f"@{f:.0%} budget", "budget_s", f, True) for f in FRACTIONS]
+    if with_tokens:
+        points += [(f"@{t:,} tokens", "tokens", t, False) for t in TOKEN_POINTS]
+    rows = []
+    for key in _cell_keys(sw):
+        runs, row = sw.cells[key], list(key)
+        for _, at, x, of_budget in points:
+            vals = [r.best_within(at, x * r.spec.budget_s if of_budget else x) for r in runs]
+            row.append(_ms([v for v in vals if v is not None], len(runs)))
+        rows.append(row)
+    return Table("scaling: best score so far", CELL + [p[0] for p in points], rows,
+                 ["a run without a valid submission by then scores its baseline"])
+
+
+def routes_table(sw: Sweeps) -> Table:
+    sw.with_metrics()
+    rows = []
+    for key in _cell_keys(sw):
+        routes = Counter((r.metrics.train_type if r.metrics else "?") for r in sw.cells[key]
+                         if r.completed and r.result.best is not None)
+        rows.append(list(key) + [", ".join(f"{t}×{n}" for t, n in routes.most_common()) or "—"])
+    return Table("routes of the best submissions", CELL + ["training (runs)"], rows,
+                 ["from each run's report (TRL classes in the code behind its best submission); ? = no report yet"])
+
+
+def failure_cause(run: Run) -> tuple[str | None, str | None]:
+    """(infra | agent | None, failure type): failed runs are the infrastructure's; the rest as the run report
+    judged them (metrics.failure_source)."""
+    if run.result is None:
+        return None, None
+    if run.result.status == "failed":
+        return "infra", "run failed"
+    if run.metrics is None:
+        return (None, None) if run.improvement is not None and run.improvement > 0 else ("agent", "unknown")
+    return run.metrics.failure_source, run.metrics.failure_type
+
+
+def failures_table(sw: Sweeps) -> Table:
+    sw.with_metrics()
+    rows = []
+    for key in _cell_keys(sw):
+        causes = [failure_cause(r) for r in sw.cells[key]]
+        types = Counter(t for src, t in causes if src == "agent")
+        rows.append(list(key) + [str(sum(s == "infra" for s, _ in causes)),
+                                          str(sum(s == "agent" for s, _ in causes)),
+                                          ", ".join(f"{t}×{n}" for t, n in types.most_common()) or "—"])
+    return Table("failures by cause", CELL + ["infrastructure", "agent", "agent failure types"], rows,
+                 ["infrastructure: set-up, supervision, baseline or grading did not complete; agent: the run ended "
+                  "without improving on its baseline"])
+
+
+def usage_table(sw: Sweeps) -> Table:
+    rows = []
+    for key in _cell_keys(sw):
+        usages = [r.result.usage for r in sw.cells[key] if r.result is not None and r.result.usage is not None]
+        tokens = [u.input_tokens + (u.output_tokens or 0) for u in usages if u.input_tokens is not None]
+        costs = [u.cost_usd for u in usages if u.cost_usd is not None]
+        rows.append(list(key) + [
+            f"{mean_sem(tokens)[0]:,.0f}" if tokens else "—", f"{sum(tokens):,}" if tokens else "—",
+            f"{sum(costs) / len(costs):.2f}" if costs else "—", f"{sum(costs):.2f}" if costs else "—"])
+    return Table("tokens and cost", CELL + ["tokens / run", "tokens", "cost $ / run", "cost $"], rows,
+                 ["from the agents' transcripts; — where the stack reports none"])
+
+
+def submissions_table(sw: Sweeps) -> Table:
+    rows = []
+    for key in _cell_keys(sw):
+        results = [r.result for r in sw.cells[key] if r.result is not None]
+        subs = [float(r.submissions) for r in results]
+        valid = sum(r.valid_submissions for r in results)
+        rows.append(list(key) + [_ms(subs, 0), f"{valid / sum(subs):.0%}" if sum(subs) else "—"])
+    return Table("submissions per run", CELL + ["submissions (mean ± SEM)", "valid"], rows)
+
+
+def tables(sw: Sweeps, *, layout: str = "long", by: str | None = None, pass_at: list[int] | None = None,
+           scaling: bool = False, routes: bool = False, failures: bool = False, usage: bool = False,
+           submissions: bool = False) -> list[Table]:
+    """The tables asked for, in a fixed order; the long table when nothing else is."""
+    out = paper_tables(sw) if layout == "paper" else []
+    out += [mode_table(sw)] if by == "mode" else []
+    out += [pass_at_table(sw, pass_at)] if pass_at else []
+    out += [scaling_table(sw)] if scaling else []
+    out += [routes_table(sw)] if routes else []
+    out += [failures_table(sw)] if failures else []
+    out += [usage_table(sw)] if usage else []
+    out += [submissions_table(sw)] if submissions else []
+    return out or [long_table(sw)]
+
+
+def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
+    notes = [f"{WITHIN_NOISE}: within the measured evaluation noise (a2rl calibrate)"] if sw.noise else []
+    if fmt == "json":
+        return json.dumps({"tables": [{"title": t.title, "headers": t.headers, "rows": t.rows, "notes": t.notes}
+                                      for t in ts], "notes": notes, "untrusted": sw.untrusted}, indent=1)
+    parts = []
+    for t in ts:
+        head = [f"# {t.title}"] if len(ts) > 1 else []
+        if fmt == "csv":
+            buf = io.StringIO()
+            w = csv.writer(buf, lineterminator="\n")
+            w.writerow(t.headers)
+            w.writerows(t.rows)
+            body = buf.getvalue().rstrip("\n")
+        else:
+            body = tabulate(t.rows, headers=t.headers, tablefmt=fmt, disable_numparse=True)
+        parts.append("\n".join(head + [body] + ([f"# {n}" for n in t.notes] if len(ts) > 1 else [])))
+    return "\n\n".join(parts) + "".join(f"\n# {n}" for n in notes) + untrusted_note(sw.untrusted)
+
+
+def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
+    sw = Sweeps([sweep])
+    problems += sw.problems
+    return long_table(sw).rows
+
+
 def render(sweep: SweepDir, fmt: str, problems: list[str]) -> str:
-    table = rows(sweep, problems)
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(HEADERS)
-        w.writerows(table)
-        return buf.getvalue().rstrip("\n") + untrusted_note(sweep)
-    return tabulate(table, headers=HEADERS, tablefmt=fmt, disable_numparse=True) + untrusted_note(sweep)
+    """The long table of one sweep (what `launch --wait` prints at the end)."""
+    sw = Sweeps([sweep])
+    problems += sw.problems
+    return format_tables(sw, [long_table(sw)], fmt)
 
 
-def untrusted_note(sweep: SweepDir) -> str:
+def untrusted_note(untrusted: bool) -> str:
     """Agents run without a sandbox could read held-out data and other runs: say so under every table."""
-    return "\n# UNTRUSTED: isolation: none (agents ran unisolated; scores may use held-out data)" \
-        if sweep.spec.isolation == "none" else ""
+    return "\n# UNTRUSTED: isolation: none (agents ran unisolated; scores may use held-out data)" if untrusted else ""

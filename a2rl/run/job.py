@@ -42,7 +42,7 @@ from a2rl.recording.transcripts import parse_usage
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
-from a2rl.store.results import RunResult, load_result, refresh_result, write_result
+from a2rl.store.results import AgentUsage, RunResult, load_result, refresh_result, write_result
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.api import GradingAPI
@@ -184,7 +184,7 @@ class AgentRun:
         meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s,
                        train_format=task.spec.train_format)
         meta.dump(ws.meta_path)
-        self.submitter = RunSubmitter(self.sweep, run, ws, self.budget)
+        self.submitter = RunSubmitter(self.sweep, run, ws, self.budget, usage=self._usage)
 
         def on_submit(_: dict) -> None:
             meta.last_submit_time = now()
@@ -324,9 +324,15 @@ class AgentRun:
             return None
         return self._time_limit_at + (SIGNAL_DELAY_S if self.executor == "slurm" else 30)
 
+    def _usage(self) -> AgentUsage | None:
+        """Tokens and cost in the transcript so far."""
+        log_path = self.dir / "agent.log"
+        if self.stack is None or not log_path.exists():
+            return None
+        return parse_usage(self.stack.transcript, log_path.read_text(errors="replace"))
+
     def _write_result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
-        usage = None if self.stack is None else \
-            parse_usage(self.stack.transcript, (self.dir / "agent.log").read_text(errors="replace"))
+        usage = self._usage()
         setup = self.setup_by_attempt()
         return write_result(self.sweep, self.run.run_id, status=status, failure_reason=reason,
                             agent_exit_code=exit_code, agent_seconds=self.agent_seconds(), started_at=self.started_at,

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.run.budget import Budget
 from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, check_model_path, freeze, resolve_submission
 from a2rl.store.ledger import LedgerEntry
+from a2rl.store.results import AgentUsage
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import SweepDir
@@ -25,8 +26,10 @@ log = logging.getLogger("a2rl.submit")
 
 
 class RunSubmitter:
-    def __init__(self, sweep: SweepDir, run: RunSpec, ws: Workspace, budget: Budget):
-        self.sweep, self.run, self.ws, self.budget = sweep, run, ws, budget
+    def __init__(self, sweep: SweepDir, run: RunSpec, ws: Workspace, budget: Budget,
+                 usage: Callable[[], AgentUsage | None] = lambda: None):
+        """`usage`: the agent's tokens and cost so far (its transcript parsed), recorded with each submission."""
+        self.sweep, self.run, self.ws, self.budget, self.usage = sweep, run, ws, budget, usage
         self.settings = sweep.spec.grader
         self.queue, self.ledger = sweep.queue, sweep.ledger
         self.limits = Limits.for_base(self.settings, ws.model)
@@ -52,7 +55,8 @@ class RunSubmitter:
         except ArtifactError as e:
             files, error = [], str(e)
         entry = self.queue.submit(self.run.run_id, str(model_path),
-                                  lambda sid: str(freeze(files, self.sweep.submissions / sid)), error)
+                                  lambda sid: str(freeze(files, self.sweep.submissions / sid)), error,
+                                  **self.at_submit())
         self.snapshot(entry.submission_id, entry.seq)
         if not wait:
             return {"submission_id": entry.submission_id, "queued": True}
@@ -62,6 +66,21 @@ class RunSubmitter:
                     "error": f"not graded within {self.settings.max_wait_s:g} s; it stays queued and will be "
                              f"scored when a grader is available"}
         return self.response(recorded)
+
+    def at_submit(self) -> dict[str, Any]:
+        """The budget clock, tokens and cost now, for the scaling analyses; a transcript that cannot be read
+        costs the token count, never the submission."""
+        out: dict[str, Any] = {"budget_used_s": round(self.budget.used(), 3)}
+        try:
+            usage = self.usage()
+        except Exception:
+            log.exception("reading the transcript's usage failed")
+            usage = None
+        if usage is not None and usage.input_tokens is not None:
+            out["tokens"] = usage.input_tokens + (usage.output_tokens or 0)
+        if usage is not None:
+            out["cost_usd"] = usage.cost_usd
+        return out
 
     def snapshot(self, sid: str, seq: int) -> None:
         """The code behind the submission, recorded while the clock is stopped; a failure to record it is

@@ -36,6 +36,9 @@ class SweepState:
     jobs: dict[str, JobState] = field(default_factory=dict)  # run_id → the scheduler's word (probed runs)
     lost: dict[str, str] = field(default_factory=dict)  # run_id → why: its job is gone without a result
     problems: list[str] = field(default_factory=list)  # records skipped: unreadable or failing their HMAC
+    # run_id → (tokens, cost $) so far, where the transcript says: the result's totals once a run has one,
+    # before that what its job recorded with its last submission (reading every transcript each poll is not cheap)
+    usage: dict[str, tuple[int | None, float | None]] = field(default_factory=dict)
 
     @property
     def finished(self) -> int:
@@ -51,7 +54,15 @@ class SweepState:
         parts.append(f"{self.graded} graded" + (f", {self.pending_submissions} in queue" if self.pending_submissions else ""))
         if self.best:
             parts.append("best " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.best.items())))
+        if known := [u for u in self.usage.values() if u[0] is not None]:
+            costs = [c for _, c in known if c is not None]
+            parts.append(f"tokens {human(sum(t for t, _ in known))}" + (f", ${sum(costs):.2f}" if costs else "")
+                         + f" ({len(known)} run{'s' if len(known) > 1 else ''})")
         return " · ".join(parts)
+
+
+def human(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
 
 
 def jobs_alive(path: Path, schedulers: Schedulers) -> list[str]:
@@ -115,7 +126,13 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             st.running += 1  # its job completes the result with the scores it waits for
         elif result is not None:
             setattr(st, result.status, getattr(st, result.status) + 1)
-        for e in ledger.entries(run.run_id):
+        entries = ledger.entries(run.run_id)
+        usage = result.usage if result is not None else None
+        if usage is not None and usage.input_tokens is not None:
+            st.usage[run.run_id] = usage.input_tokens + (usage.output_tokens or 0), usage.cost_usd
+        elif result is None and (last := next((e for e in reversed(entries) if e.tokens is not None), None)):
+            st.usage[run.run_id] = last.tokens, last.cost_usd
+        for e in entries:
             st.graded += 1
             key = f"{run.task}/{run.agent.key}"
             if e.score is not None and e.score > st.best.get(key, float("-inf")):

@@ -37,7 +37,8 @@ WATCH_S = 0.05  # how often an idle grader stats pending/: one stat is cheap, th
 
 
 class QueueEntry(SignedRecord):
-    SCHEMA = 2  # 2 added hmac: the run's job signs, the grader verifies before grading
+    SCHEMA = 3  # 2 added hmac: the run's job signs, the grader verifies before grading; 3 budget_used_s, tokens
+    # (the grader copies them into the ledger entry)
     submission_id: str
     run_id: str
     seq: int
@@ -45,6 +46,9 @@ class QueueEntry(SignedRecord):
     model_path: str  # as the agent gave it, for the report
     artifact: str | None  # frozen snapshot the grader evaluates; None when `error` is set
     error: str | None = None  # rejected before grading (bad path, LoRA adapter...): recorded as invalid
+    budget_used_s: float | None = None  # the run's budget clock at submission
+    tokens: int | None = None  # the agent's input + output tokens so far (None: its transcript does not say)
+    cost_usd: float | None = None
 
 
 class Lease(Record):
@@ -74,9 +78,10 @@ class SubmissionQueue:
         self._lock = FileLock(str(self.root / ".lock"), timeout=lock_timeout_s)
 
     def submit(self, run_id: str, model_path: str, artifact_for: Callable[[str], str | None],
-               error: str | None = None) -> QueueEntry:
+               error: str | None = None, **at_submit: float | int | None) -> QueueEntry:
         """Enqueue a submission. `artifact_for(submission_id)` freezes the artifact (outside the lock) and
-        returns its path; the entry becomes visible to graders only after that."""
+        returns its path; the entry becomes visible to graders only after that. `at_submit`: the run's
+        budget_used_s, tokens and cost_usd at this moment."""
         with self._lock:
             seq = self.count(run_id) + 1
             atomic_write_text(self.seq / run_id, str(seq))
@@ -88,7 +93,7 @@ class SubmissionQueue:
             except Exception as e:  # a failed snapshot is the agent's invalid submission, not our crash
                 error = f"could not snapshot the model directory: {e}"
         entry = QueueEntry(submission_id=sid, run_id=run_id, seq=seq, submitted_at=now(),
-                           model_path=model_path, artifact=artifact, error=error).sign(self.key)
+                           model_path=model_path, artifact=artifact, error=error, **at_submit).sign(self.key)
         entry.dump(self.pending / f"{sid}.json")  # atomic rename: graders never see half an entry
         return entry
 

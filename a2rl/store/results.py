@@ -37,7 +37,7 @@ class AgentUsage(BaseModel):
 
 
 class RunResult(SignedRecord):
-    SCHEMA = 3  # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol
+    SCHEMA = 4  # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol; 4: submitted_budget_s, submitted_tokens
     run_id: str
     task: str
     protocol: Protocol  # how the submissions and the baseline were scored
@@ -59,6 +59,10 @@ class RunResult(SignedRecord):
     valid_submissions: int = 0
     ungraded_submissions: int = 0  # still queued when the run ended
     scores: list[float | None] = []  # per submission, in order (None = invalid)
+    # per graded submission, as the ledger has them: the budget clock and the agent's tokens when it was made
+    # (copied here so the tables need not read every ledger entry of a large sweep)
+    submitted_budget_s: list[float | None] = []
+    submitted_tokens: list[int | None] = []
     budget_s: float
     agent_seconds: float = 0.0  # budget clock used (it starts when the agent process starts)
     uncharged_seconds: float = 0.0  # grading waits not charged to the budget (capped; README "budget rule")
@@ -89,7 +93,8 @@ def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], basel
         best=best.score if best else None, best_submission=best.submission_id if best else None,
         improvement=(best.score - base) if best is not None and base is not None else None,
         submissions=submitted, valid_submissions=len(scored), ungraded_submissions=submitted - len(entries),
-        scores=[e.score for e in entries], budget_s=run.budget_s, agent_seconds=agent_seconds,
+        scores=[e.score for e in entries], submitted_budget_s=[e.budget_used_s for e in entries],
+        submitted_tokens=[e.tokens for e in entries], budget_s=run.budget_s, agent_seconds=agent_seconds,
         wall_seconds=ended_at - started_at, started_at=started_at, ended_at=ended_at, **recorded)
 
 

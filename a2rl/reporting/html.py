@@ -1,0 +1,150 @@
+"""The sweep report, `a2rl report SWEEP_DIR... [--out DIR]` (default: the first sweep's report/): one static
+index.html with the paper's tables (reporting/aggregate.py), a plot per cell of every run's score against its
+budget clock, the mode × task heatmap, and links to each run's own report (runs/<id>/report/). Plain files with
+relative links and no scripts, styles or fonts from elsewhere: it opens from a shared file system or after
+`rsync` of the sweep directories, without a server.
+"""
+
+from __future__ import annotations
+
+import html
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from tabulate import tabulate
+
+from a2rl.records import atomic_write_text
+from a2rl.reporting.aggregate import Key, Sweeps, Table, heatmap, tables
+
+STYLE = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
+.note{color:#555;font-size:90%}.plots img{width:420px;margin:4px;border:1px solid #eee}
+.warn{background:#fdd;padding:.5em}"""
+PASS_AT = [1, 3, 5]
+LEGEND_RUNS = 6  # a legend of more seeds costs half the plot's time and tells nothing
+CELLS_PER_WORKER = 50  # below this many plots a worker process costs more than it saves
+
+
+def _table(t: Table) -> str:
+    body = tabulate(t.rows, headers=t.headers, tablefmt="html", disable_numparse=True)  # escapes the cells
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in t.notes)
+    return f"<h3>{html.escape(t.title)}</h3>\n{body}\n{notes}"
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# what a cell's plot needs, picklable for the worker processes: title, budget, baseline, and per run with a
+# budget-timed submission its seed and (budget s, score) points
+CellPlot = tuple[str, float, "float | None", list[tuple[int, list[tuple[float, float]]]]]
+
+
+def cell_data(sw: Sweeps, key: Key) -> CellPlot:
+    runs = sw.cells[key]
+    series = [(r.spec.seed, [(x, s) for x, s in r.scored("budget_s") if x is not None]) for r in runs if r.result]
+    return " / ".join(key), runs[0].spec.budget_s, runs[0].base_score, [(seed, pts) for seed, pts in series if pts]
+
+
+def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
+    """Every run of each cell: its scores (dots) and best so far (steps, from the base model's score at 0)
+    against the budget clock, and the baseline. One figure, cleared between cells: a new one costs more than
+    the plot."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.15, top=0.9)
+    for (title, budget, base, series), path in jobs:
+        ax.clear()
+        for seed, pts in series:
+            line, = ax.plot(*zip(*pts), "o", markersize=3)
+            xs, best = ([0.0], [base]) if base is not None else ([], [])
+            for x, s in pts:
+                xs.append(x)
+                best.append(max(s, best[-1]) if best else s)
+            ax.step(xs + [budget], best + best[-1:], where="post", color=line.get_color(), linewidth=1,
+                    label=f"s{seed}" if len(series) <= LEGEND_RUNS else None)
+        if base is not None:
+            ax.axhline(base, color="gray", linewidth=1, linestyle="--", label="baseline")
+        ax.set(xlabel="budget clock (s)", ylabel="score", xlim=(0, budget))
+        ax.set_title(f"{title} ({len(series)} runs)", fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, ncol=2)
+        fig.savefig(path, dpi=72)
+    plt.close(fig)
+
+
+def heatmap_plot(sw: Sweeps, path: Path) -> None:
+    plt = _plt()
+    modes, tasks, grid = heatmap(sw)
+    fig, ax = plt.subplots(figsize=(max(4.0, 2 + 1.2 * len(tasks)), 1.5 + 0.5 * len(modes)))
+    vals = [[v if v is not None else float("nan") for v in row] for row in grid]
+    span = max([abs(v) for row in grid for v in row if v is not None], default=1.0) or 1.0
+    im = ax.imshow(vals, cmap="RdYlGn", aspect="auto", vmin=-span, vmax=span)  # 0 (no change) is the middle
+    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
+    ax.set_yticks(range(len(modes)), modes)
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=8)
+    fig.colorbar(im, ax=ax, label="mean improvement")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _link(out: Path, target: Path, text: str) -> str:
+    if not target.exists():
+        return ""
+    return f'<a href="{html.escape(os.path.relpath(target, out))}">{html.escape(text)}</a>'
+
+
+def write_report(sw: Sweeps, out: Path) -> Path:
+    """index.html and its plots under `out`; returns the index's path."""
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    parts = [f"<h1>a2rl report: {html.escape(', '.join(str(s.root) for s in sw.dirs))}</h1>"]
+    if sw.untrusted:
+        parts.append('<p class="warn">UNTRUSTED: agents ran without isolation; scores may use held-out data</p>')
+    if sw.noise:
+        parts.append('<p class="note">~: improvement within the measured evaluation noise (a2rl calibrate)</p>')
+    parts.append("<h2>Results</h2>")
+    parts += [_table(t) for t in tables(sw, layout="paper")]
+    parts.append("<h2>Prompt modes</h2>")
+    heatmap_plot(sw, plots / "heatmap.svg")
+    parts.append('<img class="heatmap" src="plots/heatmap.svg" alt="mode × task heatmap">')
+    parts += [_table(t) for t in tables(sw, by="mode")]
+    parts.append("<h2>Score against budget time, per cell</h2><div class=\"plots\">")
+    jobs = [(cell_data(sw, key), str(plots / f"cell-{i:04d}.png")) for i, key in enumerate(sw.cells)]
+    workers = min(os.cpu_count() or 1, -(-len(jobs) // CELLS_PER_WORKER))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            list(pool.map(plot_cells, [jobs[i::workers] for i in range(workers)]))
+    else:
+        plot_cells(jobs)
+    parts += [f'<img src="plots/{Path(path).name}" alt="{html.escape(title)}">' for (title, *_), path in jobs]
+    parts.append("</div><h2>Analyses</h2>")
+    parts += [_table(t) for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True,
+                                        submissions=True)]
+    parts.append("<h2>Runs</h2>")
+    rows = []
+    for run in sw.runs:
+        report = run.sweep.run_dir(run.spec.run_id) / "report"
+        links = " ".join(filter(None, (_link(out, report / "summary.md", "summary"),
+                                       _link(out, report / "trajectory.png", "trajectory"),
+                                       _link(out, report / "metrics.json", "metrics"))))
+        state = run.result.status if run.result else "no result"
+        score = "—" if run.score is None else f"{run.score:.2f}"
+        rows.append(f"<tr><td>{html.escape(run.spec.run_id)}</td><td>{html.escape(state)}</td><td>{score}</td>"
+                    f"<td>{links or 'no report yet'}</td></tr>")
+    parts.append("<table class=\"runs\"><tr><th>run</th><th>status</th><th>score</th><th>report</th></tr>"
+                 + "".join(rows) + "</table>")
+    index = out / "index.html"
+    atomic_write_text(index, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>a2rl report</title>"
+                             f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+    return index

@@ -1,0 +1,249 @@
+"""The paper's tables (issue 14) on a synthetic sweep with known numbers (records only, no jobs): two tasks, two
+prompt modes, three seeds; a failed run, a missing run (seed not finished), a failed baseline, and ledger
+entries that say when (budget clock, tokens) each submission was made."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from a2rl.errors import SpecError
+from a2rl.reporting.aggregate import (Sweeps, expected_best_of, failures_table, format_tables, mode_table,
+                                      paper_tables, pass_at_table, routes_table, scaling_table, submissions_table,
+                                      usage_table)
+from a2rl.reporting.metrics import RunMetrics
+from a2rl.spec.grid import expand
+from a2rl.spec.sweep import SweepSpec
+from a2rl.store.baselines import BaselineRecord, baseline_path
+from a2rl.store.ledger import LedgerEntry
+from a2rl.store.noise import NoiseRecord, noise_path
+from a2rl.store.results import AgentUsage, build_result
+from a2rl.store.sweepdir import SweepDir
+from conftest import a2rl
+
+
+def make_sweep(root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval")) -> SweepDir:
+    spec = SweepSpec.model_validate({"name": "tables", "tasks": list(tasks), "agents": ["claude"],
+                                     "drivers": ["gpt-x"], "modes": ["free", "sft-only"],
+                                     "models": ["builtin:tiny-llama"], "seeds": list(seeds), "budget": budget,
+                                     "executor": "local"})
+    sweep = SweepDir(root)
+    sweep.create(spec, "", expand(spec))
+    for task, score in (("gsm8k", 10.0), ("humaneval", None)):
+        if task in tasks:
+            BaselineRecord(task=task, model="tiny-llama", model_path="builtin:tiny-llama", weights_hash="h", protocol="paper",
+                           evaluator_version=1, status="ok" if score is not None else "failed", score=score,
+                           error=None if score is not None else "judge down", graded_at=0.0
+                           ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", "paper"))
+    return sweep
+
+
+def finish(sweep: SweepDir, task: str, mode: str, seed: int, subs: list[tuple[float, int | None, float | None]],
+           status: str = "ok", usage: tuple[int, int, float] | None = None, train_type: str = "SFT",
+           failure: tuple[str, str] | None = None) -> None:
+    """A run's ledger (one entry per (budget s, tokens, score or None for invalid)), result and report metrics."""
+    run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed) == (task, mode, seed))
+    for seq, (at, tokens, score) in enumerate(subs, 1):
+        sweep.ledger.record(LedgerEntry(
+            submission_id=f"{run.run_id}.{seq:04d}", run_id=run.run_id, seq=seq, submitted_at=at, claimed_at=at,
+            graded_at=at, status="scored" if score is not None else "invalid", score=score, model_path="m",
+            task=task, protocol="paper", evaluator_version=1, grader="g", attempt=1, budget_used_s=at, tokens=tokens))
+    base = BaselineRecord.load(baseline_path(sweep, task, "tiny-llama", "paper"))
+    u = None if usage is None else AgentUsage(parser="claude", input_tokens=usage[0], output_tokens=usage[1],
+                                              cost_usd=usage[2])
+    result = build_result(run, status=status, entries=sweep.ledger.entries(run.run_id), baseline=base,
+                          submitted=len(subs), failure_reason=None, agent_exit_code=0, agent_seconds=100.0,
+                          started_at=0.0, ended_at=100.0, usage=u)
+    result.sign(sweep.key).dump(sweep.result_path(run.run_id))
+    RunMetrics(run_id=run.run_id, task=task, agent="claude", driver="gpt-x", mode=mode, model="tiny-llama", protocol="paper",
+               seed=seed, status=status, baseline=result.baseline, best=result.best, improvement=result.improvement,
+               submissions=len(subs), valid_submission_rate=None, first_valid_idx=None,
+               time_to_first_improvement=None, time_to_best=None, monotonic_ratio=None, copy_model_count=0,
+               time_used_ratio=1.0, last_submit_gap=None, score_trajectory=[], input_tokens=None,
+               output_tokens=None, cost_usd=None, cpu_seconds=None, train_type=train_type, train_types_seen=[],
+               failure_type=failure[0] if failure else None, failure_source=failure[1] if failure else None,
+               code_snapshots=0).dump(sweep.run_dir(run.run_id) / "report" / "metrics.json")
+
+
+@pytest.fixture
+def sweep(tmp_path) -> SweepDir:
+    sweep = make_sweep(tmp_path / "a")
+    # gsm8k (baseline 10), free: 40 and 30; seed 2 failed (infrastructure)
+    finish(sweep, "gsm8k", "free", 0, [(20, 1000, 20.0), (60, 5000, 40.0)], usage=(4000, 1000, 0.5),
+           train_type="SFT+GRPO")
+    finish(sweep, "gsm8k", "free", 1, [(10, 500, None), (90, 200_000, 30.0)], usage=(190_000, 10_000, 1.5))
+    finish(sweep, "gsm8k", "free", 2, [], status="failed")
+    # sft-only: no valid submission (keeps the baseline 10), 16; seed 2 not finished
+    finish(sweep, "gsm8k", "sft-only", 0, [(30, None, None)], failure=("code_error_runtime", "agent"))
+    finish(sweep, "gsm8k", "sft-only", 1, [(50, None, 16.0)])
+    # humaneval: the baseline failed; free scores 50, —, 70
+    finish(sweep, "humaneval", "free", 0, [(40, None, 50.0)])
+    finish(sweep, "humaneval", "free", 1, [], failure=("unknown", "infra"))
+    finish(sweep, "humaneval", "free", 2, [(70, None, 70.0)])
+    return sweep
+
+
+def as_dicts(table) -> dict[str, dict[str, str]]:
+    """Rows by their first column (paper/mode tables) or by task/mode (per-cell tables)."""
+    if table.headers[0] == "model":
+        return {f"{r[1]}/{r[4]}": dict(zip(table.headers, r)) for r in table.rows}
+    return {r[0]: dict(zip(table.headers, r)) for r in table.rows}
+
+
+def test_paper_layout_is_a_block_per_model_with_the_baseline_first(sweep):
+    (block,) = paper_tables(Sweeps([sweep]))
+    assert block.title == "Table 2: tiny-llama" and block.headers == ["stack / driver", "gsm8k", "humaneval"]
+    assert block.rows[0] == ["baseline", "10.00", "FAILED"]
+    rows = as_dicts(block)
+    assert rows["claude / gpt-x [free]"] == {"stack / driver": "claude / gpt-x [free]",
+                                             "gsm8k": "35.00 ± 5.00 (n=2)", "humaneval": "60.00 ± 10.00 (n=2)"}
+    assert rows["claude / gpt-x [sft-only]"]["gsm8k"] == "13.00 ± 3.00 (n=2)"
+    assert rows["claude / gpt-x [sft-only]"]["humaneval"] == "—"  # no runs, and no baseline to fall back on
+
+
+def test_all_seeds_present_show_no_n(tmp_path):
+    sweep = make_sweep(tmp_path / "s", seeds=(0, 1), tasks=("gsm8k",))
+    for seed, score in ((0, 20.0), (1, 30.0)):
+        finish(sweep, "gsm8k", "free", seed, [(10, None, score)])
+    rows = as_dicts(paper_tables(Sweeps([sweep]))[0])
+    assert rows["claude / gpt-x [free]"]["gsm8k"] == "25.00 ± 5.00"
+
+
+def test_by_mode_is_mean_improvement_per_mode_and_task(sweep):
+    rows = as_dicts(mode_table(Sweeps([sweep])))
+    assert rows["free"]["gsm8k"] == "+25.00 ± 5.00 (n=2)" and rows["free"]["humaneval"] == "—"
+    assert rows["sft-only"]["gsm8k"] == "+3.00 ± 3.00 (n=2)"
+
+
+def test_pass_at_k_table(sweep):
+    rows = as_dicts(pass_at_table(Sweeps([sweep]), [1, 2, 3]))
+    assert [rows["gsm8k/free"][k] for k in ("n", "pass@1", "pass@2", "pass@3")] == ["2", "+25.00", "+30.00", "—"]
+    assert rows["humaneval/free"]["n"] == "0"  # no baseline: no improvements
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (4, 2), (5, 3), (6, 5), (7, 7)])
+def test_pass_at_k_estimator_equals_brute_force_enumeration(n, k):
+    rng = random.Random(n * 31 + k)
+    xs = [round(rng.uniform(-20, 40), 1) for _ in range(n)]
+    xs[0] = xs[-1]  # ties count
+    subsets = list(itertools.combinations(xs, k))
+    assert expected_best_of(xs, k) == pytest.approx(sum(max(s) for s in subsets) / len(subsets))
+
+
+def test_pass_at_k_needs_k_runs():
+    with pytest.raises(ValueError, match="pass@3 needs at least 3 runs"):
+        expected_best_of([1.0, 2.0], 3)
+
+
+def test_scaling_is_best_so_far_at_budget_fractions_and_token_counts(sweep):
+    table = scaling_table(Sweeps([sweep]))
+    rows = as_dicts(table)
+    free = rows["gsm8k/free"]
+    assert [free[f"@{p} budget"] for p in ("25%", "50%", "75%", "100%")] == \
+        ["15.00 ± 5.00 (n=2)", "15.00 ± 5.00 (n=2)", "25.00 ± 15.00 (n=2)", "35.00 ± 5.00 (n=2)"]
+    assert [free[f"@{t} tokens"] for t in ("10,000", "100,000", "1,000,000")] == \
+        ["25.00 ± 15.00 (n=2)", "25.00 ± 15.00 (n=2)", "35.00 ± 5.00 (n=2)"]
+    # a submission without a token count leaves the run out of the token columns, not out of the budget ones
+    assert rows["gsm8k/sft-only"]["@10,000 tokens"] == "10.00 ± 0.00 (n=1)"
+    assert rows["gsm8k/sft-only"]["@50% budget"] == "13.00 ± 3.00 (n=2)"
+
+
+def test_routes_failures_usage_and_submissions(sweep):
+    sw = Sweeps([sweep])
+    routes = as_dicts(routes_table(sw))
+    assert routes["gsm8k/free"]["training (runs)"] == "SFT+GRPO×1, SFT×1"
+    assert routes["gsm8k/sft-only"]["training (runs)"] == "SFT×1"  # the run without a valid submission has none
+    fails = as_dicts(failures_table(sw))
+    assert (fails["gsm8k/free"]["infrastructure"], fails["gsm8k/free"]["agent"]) == ("1", "0")
+    assert (fails["gsm8k/sft-only"]["agent"], fails["gsm8k/sft-only"]["agent failure types"]) == \
+        ("1", "code_error_runtime×1")
+    assert (fails["humaneval/free"]["infrastructure"], fails["humaneval/free"]["agent"]) == ("1", "0")
+    usage = as_dicts(usage_table(sw))
+    assert [usage["gsm8k/free"][h] for h in ("tokens / run", "tokens", "cost $ / run", "cost $")] == \
+        ["102,500", "205,000", "1.00", "2.00"]
+    assert usage["gsm8k/sft-only"]["tokens"] == "—"
+    subs = as_dicts(submissions_table(sw))
+    assert subs["gsm8k/free"] == {**subs["gsm8k/free"], "submissions (mean ± SEM)": "1.33 ± 0.67", "valid": "75%"}
+
+
+def test_improvements_within_measured_noise_are_marked(sweep):
+    NoiseRecord(task="gsm8k", model="tiny-llama", protocol="paper", evaluator_version=1, repeats=4,
+                scores={"baseline": [10.0, 14.0, 6.0, 10.0]}, measured_at=0.0
+                ).sign(sweep.key).dump(noise_path(sweep, "gsm8k", "tiny-llama", "paper"))
+    sw = Sweeps([sweep])
+    rows = as_dicts(paper_tables(sw)[0])
+    # 2 × sd = 2 × sqrt(32/3) = 6.5: +3 is within it, +25 is not
+    assert rows["claude / gpt-x [sft-only]"]["gsm8k"] == "13.00 ± 3.00 (n=2)~"
+    assert rows["claude / gpt-x [free]"]["gsm8k"] == "35.00 ± 5.00 (n=2)"
+    assert "~: within the measured evaluation noise" in format_tables(sw, paper_tables(sw), "simple")
+
+
+def test_several_sweeps_merge_by_key(sweep, tmp_path):
+    more = make_sweep(tmp_path / "b", seeds=(3,), tasks=("gsm8k",))
+    finish(more, "gsm8k", "free", 3, [(50, None, 60.0)])
+    rows = as_dicts(paper_tables(Sweeps([sweep, more]))[0])
+    assert rows["claude / gpt-x [free]"]["gsm8k"] == "43.33 ± 8.82 (n=3)"  # 40, 30, 60 of 4 runs
+
+
+def test_conflicting_sweeps_are_an_error(sweep, tmp_path):
+    with pytest.raises(SpecError, match="the same run gsm8k__claude__gpt-x__tiny-llama__s0"):
+        Sweeps([sweep, make_sweep(tmp_path / "b")])
+    other_budget = make_sweep(tmp_path / "c", seeds=(7,), budget=200)
+    with pytest.raises(SpecError, match="conflicting specs for tiny-llama / gsm8k / claude / gpt-x / free / paper: budget"):
+        Sweeps([sweep, other_budget])
+
+
+def test_command_line_formats_and_errors(sweep, tmp_path):
+    out = a2rl("aggregate", str(sweep.root), "--layout", "paper", "--pass-at", "1,2", "--format", "json", check=True)
+    doc = json.loads(out.stdout)
+    assert [t["title"] for t in doc["tables"]] == ["Table 2: tiny-llama", "pass@k: expected best improvement over k runs"]
+    assert doc["tables"][0]["rows"][0] == ["baseline", "10.00", "FAILED"]
+    latex = a2rl("aggregate", str(sweep.root), "--by", "mode", "--format", "latex", check=True).stdout
+    assert "\\begin{tabular}" in latex and "sft-only" in latex
+    csv_text = a2rl("aggregate", str(sweep.root), "--scaling", "--format", "csv", check=True).stdout
+    assert csv_text.splitlines()[0].startswith("model,task,agent,driver,mode,protocol,@25% budget")
+    bad = a2rl("aggregate", str(sweep.root), str(sweep.root))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: the same run") and "Traceback" not in bad.stderr
+    bad = a2rl("aggregate", str(sweep.root), "--pass-at", "0")
+    assert bad.returncode == 2 and "k values must be 1 or more" in bad.stderr
+
+
+def test_html_report_of_the_synthetic_sweep(sweep):
+    index = Path(a2rl("report", str(sweep.root), check=True).stdout.strip())
+    assert index == sweep.root / "report" / "index.html"
+    page = index.read_text()
+    assert "<h3>Table 2: tiny-llama</h3>" in page and "35.00 ± 5.00 (n=2)" in page and "FAILED" in page
+    imgs = re.findall(r'<img[^>]* src="([^"]+)"', page)
+    assert "plots/heatmap.svg" in imgs and len([i for i in imgs if i.startswith("plots/cell-")]) == 4
+    assert all((index.parent / i).stat().st_size > 1000 for i in imgs)
+    links = re.findall(r'href="([^"]+)"', page)
+    run_id = "gsm8k__claude__gpt-x__tiny-llama__s0"
+    assert f"../runs/{run_id}/report/metrics.json" in links and all((index.parent / h).exists() for h in links)
+    assert "http" not in page  # nothing fetched from elsewhere
+
+
+def test_report_plots_the_same_in_worker_processes(sweep, tmp_path, monkeypatch):
+    """Big sweeps plot their cells in worker processes; the pictures are those of a single process."""
+    from a2rl.reporting import html
+
+    one = html.write_report(Sweeps([sweep]), tmp_path / "one").parent / "plots"
+    monkeypatch.setattr(html, "CELLS_PER_WORKER", 1)
+    monkeypatch.setattr(html.os, "cpu_count", lambda: 4)
+    many = html.write_report(Sweeps([sweep]), tmp_path / "many").parent / "plots"
+    cells = sorted(p.name for p in one.glob("cell-*.png"))
+    assert len(cells) == 4 and sorted(p.name for p in many.glob("cell-*.png")) == cells
+    assert all((one / c).read_bytes() == (many / c).read_bytes() for c in cells)
+
+
+def test_long_table_without_a_baseline_score_shows_the_best_but_no_improvement(tmp_path):
+    sweep = make_sweep(tmp_path / "s", seeds=(0,), tasks=("humaneval",))  # its baseline failed
+    finish(sweep, "humaneval", "free", 0, [(10, None, 30.0)])
+    from a2rl.reporting.aggregate import long_table
+
+    row = dict(zip(long_table(Sweeps([sweep])).headers, long_table(Sweeps([sweep])).rows[0]))
+    assert (row["baseline"], row["best (mean ± SEM)"], row["improvement"]) == ("FAILED: judge down", "30.00 ± 0.00", "—")
