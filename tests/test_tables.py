@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.errors import SpecError
-from a2rl.reporting.aggregate import (Sweeps, expected_best_of, failures_table, format_tables, mode_table,
+from a2rl.reporting.aggregate import (Sweeps, expected_best_of, failures_table, format_tables, long_table, mode_table,
                                       paper_tables, pass_at_table, routes_table, scaling_table, submissions_table,
                                       usage_table)
 from a2rl.reporting.metrics import RunMetrics
@@ -27,40 +27,41 @@ from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl
 
 
-def make_sweep(root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval")) -> SweepDir:
+def make_sweep(root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",)) -> SweepDir:
     spec = SweepSpec.model_validate({"name": "tables", "tasks": list(tasks), "agents": ["claude"],
                                      "drivers": ["gpt-x"], "modes": ["free", "sft-only"],
                                      "models": ["builtin:tiny-llama"], "seeds": list(seeds), "budget": budget,
-                                     "executor": "local"})
+                                     "protocols": list(protocols), "executor": "local"})
     sweep = SweepDir(root)
     sweep.create(spec, "", expand(spec))
     for task, score in (("gsm8k", 10.0), ("humaneval", None)):
-        if task in tasks:
-            BaselineRecord(task=task, model="tiny-llama", model_path="builtin:tiny-llama", weights_hash="h", protocol="paper",
-                           evaluator_version=1, status="ok" if score is not None else "failed", score=score,
-                           error=None if score is not None else "judge down", graded_at=0.0
-                           ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", "paper"))
+        for protocol in protocols if task in tasks else ():
+            score = score if protocol == "paper" or score is None else score / 2  # a2rl: 5
+            BaselineRecord(task=task, model="tiny-llama", model_path="builtin:tiny-llama", weights_hash="h",
+                           protocol=protocol, evaluator_version=1, status="ok" if score is not None else "failed",
+                           score=score, error=None if score is not None else "judge down", graded_at=0.0
+                           ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", protocol))
     return sweep
 
 
 def finish(sweep: SweepDir, task: str, mode: str, seed: int, subs: list[tuple[float, int | None, float | None]],
            status: str = "ok", usage: tuple[int, int, float] | None = None, train_type: str = "SFT",
-           failure: tuple[str, str] | None = None) -> None:
+           failure: tuple[str, str] | None = None, protocol: str = "paper") -> None:
     """A run's ledger (one entry per (budget s, tokens, score or None for invalid)), result and report metrics."""
-    run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed) == (task, mode, seed))
+    run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed, r.protocol) == (task, mode, seed, protocol))
     for seq, (at, tokens, score) in enumerate(subs, 1):
         sweep.ledger.record(LedgerEntry(
             submission_id=f"{run.run_id}.{seq:04d}", run_id=run.run_id, seq=seq, submitted_at=at, claimed_at=at,
             graded_at=at, status="scored" if score is not None else "invalid", score=score, model_path="m",
-            task=task, protocol="paper", evaluator_version=1, grader="g", attempt=1, budget_used_s=at, tokens=tokens))
-    base = BaselineRecord.load(baseline_path(sweep, task, "tiny-llama", "paper"))
+            task=task, protocol=protocol, evaluator_version=1, grader="g", attempt=1, budget_used_s=at, tokens=tokens))
+    base = BaselineRecord.load(baseline_path(sweep, task, "tiny-llama", protocol))
     u = None if usage is None else AgentUsage(parser="claude", input_tokens=usage[0], output_tokens=usage[1],
                                               cost_usd=usage[2])
     result = build_result(run, status=status, entries=sweep.ledger.entries(run.run_id), baseline=base,
                           submitted=len(subs), failure_reason=None, agent_exit_code=0, agent_seconds=100.0,
                           started_at=0.0, ended_at=100.0, usage=u)
     result.sign(sweep.key).dump(sweep.result_path(run.run_id))
-    RunMetrics(run_id=run.run_id, task=task, agent="claude", driver="gpt-x", mode=mode, model="tiny-llama", protocol="paper",
+    RunMetrics(run_id=run.run_id, task=task, agent="claude", driver="gpt-x", mode=mode, model="tiny-llama", protocol=protocol,
                seed=seed, status=status, baseline=result.baseline, best=result.best, improvement=result.improvement,
                submissions=len(subs), valid_submission_rate=None, first_valid_idx=None,
                time_to_first_improvement=None, time_to_best=None, monotonic_ratio=None, copy_model_count=0,
@@ -104,6 +105,18 @@ def test_paper_layout_is_a_block_per_model_with_the_baseline_first(sweep):
                                              "gsm8k": "35.00 ± 5.00 (n=2)", "humaneval": "60.00 ± 10.00 (n=2)"}
     assert rows["claude / gpt-x [sft-only]"]["gsm8k"] == "13.00 ± 3.00 (n=2)"
     assert rows["claude / gpt-x [sft-only]"]["humaneval"] == "—"  # no runs, and no baseline to fall back on
+
+
+def test_each_protocol_is_its_own_block_against_its_own_baseline(tmp_path):
+    sweep = make_sweep(tmp_path / "p", seeds=(0,), tasks=("gsm8k",), protocols=("paper", "a2rl"))
+    finish(sweep, "gsm8k", "free", 0, [(10, None, 30.0)])
+    finish(sweep, "gsm8k", "free", 0, [(10, None, 20.0)], protocol="a2rl")
+    paper, a2rl = paper_tables(Sweeps([sweep]))
+    assert paper.title == "Table 2: tiny-llama (protocol paper)" and a2rl.title == "Table 2: tiny-llama (protocol a2rl)"
+    assert [paper.rows[0], a2rl.rows[0]] == [["baseline", "10.00"], ["baseline", "5.00"]]
+    assert [as_dicts(t)["claude / gpt-x [free]"]["gsm8k"] for t in (paper, a2rl)] == ["30.00 ± 0.00", "20.00 ± 0.00"]
+    improvements = {r[5]: r[8] for r in long_table(Sweeps([sweep])).rows if r[3] == "free"}
+    assert improvements == {"paper": "+20.00", "a2rl": "+15.00"}  # never averaged across protocols
 
 
 def test_all_seeds_present_show_no_n(tmp_path):
