@@ -196,12 +196,12 @@ class AgentRun:
                 AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
                              allow_hosts=spec.allow_hosts,
                              on_refused=lambda t: self._log(f"network: refused {t} (not in allow_hosts)")) as box:
-            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
-                                    python=python, endpoint_env=endpoint_env)
-            env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             stack_dir = agents.path(run.agent.name).parent
+            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
+                                    python=python, endpoint_env=endpoint_env, stack_dir=stack_dir)
+            env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
-                              stack_dir=stack_dir, python=python)
+                              stack_dir=stack_dir, python=python, env=env)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
                       f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
             argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir)
@@ -332,10 +332,11 @@ class AgentRun:
 
 
 def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
-                      driver: str, python: Path, endpoint_env: dict[str, str]) -> dict[str, str]:
+                      driver: str, python: Path, endpoint_env: dict[str, str], stack_dir: Path) -> dict[str, str]:
     """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
-    env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
-                              passthrough=[*stack.passthrough_env, *stack.credentials], python=python), driver)
+    env = stack.agent_env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
+                                    passthrough=[*stack.passthrough_env, *stack.credentials], python=python),
+                          driver, stack_dir)
     env.update(endpoint_env)
     env.update(box.env)
     return env

@@ -284,11 +284,15 @@ class AgentSandbox:
 
 def with_link_targets(dirs: list[Path]) -> list[Path]:
     """The existing `dirs`, each followed by the directories its links point into (an npm prefix's bin/ links
-    into lib/node_modules/<package>/, a Hugging Face snapshot's files into blobs/), to bind them all."""
+    into lib/node_modules/<package>/, a Hugging Face snapshot's files into blobs/), to bind them all. A local
+    npm install's `node_modules/.bin` stands for its whole `node_modules`: a CLI there loads its sibling
+    packages (codex its platform binary)."""
     out: list[Path] = []
     for d in dirs:
         if not d.is_dir():
             continue
+        if d.name == ".bin" and d.parent.name == "node_modules":
+            d = d.parent
         out.append(d)
         out += sorted({e.resolve().parent for e in d.iterdir() if e.is_symlink() and e.exists()} - {d})
     return out

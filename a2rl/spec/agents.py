@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,17 @@ class OpenAICompatible(BaseModel):
         return self.model.format(**values), {k: v.format(**values) for k, v in self.env.items()}
 
 
+class Install(BaseModel):
+    """Where a stack's CLI comes from, pinned: `tools/agents/install.sh` installs exactly this."""
+    model_config = ConfigDict(extra="forbid")
+    npm: str | None = None  # an npm package, installed into the CLI prefix ($A2RL_AGENT_CLIS)
+    pip: str | None = None  # a pip requirement, installed into its own venv under the prefix
+    version: str
+
+    def command(self, stack: str) -> str:
+        return f"tools/agents/install.sh {stack}"
+
+
 class AgentStack(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -44,6 +56,11 @@ class AgentStack(BaseModel):
     driver_families: list[str] = []
     driver_env: str | None = None  # a variable that carries the driver to CLIs that read it from the environment
     passthrough_env: list[str] = []  # launcher variables the agent may see (nothing else leaks through)
+    env: dict[str, str] = {}  # fixed variables the CLI needs ({stack_dir} expands), e.g. IS_SANDBOX=1
+    # argv added where a variable of the agent's environment is set ({value}: its value): settings a CLI takes
+    # only as flags
+    env_flags: dict[str, list[str]] = {}
+    install: Install | None = None  # None: the command needs no installing (python, true)
     credentials: list[str] = []  # launcher variables the CLI needs (API keys): checked at launch, passed through
     # directories searched for the CLI after this installation's bin/ and before the system's; `$VARS` and `~`
     # expand in the job, and an entry whose variable is unset is dropped
@@ -66,9 +83,15 @@ class AgentStack(BaseModel):
         dirs = [os.path.expanduser(os.path.expandvars(d)) for d in self.path]
         return [d for d in dirs if "$" not in d]
 
-    def env(self, base: dict[str, str], driver: str) -> dict[str, str]:
-        """`base` (agent_env's) with this stack's directories on PATH and its driver variable."""
+    def find_cli(self, environ: dict[str, str]) -> str | None:
+        """The CLI this stack runs (command[0]) as the job will find it: in `path`, then on PATH."""
+        return shutil.which(self.command[0], path=os.pathsep.join([*self.search_dirs(), environ.get("PATH", "")]))
+
+    def agent_env(self, base: dict[str, str], driver: str, stack_dir: Path) -> dict[str, str]:
+        """`base` (agent_env's) with this stack's directories on PATH, its fixed variables and its driver
+        variable."""
         env = dict(base)
+        env.update({k: v.format(stack_dir=stack_dir) for k, v in self.env.items()})
         dirs = self.search_dirs()
         if dirs:
             first, _, rest = env["PATH"].partition(":")  # first: this installation's bin/ (python, a2rl)
@@ -84,11 +107,14 @@ class AgentStack(BaseModel):
                              f"(known: {', '.join(sorted(self.args)) or 'none'})"])
 
     def argv(self, overrides: dict[str, Any], *, workspace: Path, driver: str, seed: int,
-             stack_dir: Path, python: Path) -> list[str]:
+             stack_dir: Path, python: Path, env: dict[str, str] | None = None) -> list[str]:
         subst = {"python": str(python), "workspace": str(workspace), "driver": driver, "seed": seed,
                  "stack_dir": str(stack_dir), "prompt": KICKOFF.format(file=self.instructions_file or
                                                                        "../instructions.md")}
-        return [part.format(**subst) for part in self.command] + cli_flags({**self.args, **overrides})
+        env = env or {}
+        extra = [part.format(value=env[name]) for name, parts in self.env_flags.items() if env.get(name)
+                 for part in parts]
+        return [part.format(**subst) for part in self.command] + extra + cli_flags({**self.args, **overrides})
 
 
 def cli_flags(options: dict[str, Any]) -> list[str]:
