@@ -104,7 +104,12 @@ class ScriptedModel:
                       cached_input_tokens=10)
         if shell is None:
             return Reply("ok", usage=usage)
-        n = sum(len(m.tool_calls) for m in req.messages if m.role == "assistant")
+        # codex's exec_command hands back a session of a command still running after its yield time: poll it
+        # (write_stdin with no input) until it exits; polls are no steps of the plan
+        if results and (running := re.search(r"Process running with session ID (\d+)", results[-1].content)):
+            return Reply("Waiting.", [ToolCall(f"poll_{len(self.requests)}", "write_stdin", {
+                "session_id": int(running.group(1)), "chars": "", "yield_time_ms": 30000})], usage)
+        n = sum(c.name != "write_stdin" for m in req.messages if m.role == "assistant" for c in m.tool_calls)
         if n >= len(self.plan):
             return Reply("Done.", usage=usage)
         step, call_id = self.plan[n], f"call_{n}_{len(self.requests)}"

@@ -232,7 +232,8 @@ def check_credentials(spec: SweepSpec) -> None:
     for i, a in enumerate(spec.agent_entries):
         stack = agents.get(a.name)
         drivers = spec.drivers_of(a) if stack.needs_driver else ["none"]
-        missing = {name for d in drivers for name in stack.missing_credentials(os.environ, local_driver_name(d) is not None)}
+        missing = {name for d in drivers for name in stack.missing_credentials(
+            dict(os.environ), local_driver_name(d) is not None, logins=spec.agent_logins)}
         problems += [f"agents[{i}]: agent {a.name!r} needs {name}, which is not set" for name in sorted(missing)]
         if stack.install is not None and stack.find_cli(dict(os.environ)) is None:
             problems.append(f"agents[{i}]: agent {a.name!r} runs `{stack.command[0]}`, which is not installed in "

@@ -61,7 +61,12 @@ class AgentStack(BaseModel):
     # only as flags
     env_flags: dict[str, list[str]] = {}
     install: Install | None = None  # None: the command needs no installing (python, true)
-    credentials: list[str] = []  # launcher variables the CLI needs (API keys): checked at launch, passed through
+    # launcher variables the CLI needs (API keys): checked at launch, passed through; an entry that is a list
+    # is satisfied by any one of its variables
+    credentials: list[str | list[str]] = []
+    # files a CLI login leaves under HOME (~/.claude/.credentials.json): with the sweep's `agent_logins`, one
+    # that exists satisfies the credentials and is mounted read-only at the same place in the workspace's HOME
+    login_files: list[str] = []
     # directories searched for the CLI after this installation's bin/ and before the system's; `$VARS` and `~`
     # expand in the job, and an entry whose variable is unset is dropped
     path: list[str] = []
@@ -72,11 +77,27 @@ class AgentStack(BaseModel):
     def supports(self, driver: str) -> bool:
         return not self.driver_families or any(fnmatch.fnmatchcase(driver, g) for g in self.driver_families)
 
-    def missing_credentials(self, environ: dict[str, str], local_driver: bool = False) -> list[str]:
-        """Credentials the launcher lacks; with a local driver, those its endpoint variables provide are not
-        needed (the sweep's server hands out its own key)."""
+    def credential_vars(self) -> list[str]:
+        return [name for entry in self.credentials for name in ([entry] if isinstance(entry, str) else entry)]
+
+    def logins(self, home: Path) -> list[Path]:
+        """The login files present under `home` (the launcher's)."""
+        return [home / f for f in self.login_files if (home / f).is_file()]
+
+    def missing_credentials(self, environ: dict[str, str], local_driver: bool = False,
+                            logins: bool = False) -> list[str]:
+        """Credentials the launcher lacks ("A or B" for alternatives); with a local driver, those its endpoint
+        variables provide are not needed (the sweep's server hands out its own key); with `logins`, none are
+        where a login file exists."""
+        if logins and self.logins(Path(environ.get("HOME") or Path.home())):
+            return []
         given = set(self.openai_compatible.env) if local_driver and self.openai_compatible else set()
-        return [name for name in self.credentials if not environ.get(name) and name not in given]
+        missing = []
+        for entry in self.credentials:
+            names = [entry] if isinstance(entry, str) else entry
+            if not any(environ.get(n) or n in given for n in names):
+                missing.append(" or ".join(names))
+        return missing
 
     def search_dirs(self) -> list[str]:
         """`path`, expanded here; entries whose variable is unset are dropped."""
