@@ -48,7 +48,8 @@ model.save_pretrained(out); tok.save_pretrained(out)
 print("saved", out)
 '''
 
-WAIT_WRAP_UP = 'while [ ! -e "$WORKSPACE/WRAP_UP" ]; do sleep 0.5; done; echo "wrap-up: $(cat "$WORKSPACE/WRAP_UP")"'
+# no $(...): gemini's shell tool refuses command substitution
+WAIT_WRAP_UP = 'while [ ! -e "$WORKSPACE/WRAP_UP" ]; do sleep 0.5; done; printf "wrap-up: "; cat "$WORKSPACE/WRAP_UP"'
 
 
 @dataclass

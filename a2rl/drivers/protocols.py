@@ -11,6 +11,9 @@ driver server, the tests' scripted model) can answer every agent CLI in the prot
 `route` maps a request line to a protocol, `parse_request` turns its body into a neutral `Request`, and
 `render` turns a neutral `Reply` into that protocol's response (streaming or not); `render_error` gives the
 protocol's error document, so a client sees a refused request as an API error rather than a broken stream.
+Real clients of each (tests/test_real_clis.py, through tests/scripted_server.py): claude 2.1.197 (anthropic),
+codex 0.169.0 and opencode 1.18.33 (responses), opencode with an OpenAI-compatible provider (chat), gemini
+0.61.0 (gemini).
 """
 
 from __future__ import annotations
