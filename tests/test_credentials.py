@@ -4,6 +4,7 @@ the sweep directory (tests/test_real_clis.py checks that for every real CLI's ru
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 from pathlib import Path
@@ -68,7 +69,8 @@ def test_a_login_is_mounted_read_only_and_never_copied(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-scripted")
-    probe = Step("shell", 'cat "$HOME/.claude/.credentials.json"; echo; '
+    # the agent proves it can read the file by its hash: printing the token would put it in the transcript
+    probe = Step("shell", 'sha256sum "$HOME/.claude/.credentials.json"; '
                           'echo x >> "$HOME/.claude/.credentials.json" && echo WROTE || echo READ-ONLY')
     with scripted_server([PLAN_SUBMIT[0], probe, Step("finish")]) as (url, model, _):
         monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
@@ -79,7 +81,8 @@ def test_a_login_is_mounted_read_only_and_never_copied(tmp_path, monkeypatch):
     assert result.status == "ok", log[-3000:]
     assert "agent_logins: mounting" in log
     out = model.tool_outputs[1]
-    assert token in out and "READ-ONLY" in out and "WROTE" not in out, out
+    digest = hashlib.sha256((home / ".claude" / ".credentials.json").read_bytes()).hexdigest()
+    assert digest in out and "READ-ONLY" in out and "WROTE" not in out, out
     assert (home / ".claude" / ".credentials.json").read_text().endswith("}")  # unchanged
     assert not files_holding(sweep.root, token)
     assert not files_holding(sweep.workspace(result.run_id), token)  # only a bind, nothing copied

@@ -81,6 +81,9 @@ def test_real_cli_trains_and_submits(tmp_path, cli_env, name):
     assert {"TASK", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN"} <= names
     assert not {"SECRET", "A2RL_AGENT_CLIS", "A2RL_CACHE", "A2RL_SCRATCH"} & names
     assert (ws / "code" / "train.py").exists() and (ws / "output" / "sft" / "config.json").exists()
+    stack = agent_registry().get(name)
+    assert "# Instructions" in (ws / "code" / stack.instructions_file).read_text()
+    assert driver.split("/")[-1] in {r.model for r in model.requests}  # the driver reached the model
     usage = result.usage
     assert usage.parser == name and usage.calls >= 1, log[-3000:]
     assert usage.input_tokens > 0 and usage.output_tokens > 0 and usage.output_tokens % 20 == 0
