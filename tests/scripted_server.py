@@ -88,8 +88,9 @@ def _write_call(req: Request, path: str, content: str) -> tuple[str, dict] | Non
 
 
 class ScriptedModel:
-    def __init__(self, plan: list[Step]):
+    def __init__(self, plan: list[Step], refuse: str | None = None):
         self.plan = plan
+        self.refuse = refuse  # answer every request with this API error (HTTP 400) instead
         self.requests: list[Request] = []  # every parsed request, side requests included
         self.tool_outputs: list[str] = []  # the results the CLI sent back, in order
         self.lock = threading.Lock()
@@ -144,6 +145,8 @@ class _Handler(BaseHTTPRequestHandler):
             return send(self, render_error("chat", 404, f"no route {self.path}"))
         try:
             req = parse_request(r, json.loads(body))
+            if self.server.model.refuse:
+                return send(self, render_error(r.protocol, 400, self.server.model.refuse))
             send(self, render(req, self.server.model.reply(req), model=req.model or "scripted"))
         except (ProtocolError, ValueError) as e:
             send(self, render_error(r.protocol, 400, str(e)))
@@ -168,8 +171,8 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def scripted_server(plan: list[Step]) -> Iterator[tuple[str, ScriptedModel, list]]:
+def scripted_server(plan: list[Step], refuse: str | None = None) -> Iterator[tuple[str, ScriptedModel, list]]:
     """(http://127.0.0.1:PORT, the model, the raw request log) for the duration of the block."""
-    server = _Server(ScriptedModel(plan))
+    server = _Server(ScriptedModel(plan, refuse))
     with running(server) as url:
         yield url, server.model, server.log

@@ -116,6 +116,21 @@ def test_real_cli_gets_the_wrap_up_signal_and_times_out(tmp_path, cli_env, name)
                                                 f"`{name}` parser reads before it was stopped ("), result.failure_reason
 
 
+@pytest.mark.slow  # a whole sweep with the real claude
+def test_a_crashing_cli_gives_a_result_that_says_so(tmp_path, cli_env):
+    """Every request refused with an API error: the real claude gives up with a non-zero exit, and the run's
+    result (not a crashed job) names it with its last line."""
+    with scripted_server([], refuse="scripted refusal") as (url, _, requests):
+        cli_env("claude", url)
+        sweep = launch(tmp_path, agents=["claude"], drivers=["claude-sonnet-4-5"], network="full", budget=300)
+    result = only_result(sweep)
+    log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
+    assert requests and result.status == "ok" and result.agent_exit_code not in (0, None), log[-3000:]
+    assert result.failure_reason.startswith(f"the agent CLI `claude` exited with code {result.agent_exit_code} "
+                                            "(its last output line: "), result.failure_reason
+    assert "scripted refusal" in result.failure_reason
+
+
 def test_a_missing_cli_fails_the_launch_naming_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
     monkeypatch.setenv("A2RL_AGENT_CLIS", str(tmp_path / "empty"))
