@@ -38,7 +38,7 @@ from a2rl.drivers.endpoint import wait_for_endpoint
 from a2rl.spec.clusters import SIGNAL_DELAY_S
 from a2rl.spec.models import resolve_model
 from a2rl.recording.archive import archive_workspace
-from a2rl.recording.transcripts import parse_usage
+from a2rl.recording.transcripts import cli_failure, parse_usage
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
@@ -198,15 +198,20 @@ class AgentRun:
                 AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
                              allow_hosts=spec.allow_hosts,
                              on_refused=lambda t: self._log(f"network: refused {t} (not in allow_hosts)")) as box:
-            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
-                                    python=python, endpoint_env=endpoint_env)
-            env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             stack_dir = agents.path(run.agent.name).parent
+            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
+                                    python=python, endpoint_env=endpoint_env, stack_dir=stack_dir)
+            env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
-                              stack_dir=stack_dir, python=python)
+                              stack_dir=stack_dir, python=python, env=env)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
                       f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
-            argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir)
+            logins = {ws.root / "home" / f.relative_to(Path.home()): f for f in stack.logins(Path.home())} \
+                if spec.agent_logins else {}
+            if logins:
+                self._log(f"agent_logins: mounting {', '.join(map(str, logins.values()))} read-only into its HOME")
+            argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir,
+                                 files=logins)
             cpu0 = _children_cpu()
             self.recorded["agent_started_at"] = now()
             proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log", sandboxed=choice.trusted)
@@ -324,15 +329,22 @@ class AgentRun:
             return None
         return self._time_limit_at + (SIGNAL_DELAY_S if self.executor == "slurm" else 30)
 
+    def _log_text(self) -> str:
+        log_path = self.dir / "agent.log"
+        return log_path.read_text(errors="replace") if log_path.exists() else ""
+
     def _usage(self) -> AgentUsage | None:
         """Tokens and cost in the transcript so far."""
-        log_path = self.dir / "agent.log"
-        if self.stack is None or not log_path.exists():
+        if self.stack is None:
             return None
-        return parse_usage(self.stack.transcript, log_path.read_text(errors="replace"))
+        return parse_usage(self.stack.transcript, self._log_text())
 
     def _write_result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
         usage = self._usage()
+        if self.stack is not None and reason is None and status in ("ok", "timeout"):
+            # a CLI that crashed, hung or spoke gibberish
+            reason = cli_failure(self.stack.transcript, self.stack.command[0], self._log_text(), usage,
+                                 status=status, exit_code=exit_code)
         setup = self.setup_by_attempt()
         return write_result(self.sweep, self.run.run_id, status=status, failure_reason=reason,
                             agent_exit_code=exit_code, agent_seconds=self.agent_seconds(), started_at=self.started_at,
@@ -342,19 +354,21 @@ class AgentRun:
 
 
 def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
-                      driver: str, python: Path, endpoint_env: dict[str, str]) -> dict[str, str]:
+                      driver: str, python: Path, endpoint_env: dict[str, str], stack_dir: Path) -> dict[str, str]:
     """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
-    env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
-                              passthrough=[*stack.passthrough_env, *stack.credentials], python=python), driver)
+    env = stack.agent_env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
+                                    passthrough=[*stack.passthrough_env, *stack.credential_vars()], python=python),
+                          driver, stack_dir)
     env.update(endpoint_env)
     env.update(box.env)
     return env
 
 
 def agent_command(box: AgentSandbox, stack: AgentStack, argv: list[str], ws: Workspace, *, python: Path,
-                  stack_dir: Path, model_dir: Path) -> list[str]:
-    """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`)."""
-    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code,
+                  stack_dir: Path, model_dir: Path, files: dict[Path, Path] | None = None) -> list[str]:
+    """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`); `files`: login files
+    bound read-only into its HOME."""
+    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code, files=files,
                        read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())])])
 
 
