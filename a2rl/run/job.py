@@ -51,8 +51,8 @@ from a2rl.spec.sweep import agent_python, local_driver_name
 from a2rl.store.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import get_task
-from a2rl.run.workspace import (RunMeta, Workspace, agent_env, create_workspace, is_blank, restore_for_resume,
-                                 save_for_resume)
+from a2rl.run.workspace import (RunMeta, Workspace, agent_env, create_workspace, is_blank, linked_files,
+                                 restore_for_resume, save_for_resume)
 
 log = logging.getLogger("a2rl.job")
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL for the agent
@@ -369,7 +369,8 @@ def agent_command(box: AgentSandbox, stack: AgentStack, argv: list[str], ws: Wor
     """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`); `files`: login files
     bound read-only into its HOME."""
     return box.command(argv, workspace=ws.root, python=python, cwd=ws.code, files=files,
-                       read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())])])
+                       read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())]),
+                                  *linked_files(ws)])
 
 
 def wait_for_grading(graded: Callable[[], bool], *, max_wait_s: float, poll_s: float,

@@ -3,8 +3,9 @@
     code/            the agent's working directory
     home/, tmp/      its HOME and TMPDIR
     output/          where it saves models to submit
-    data/            the train split (a read-only copy: never a link into the data root, whose held-out
-                     half must stay out of reach)
+    data/            the train split (a read-only copy: never a link to the data root's folders, whose held-out
+                     half must stay out of reach; a task's train_links are links to single files, which the
+                     sandbox binds read-only one by one: `linked_files`)
     models/base      link to the base model (read-only)
     description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible) and
                      the train rows' format (the task's train_format: how agents such as `pipeline` read data/)
@@ -103,6 +104,8 @@ def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path,
         for name in task.spec.train_files:
             src = data.train_dir / name
             (shutil.copytree if src.is_dir() else shutil.copyfile)(src, tmp / name)
+        for name in task.spec.train_links:
+            (tmp / name).symlink_to((data.train_dir / name).resolve())
         _read_only(tmp)
         tmp.rename(ws.data)
     if not ws.model.is_symlink():
@@ -110,6 +113,11 @@ def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path,
     (root / "description.md").write_text(task.description)
     (root / "instructions.md").write_text(INSTRUCTIONS.format(budget=_budget_text(budget_s)))
     return ws
+
+
+def linked_files(ws: Workspace) -> list[Path]:
+    """The files data/'s links point to (a task's train_links): what the sandbox must bind for them to resolve."""
+    return sorted(p.resolve() for p in ws.data.iterdir() if p.is_symlink()) if ws.data.is_dir() else []
 
 
 RESUMED = ("home", "code", "output")  # in saving order: under a size cap, weights in output/ go first
@@ -160,7 +168,8 @@ def restore_for_resume(ws: Workspace, src: Path) -> None:
 def _read_only(path: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(path):
         for f in filenames:
-            os.chmod(os.path.join(dirpath, f), stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            if not os.path.islink(os.path.join(dirpath, f)):  # a train link's target is the shared prepared data
+                os.chmod(os.path.join(dirpath, f), stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     for dirpath, dirnames, _ in os.walk(path, topdown=False):
         os.chmod(dirpath, 0o555)
 

@@ -55,6 +55,8 @@ class TaskSpec(BaseModel):
     prepare: str = "prepare.py"
     offline: bool = False  # prepare needs no network: a2rl may run it on demand
     train_files: list[str]
+    # Large public train files: linked into workspaces (not copied) and bound read-only into the agent's sandbox.
+    train_links: list[str] = []
     train_format: TrainFormat
     eval: dict[str, Any] = {}
 
@@ -152,7 +154,7 @@ class Task:
             fingerprint = self.prepare_fingerprint()
             module = _load_module(self.folder / self.spec.prepare, f"a2rl_task_{self.name}_prepare")
             module.prepare(tmp / "train", tmp / "heldout", **({"source": Path(source)} if source else {}))
-            missing = [f for f in self.spec.train_files if not (tmp / "train" / f).exists()]
+            missing = [f for f in [*self.spec.train_files, *self.spec.train_links] if not (tmp / "train" / f).exists()]
             if missing:
                 raise SpecError([f"task {self.name!r}: prepare did not write train file(s) {missing}"])
             (tmp / "heldout" / CANARY).write_text(f"a2rl-canary-{secrets.token_hex(16)}\n")

@@ -22,15 +22,10 @@ from pathlib import Path
 from a2rl.grading.judge import ChatClient, Messages, chat_prompt
 from a2rl.tasklib.envs import load_module
 
-search = load_module(Path(__file__).with_name("search.py"), "a2rl_task_deepsearchqa_search")
-
-REACT_SYSTEM = """Answer the question by alternating Thought, Action and Observation steps.
-Each step, write "Thought: <your reasoning>" and then "Action: <action>" on its own line, where <action> is one of:
-Search[<query>] - search; the results come back as the next Observation.
-Finish[<answer>] - give the final answer and stop. For a set answer, list every item, separated by commas.
-You have at most {max_steps} actions; answer with Finish before they run out."""
+dsqa = load_module(Path(__file__).with_name("env.py"), "a2rl_task_deepsearchqa_env")  # protocol a2rl's pieces
+search = dsqa.search
+REACT_SYSTEM, parse_action, format_results = dsqa.REACT_SYSTEM, dsqa.parse_action, dsqa.format_results
 STOP = "\nObservation:"
-ACTION = re.compile(r"\b(search|finish|answer)\[(.*?)\]", re.IGNORECASE | re.DOTALL)
 
 JUDGE_SYSTEM = "You are a strict grader of answers to research questions. Reply with one word: correct or incorrect."
 JUDGE_USER = """Question: {problem}
@@ -44,28 +39,13 @@ Is the predicted answer correct or incorrect?"""
 JUDGE_MAX_TOKENS = 8
 
 
-def parse_action(step: str) -> tuple[str, str, str] | None:
-    """(kind "search" | "finish", argument, the step cut after its action) for the step's first action."""
-    m = ACTION.search(step)
-    if m is None:
-        return None
-    kind = m.group(1).lower()
-    return ("search" if kind == "search" else "finish"), m.group(2).strip(), step[: m.end()]
-
-
-def format_results(results: list[dict[str, str]]) -> str:
-    if not results:
-        return "No results."
-    return " ".join(f"[{i}] {r['title']} ({r['url']}): {r['snippet']}" for i, r in enumerate(results, 1))
-
-
 def react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, max_new_tokens: int,
           batch_size: int) -> tuple[list[str], list[int]]:
     """Final answers ("" when the policy never finished) and the number of actions each question took."""
     system = REACT_SYSTEM.format(max_steps=max_steps)
     heads = [chat_prompt(generator.tokenizer, [
         {"role": "system", "content": system},
-        {"role": "user", "content": f"Question: {r['problem']}\nAnswer type: {r['answer_type']}"}]) for r in rows]
+        {"role": "user", "content": dsqa.question_turn(r)}]) for r in rows]
     traces = ["Thought:"] * len(rows)
     answers, steps = [""] * len(rows), [0] * len(rows)
     open_ = list(range(len(rows)))
@@ -77,7 +57,7 @@ def react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, max
             steps[i] += 1
             action = parse_action(out)
             if action is None:
-                traces[i] += out + "\nObservation: No valid action. Use Search[query] or Finish[answer].\nThought:"
+                traces[i] += f"{out}\nObservation: {dsqa.INVALID}\nThought:"
                 still_open.append(i)
             elif action[0] == "finish":
                 answers[i] = action[1]

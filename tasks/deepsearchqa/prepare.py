@@ -9,13 +9,19 @@ The offline search corpus (train/corpus.sqlite, search.py's `local` backend): Si
 files are about 150 MB to download), cut into passages of at most PASSAGE_CHARS characters at line breaks and
 indexed with SQLite FTS5. With `--source`, a corpus.jsonl there ({"title", "text", "url"} per line) is indexed
 instead (how tests and air-gapped sites prepare). The corpus is public data: it sits in train/ next to search.py
-(not copied into workspaces: too large), and the grader searches it.
+(linked into workspaces, not copied: task.yaml's train_links), and the grader searches it.
+
+train/ also gets env.py and react.py (the questions as a text environment, and the grader's ReAct loop) and
+trajectories.jsonl: a scripted expert's episode per train question (Search[the question], one more search with its
+key terms when the gold answer is not in the results, then Finish[the gold answer]), replayed in the environment so
+its observations are the backend's real results.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,16 +29,20 @@ from typing import Iterator
 
 import numpy as np
 
-from a2rl.tasklib.envs import load_module
+import a2rl.tasklib.envs
+from a2rl.tasklib.envs import load_module, replay, trajectory_record
 from a2rl.tasklib.taskdata import write_jsonl
 
-search = load_module(Path(__file__).with_name("search.py"), "a2rl_task_deepsearchqa_search")
+dsqa = load_module(Path(__file__).with_name("env.py"), "a2rl_task_deepsearchqa_env")
+search = dsqa.search
 
 REPO, FILE = "google/deepsearchqa", "DSQA-full.csv"
 FIELDS = ("problem", "problem_category", "answer", "answer_type")
 SEED, N_TRAIN, N_HELDOUT = 42, 100, 200
 WIKI_REPO, WIKI_CONFIG = "wikimedia/wikipedia", "20231101.simple"
 PASSAGE_CHARS = 1000
+STOPWORDS = frozenset("a an and are as at be by did do does for from give had has have how in is it its of on only "
+                      "or that the their this to was were what when where which who whom whose why with".split())
 
 
 def split(rows: list[dict[str, str]]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -74,7 +84,42 @@ def build_corpus(train_dir: Path, source: Path | None, tmp: Path) -> None:
     else:
         docs = passages(wikipedia(tmp))
     search.build_index(docs, Path(train_dir) / "corpus.sqlite")
-    shutil.copyfile(Path(__file__).with_name("search.py"), Path(train_dir) / "search.py")
+
+
+def one_line(text: str) -> str:
+    """An action's argument on one line (the grader reads an action up to the end of its line)."""
+    return " ".join(text.split())
+
+
+def key_terms(problem: str) -> str:
+    """The question's words without stop words and repeats."""
+    words = [w for w in re.findall(r"\w+", problem) if w.lower() not in STOPWORDS]
+    return " ".join(dict.fromkeys(words))
+
+
+def expert_actions(env: dsqa.SearchQAEnv) -> list[str]:
+    actions = [f"Search[{one_line(env.row['problem'])}]"]
+    found = env.step(actions[0])[0]
+    if not dsqa.matches(env.row["answer"], env.row["answer_type"], found):
+        actions.append(f"Search[{key_terms(env.row['problem'])}]")
+    return actions + [f"Finish[{one_line(env.row['answer'])}]"]
+
+
+def expert_trajectories(train_dir: Path) -> list[dict]:
+    records = []
+    for episode in dsqa.train_episodes(train_dir):
+        env = dsqa.make_env(train_dir, episode)
+        env.reset()
+        played = replay(dsqa.make_env(train_dir, episode), expert_actions(env))
+        records.append(trajectory_record(episode, played, dsqa.prompt_header(train_dir, episode), "scripted_expert"))
+    return records
+
+
+def ship_environment(train_dir: Path) -> None:
+    for name in ("search.py", "env.py"):
+        shutil.copyfile(Path(__file__).with_name(name), Path(train_dir) / name)
+    shutil.copyfile(a2rl.tasklib.envs.__file__, Path(train_dir) / "react.py")
+    write_jsonl(Path(train_dir) / "trajectories.jsonl", expert_trajectories(Path(train_dir)))
 
 
 def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> None:
@@ -91,3 +136,4 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     train, heldout = split(rows)
     write_jsonl(Path(train_dir) / "train.jsonl", train)
     write_jsonl(Path(heldout_dir) / "test.jsonl", heldout)
+    ship_environment(Path(train_dir))
