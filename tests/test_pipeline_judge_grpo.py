@@ -116,3 +116,17 @@ def test_sft_then_grpo_with_rewards_from_the_training_judge(data_root, data, tin
                                         options={"max_new_tokens": 8, "judge": {"base_url": grader_url,
                                                                                 "model": "grader-judge", "retries": 0}})
     assert 0.0 <= score <= 100.0 and len(graded) == 2 * len(heldout) and details["n_total"] == len(heldout)
+
+
+
+def test_a_failing_training_judge_is_a_one_line_error(data, tiny_model, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    monkeypatch.delenv("GRADING_SERVER_URL", raising=False)
+    for k, v in dict(MODEL_PATH=tiny_model, DATA_PATH=data.train_dir, OUTPUT_DIR=out).items():
+        monkeypatch.setenv(k, str(v))
+    with stub_llm(lambda body, headers: (400, {"error": "no such model"})) as (url, seen):
+        code = P.main(["--train-format", "instruction_reference", "--sft-steps", "0", "--grpo-steps", "1",
+                       "--grpo-prompts", "1", "--num-generations", "2", "--max-completion-length", "2",
+                       "--train-judge", url, "--train-judge-model", "nope"])
+    assert code == 1 and seen  # asked once: a 400 is not retried
+    assert "error: stage grpo: the training judge failed: " in capsys.readouterr().out

@@ -43,7 +43,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokeniz
                           TrainerCallback)
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
-from a2rl.grading.judge import ChatClient, chat_prompt, judge_against_references
+from a2rl.grading.judge import ChatClient, JudgeError, chat_prompt, judge_against_references
 from a2rl.grading.sandbox import run_many
 from a2rl.store.stages import STAGES_FILE, Stage, StageLog
 from a2rl.tasklib.answers import GSM8K_STOP, cut_at_stop, extract_number, format_answer, humaneval_program
@@ -577,8 +577,13 @@ def main(argv: list[str] | None = None) -> int:
     elif grpo:
         log(f"stage grpo: {args.grpo_steps} steps from {start}" + (f", rewards from the judge at {args.train_judge}"
                                                                   if reward_info else ""))
-        submit(grpo_stage(args, start, fmt.grpo_rows(rows, AutoTokenizer.from_pretrained(start)), reward, out,
-                          reward_info=reward_info))
+        try:
+            submit(grpo_stage(args, start, fmt.grpo_rows(rows, AutoTokenizer.from_pretrained(start)), reward, out,
+                              reward_info=reward_info))
+        except JudgeError as e:  # the training judge is down or misconfigured: what SFT submitted stands
+            SUBMITTER.wait()
+            log(f"error: stage grpo: the training judge failed: {e}")
+            return 1
     SUBMITTER.wait()
     log("done")
     return 0
