@@ -11,7 +11,9 @@ read from $WORKSPACE/run_meta.json (or --train-format):
 - code_with_tests {"prompt", "canonical_solution", "test", "entry_point"} (HumanEval): SFT on the solutions,
   then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox);
 - instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction in the
-  grader's chat format; no GRPO, as no rule reward stands in for the judge;
+  grader's chat format; then, only with --train-judge (an OpenAI-compatible endpoint for training, never the
+  grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs them pairwise
+  (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
 - env_trajectories: a2rl.agents.interactive.
 Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
 fp32 on CPU. --lora-r trains LoRA adapters (--qlora: on a 4-bit base) that are merged before each submission.
@@ -41,7 +43,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokeniz
                           TrainerCallback)
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
-from a2rl.grading.judge import chat_prompt
+from a2rl.grading.judge import ChatClient, JudgeError, chat_prompt, judge_against_references
 from a2rl.grading.sandbox import run_many
 from a2rl.store.stages import STAGES_FILE, Stage, StageLog
 from a2rl.tasklib.answers import GSM8K_STOP, cut_at_stop, extract_number, format_answer, humaneval_program
@@ -51,6 +53,7 @@ datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()
 
 T0 = time.monotonic()
+TRAIN_JUDGE_KEY_ENV = "TRAIN_JUDGE_API_KEY"  # the training judge's key (the stack passes it through)
 
 
 def log(msg: str) -> None:
@@ -323,8 +326,10 @@ def sft_stage(args: argparse.Namespace, base: Path, pairs: list[dict[str, str]],
     return run_stage(trainer, tokenizer, args, "sft", base, out, hyper)
 
 
-def grpo_stage(args: argparse.Namespace, base: Path, rows: list[dict], reward_fn, out: Path, **config) -> Path:
-    """GRPO on rows with a "prompt" (other columns reach reward_fn as kwargs); the model saved in out/grpo."""
+def grpo_stage(args: argparse.Namespace, base: Path, rows: list[dict], reward_fn, out: Path, *,
+               reward_info: dict | None = None, **config) -> Path:
+    """GRPO on rows with a "prompt" (other columns reach reward_fn as kwargs); the model saved in out/grpo.
+    `reward_info` joins the stage's hyperparameters (who gave the rewards)."""
     tokenizer = AutoTokenizer.from_pretrained(base)
     # vLLM generates the rollouts inside the training processes where it is installed (GPU only)
     vllm = torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
@@ -342,7 +347,8 @@ def grpo_stage(args: argparse.Namespace, base: Path, rows: list[dict], reward_fn
                           peft_config=lora_config(args))
     hyper = hyperparameters(args, "grpo", prompts_per_step=args.grpo_prompts, num_generations=args.num_generations,
                             max_completion_length=args.max_completion_length, generation="vllm" if vllm else "transformers",
-                            reward=getattr(reward_fn, "__name__", type(reward_fn).__name__), **config)
+                            reward=getattr(reward_fn, "__name__", type(reward_fn).__name__), **(reward_info or {}),
+                            **config)
     return run_stage(trainer, tokenizer, args, "grpo", base, out, hyper)
 
 
@@ -365,6 +371,23 @@ def unit_test_reward(completions: list[str], prompts: list[str], test: list[str]
     return [float(r.passed) for r in run_many(programs, timeout_s=3.0, memory_mb=1024, workers=2)]  # the grader's limit
 
 
+def judge_reward(client: ChatClient) -> Callable[..., list[float]]:
+    """P(the completion beats the train row's reference), as the training judge weighs them in both orders."""
+    def judge_reward(completions: list[str], instruction: list[str], reference: list[str], **kwargs) -> list[float]:
+        # The grader's answer is what the policy writes up to EOS (TRL decodes without it), stripped.
+        return judge_against_references(client, instruction, [c.strip() for c in completions], reference)[0]
+    return judge_reward
+
+
+def instruction_text(row: dict[str, str]) -> str:
+    """An Alpaca row's user turn: the instruction, and its "input" where it has one."""
+    return "\n\n".join(filter(None, (row["instruction"], row.get("input"))))
+
+
+def reference_text(row: dict[str, str]) -> str:
+    return row.get("reference", row.get("output"))
+
+
 def gsm8k_prompt(question: str) -> str:
     return f"Question: {question}\nAnswer:"  # how the grader asks, after its exemplars
 
@@ -372,10 +395,10 @@ def gsm8k_prompt(question: str) -> str:
 @dataclass(frozen=True)
 class StaticFormat:
     """A train.jsonl layout: the fields every row has ("a|b": either), its SFT pairs, and its GRPO rows and reward (None: no rule
-    reward stands in for the grader)."""
+    reward stands in for the grader's judge; GRPO then needs a judge for training, --train-judge)."""
     fields: tuple[str, ...]
     sft_pairs: Callable[[list[dict[str, str]], PreTrainedTokenizerBase], list[dict[str, str]]]
-    grpo_rows: Callable[[list[dict[str, str]]], list[dict[str, str]]] | None = None
+    grpo_rows: Callable[[list[dict[str, str]], PreTrainedTokenizerBase], list[dict[str, str]]]
     reward: Callable[..., list[float]] | None = None
     max_length: int = 256  # SFT sequence tokens
     max_completion_length: int = 8  # GRPO default
@@ -384,26 +407,29 @@ class StaticFormat:
 STATIC_FORMATS: dict[str, StaticFormat] = {
     "qa_short": StaticFormat(
         ("prompt", "answer"), lambda rows, tok: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
-        lambda rows: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward),
+        lambda rows, tok: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward),
     "qa_numeric": StaticFormat(
         ("question", "answer"),
         lambda rows, tok: [{"prompt": gsm8k_prompt(r["question"]), "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}"}
                            for r in rows],
-        lambda rows: [{"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]} for r in rows], final_number_reward,
+        lambda rows, tok: [{"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]} for r in rows],
+        final_number_reward,
         max_length=512, max_completion_length=256),
     "code_with_tests": StaticFormat(
         ("prompt", "canonical_solution", "test", "entry_point"),
         lambda rows, tok: [{"prompt": r["prompt"], "completion": r["canonical_solution"] + tok.eos_token} for r in rows],
-        lambda rows: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]} for r in rows],
+        lambda rows, tok: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]} for r in rows],
         unit_test_reward, max_length=1024, max_completion_length=256),
     # The instruction as the single user turn the grader prompts the policy with (a2rl.grading.judge), answered by
     # the reference and EOS: the grader's answer is everything generated up to EOS. Alpaca's rows name the
-    # reference "output" and may add an "input" to the instruction.
+    # reference "output" and may add an "input" to the instruction. GRPO's reward is the training judge's.
     "instruction_reference": StaticFormat(
         ("instruction", "reference|output"),
-        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": "\n\n".join(
-                               filter(None, (r["instruction"], r.get("input"))))}]),
-                            "completion": r.get("reference", r.get("output")) + tok.eos_token} for r in rows]),
+        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": instruction_text(r)}]),
+                            "completion": reference_text(r) + tok.eos_token} for r in rows],
+        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": instruction_text(r)}]),
+                            "instruction": instruction_text(r), "reference": reference_text(r)} for r in rows],
+        max_completion_length=128),
 }
 
 
@@ -447,6 +473,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deepspeed", help="DeepSpeed config: a name in --deepspeed-dir (zero2, zero3) or a JSON file")
     p.add_argument("--deepspeed-dir", type=Path, help="where the named DeepSpeed configs are (configs/agents/deepspeed)")
     p.add_argument("--no-schedule", action="store_true", help="run every planned step whatever the budget left")
+    p.add_argument("--train-judge", metavar="URL",
+                   help="OpenAI-compatible base URL (.../v1) of a judge for GRPO on instruction_reference rows; its "
+                        f"key, if any, in ${TRAIN_JUDGE_KEY_ENV}. Unset: SFT only on those rows")
+    p.add_argument("--train-judge-model", help="the model the training judge serves (needed with --train-judge)")
     p.add_argument("--seed", type=int, default=0)
     p.epilog = "Defaults per route: " + json.dumps(DEFAULTS)
     return p.parse_args(argv)
@@ -494,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         ds = deepspeed_config(args)
         if args.qlora and not args.lora_r:
             raise ValueError("--qlora trains LoRA adapters: give --lora-r too")
+        if args.train_judge and not args.train_judge_model:
+            raise ValueError("--train-judge needs --train-judge-model (the model that endpoint serves)")
         gpus = gpu_count(dict(os.environ), torch.cuda.is_available(), torch.cuda.device_count())
         if (args.qlora or ds) and gpus == 0:
             raise ValueError("--qlora and --deepspeed need the run's GPUs; this job has none")
@@ -523,7 +555,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {e}")
         return 2
     args = with_defaults(args, "static", fmt)
-    grpo = args.grpo_steps > 0 and fmt.reward is not None
+    reward, reward_info = fmt.reward, None
+    if reward is None and args.train_judge:
+        client = ChatClient(args.train_judge, args.train_judge_model, api_key=os.environ.get(TRAIN_JUDGE_KEY_ENV))
+        reward, reward_info = judge_reward(client), {"judge": {"base_url": client.base_url, "model": client.model}}
+    grpo = args.grpo_steps > 0 and reward is not None
     args.schedule = None if args.no_schedule else Schedule(["sft"] * (args.sft_steps > 0) + ["grpo"] * grpo)
     log(f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows, format {fmt_name} {{{', '.join(fmt.fields)}}}, "
         f"base model {model_path}, {device}")
@@ -534,10 +570,20 @@ def main(argv: list[str] | None = None) -> int:
                           max_length=fmt.max_length)
         submit(start)
     if args.grpo_steps > 0 and not grpo:
-        log("stage grpo skipped: these rows are scored by a judge model, and no rule reward stands in for it")
+        why = "these rows are scored by a judge model, no rule reward stands in for it, and no --train-judge is set"
+        log(f"stage grpo skipped: {why}")
+        record_stage(out, Stage(name="grpo", hyperparameters={}, steps=0, planned_steps=args.grpo_steps, wall_s=0.0,
+                                model_dir=None, skipped=why))
     elif grpo:
-        log(f"stage grpo: {args.grpo_steps} steps from {start}")
-        submit(grpo_stage(args, start, fmt.grpo_rows(rows), fmt.reward, out))
+        log(f"stage grpo: {args.grpo_steps} steps from {start}" + (f", rewards from the judge at {args.train_judge}"
+                                                                  if reward_info else ""))
+        try:
+            submit(grpo_stage(args, start, fmt.grpo_rows(rows, AutoTokenizer.from_pretrained(start)), reward, out,
+                              reward_info=reward_info))
+        except JudgeError as e:  # the training judge is down or misconfigured: what SFT submitted stands
+            SUBMITTER.wait()
+            log(f"error: stage grpo: the training judge failed: {e}")
+            return 1
     SUBMITTER.wait()
     log("done")
     return 0

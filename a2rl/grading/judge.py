@@ -199,6 +199,13 @@ def compare_to_references(generator: Any, instructions: Sequence[str], reference
     """Answer each instruction with the policy (see generate_answers), then have the judge compare each
     answer with its reference twice, once in each position, so that a judge's order bias cancels out."""
     answers = generate_answers(generator, instructions, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    return Comparison(answers, *judge_against_references(client, instructions, answers, references))
+
+
+def judge_against_references(client: ChatClient, instructions: Sequence[str], answers: Sequence[str],
+                             references: Sequence[str]) -> tuple[list[float], int]:
+    """P(answer beats reference) per instruction, judged in both presentation orders and averaged; and the
+    number of verdicts with neither logprobs nor a letter (counted as ties)."""
     conversations = []
     for instruction, answer, reference in zip(instructions, answers, references, strict=True):
         conversations += [pairwise_messages(instruction, answer, reference),
@@ -207,7 +214,7 @@ def compare_to_references(generator: Any, instructions: Sequence[str], reference
                                                             top_logprobs=MAX_TOP_LOGPROBS)]
     unparsed = sum(v is None for v in verdicts)
     votes = [0.5 if v is None else v for v in verdicts]
-    return Comparison(answers, [(first + 1 - second) / 2 for first, second in zip(votes[::2], votes[1::2])], unparsed)
+    return [(first + 1 - second) / 2 for first, second in zip(votes[::2], votes[1::2])], unparsed
 
 
 def win_rate_summary(c: Comparison, references: Sequence[str]) -> dict[str, Any]:

@@ -31,8 +31,9 @@ class Stage(BaseModel):
     steps: int  # optimizer steps done (a budget-sized stage may stop before its planned steps)
     planned_steps: int
     wall_s: float
-    model_dir: str  # relative to the output directory
+    model_dir: str | None  # relative to the output directory; None: no model (a skipped stage)
     submission_id: str | None = None  # of the submission of model_dir; None: not submitted (or refused)
+    skipped: str | None = None  # why the stage did not run (steps 0, no model)
 
     @property
     def train_type(self) -> str:
