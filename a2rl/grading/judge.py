@@ -18,7 +18,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -144,11 +144,18 @@ class ChatClient:
         raise JudgeError(f"{url} failed {self.retries + 1} times; last: {failure}")
 
 
-def chat_prompt(tokenizer: Any, messages: Messages) -> str:
-    """The model's own chat format, or a plain transcript for tokenizers that ship none (some base models)."""
+def chat_prompt(tokenizer: Any, messages: Messages, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The model's own chat format (rendered with `template_kwargs`, e.g. Qwen3's enable_thinking), or a plain
+    transcript for tokenizers that ship none (some base models)."""
     if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **(template_kwargs or {}))
     return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+
+
+def policy_prompt(generator: Any, messages: Messages) -> str:
+    """A chat prompt for the graded model: its chat template with its generation preset's chat_template_kwargs."""
+    return chat_prompt(generator.tokenizer, messages, generator.preset.chat_template_kwargs)
 
 
 # ---------------------------------------------------------------- the pairwise protocol
@@ -189,7 +196,7 @@ class Comparison:
 def generate_answers(generator: Any, instructions: Sequence[str], *, max_new_tokens: int,
                      batch_size: int) -> list[str]:
     """The policy's answers: each instruction as one user turn in its chat template, greedy, stripped."""
-    prompts = [chat_prompt(generator.tokenizer, [{"role": "user", "content": i}]) for i in instructions]
+    prompts = [policy_prompt(generator, [{"role": "user", "content": i}]) for i in instructions]
     return [a.strip() for a in generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                                    stop=None)]
 

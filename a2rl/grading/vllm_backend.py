@@ -54,12 +54,16 @@ class VLLMGenerator:
         self.llm.reset_prefix_cache()
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | Sequence[str] | None = "\n") -> list[str]:
-        """The engine schedules its own batches (batch_size is the transformers backend's knob)."""
+                 stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True) -> list[str]:
+        """The engine schedules its own batches (batch_size is the transformers backend's knob). A prompt rendered
+        by a chat template holds its special tokens already: with add_special_tokens=False it goes in as token ids
+        (vLLM's TokensPrompt), since vLLM would add a BOS to text."""
         stops = stop_strings(stop)
         p = self.preset
         sampling = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or -1, seed=p.seed) \
             if not p.greedy else dict(temperature=0.0)
         params = self._sampling_params(max_tokens=max_new_tokens, stop=list(stops), **sampling)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        inputs = prompts if add_special_tokens else \
+            [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
         return [cut_at_stop(o.outputs[0].text, stops) for o in outputs]

@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from a2rl.grading.judge import ChatClient, Messages, chat_prompt
+from a2rl.grading.judge import ChatClient, Messages, policy_prompt
 from a2rl.tasklib.envs import load_module
 
 search = load_module(Path(__file__).with_name("search.py"), "a2rl_task_deepsearchqa_search")
@@ -63,7 +63,7 @@ def react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, max
           batch_size: int) -> tuple[list[str], list[int]]:
     """Final answers ("" when the policy never finished) and the number of actions each question took."""
     system = REACT_SYSTEM.format(max_steps=max_steps)
-    heads = [chat_prompt(generator.tokenizer, [
+    heads = [policy_prompt(generator, [
         {"role": "system", "content": system},
         {"role": "user", "content": f"Question: {r['problem']}\nAnswer type: {r['answer_type']}"}]) for r in rows]
     traces = ["Thought:"] * len(rows)
