@@ -129,4 +129,12 @@ class RecordingVLLM:
         """Prompts are text or token ids ({"prompt_token_ids": [...]}, vLLM's TokensPrompt), recorded as given."""
         self.calls.append(("generate", list(prompts), sampling_params.kwargs))
         texts = [p if isinstance(p, str) else self._tokenizer.decode(p["prompt_token_ids"]) for p in prompts]
-        return [SimpleNamespace(outputs=[SimpleNamespace(text=self._reply(t))]) for t in texts]
+        return [SimpleNamespace(outputs=[self._completion(self._reply(t), sampling_params.kwargs)]) for t in texts]
+
+    def _completion(self, text: str, kwargs: dict) -> SimpleNamespace:
+        """With `logprobs` asked for, the first token of the reply gets probability 1 (vLLM's Logprob records)."""
+        if not kwargs.get("logprobs"):
+            return SimpleNamespace(text=text)
+        first = self._tokenizer(text, add_special_tokens=False)["input_ids"][0]
+        return SimpleNamespace(text=text, logprobs=[{first: SimpleNamespace(
+            logprob=0.0, decoded_token=self._tokenizer.decode([first]))}])
