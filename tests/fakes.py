@@ -13,20 +13,23 @@ def _words(text: str, add_special_tokens: bool = True) -> dict:
 
 
 class FakeGenerator:
-    """Shaped like a2rl.grading.inference.Generator (`generate`, `config`, `tokenizer`), configured with
+    """Shaped like a2rl.grading.inference.Generator (`generate`, `config`, `tokenizer`, `preset`), configured with
     exactly one of: `reply` (every prompt gets it), `replies` (handed out one per prompt, in order, across
     calls), `script` (a function of the prompt). It records the prompts, the stop argument of each call and the
     number of calls; `cut=True` cuts each completion at the stop strings, as the real one does."""
 
     def __init__(self, reply: str | None = None, *, replies: Sequence[str] | None = None,
                  script: Callable[[str], str] | None = None, cut: bool = False, tokenizer=None,
-                 context: int = 1 << 20):
+                 context: int = 1 << 20, preset=None):
+        from a2rl.spec.generation import GenerationPreset
+
         if sum(x is not None for x in (reply, replies, script)) != 1:
             raise ValueError("FakeGenerator takes exactly one of reply, replies, script")
         self._reply, self._replies, self._script, self._cut = reply, list(replies or ()), script, cut
         self.model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=context))
         self.config = self.model.config
         self.tokenizer = tokenizer or _words
+        self.preset = preset or GenerationPreset(name="greedy")
         self.prompts: list[str] = []
         self.stops: list[str | Sequence[str] | None] = []
         self.calls = 0
@@ -122,6 +125,16 @@ class RecordingVLLM:
         self.calls.append(("reset_prefix_cache",))
         return True
 
-    def generate(self, prompts: list[str], sampling_params: RecordingSamplingParams, use_tqdm: bool = True):
+    def generate(self, prompts: list, sampling_params: RecordingSamplingParams, use_tqdm: bool = True):
+        """Prompts are text or token ids ({"prompt_token_ids": [...]}, vLLM's TokensPrompt), recorded as given."""
         self.calls.append(("generate", list(prompts), sampling_params.kwargs))
-        return [SimpleNamespace(outputs=[SimpleNamespace(text=self._reply(p))]) for p in prompts]
+        texts = [p if isinstance(p, str) else self._tokenizer.decode(p["prompt_token_ids"]) for p in prompts]
+        return [SimpleNamespace(outputs=[self._completion(self._reply(t), sampling_params.kwargs)]) for t in texts]
+
+    def _completion(self, text: str, kwargs: dict) -> SimpleNamespace:
+        """With `logprobs` asked for, the first token of the reply gets probability 1 (vLLM's Logprob records)."""
+        if not kwargs.get("logprobs"):
+            return SimpleNamespace(text=text)
+        first = self._tokenizer(text, add_special_tokens=False)["input_ids"][0]
+        return SimpleNamespace(text=text, logprobs=[{first: SimpleNamespace(
+            logprob=0.0, decoded_token=self._tokenizer.decode([first]))}])

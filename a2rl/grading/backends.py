@@ -86,6 +86,9 @@ class BackendSettings:
         return dict(self.__dict__)
 
 
+CPU_SETTINGS = BackendSettings("transformers", "cpu", 0, 0.9, None, None)  # where no sweep says otherwise
+
+
 def resolve_settings(grader: Any) -> BackendSettings:
     """From the sweep's GraderSettings and what this process sees."""
     from a2rl.grading.inference import pick_device

@@ -12,6 +12,7 @@ log line), never the daemon.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Task, get_task
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
-from a2rl.grading.backends import BackendSettings, Engine, EngineKey, engine_key, resolve_settings
+from a2rl.grading.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
 from a2rl.spec.generation import GenerationPreset, get_preset
 
 log = logging.getLogger("a2rl.grader")
@@ -48,16 +49,16 @@ def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_roo
                    engine: Engine | None = None, preset: GenerationPreset | None = None) -> tuple[float, dict]:
     """Score one model on the task's held-out split under `protocol` (the run's, never an option a sweep's
     task_options could set apart from the run id and the ledger) with the engine's backend (without one: a
-    transformers generator on CPU, loaded for this call)."""
-    from a2rl.grading.inference import Generator
-
+    transformers engine on CPU, for this call). An evaluator that serves a second model (localjudge's judge)
+    declares an `engine` parameter and gets the engine."""
     options = {**task.spec.eval, **(options or {}), "protocol": protocol}
     if batch_size:
         options["batch_size"] = batch_size
     preset = preset or get_preset()
-    generator = engine.get(model_dir, tokenizer_dir, preset) if engine is not None \
-        else Generator.load(model_dir, tokenizer_dir=tokenizer_dir, preset=preset)
-    result = task.evaluator.evaluate(generator, task.data(data_root).heldout_dir, options)
+    engine = engine or Engine(CPU_SETTINGS)
+    generator = engine.get(model_dir, tokenizer_dir, preset)
+    extra = {"engine": engine} if "engine" in inspect.signature(task.evaluator.evaluate).parameters else {}
+    result = task.evaluator.evaluate(generator, task.data(data_root).heldout_dir, options, **extra)
     score = float(result["score"])
     if not 0.0 <= score <= 100.0:
         raise ValueError(f"evaluator of {task.name!r} returned score {score}, outside 0–100")

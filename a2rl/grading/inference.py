@@ -147,6 +147,21 @@ class Generator:
             lo += len(idx)
         return outputs
 
+    @torch.inference_mode()
+    def first_token_logprobs(self, prompts: list[str], *, top: int, batch_size: int = 16,
+                             add_special_tokens: bool = True) -> list[list[tuple[str, float]]]:
+        """The `top` likeliest next tokens of each prompt with their log-probabilities, best first (a judge's
+        verdict weighed by its first token's distribution)."""
+        out: list[list[tuple[str, float]]] = []
+        for lo in range(0, len(prompts), batch_size):
+            enc = self.tokenizer(prompts[lo:lo + batch_size], return_tensors="pt", padding=True,
+                                 add_special_tokens=add_special_tokens).to(self.model.device)
+            logprobs = self.model(**enc).logits[:, -1].float().log_softmax(-1)  # left padding: the last is real
+            best = logprobs.topk(top)
+            out += [[(self.tokenizer.decode([i]), v) for v, i in zip(vs, ids)]
+                    for vs, ids in zip(best.values.tolist(), best.indices.tolist())]
+        return out
+
     def _auto_batch_size(self, longest_prompt: str, max_new_tokens: int) -> int:
         """As many sequences as half the free GPU memory holds KV cache for (the other half: activations,
         logits), between 1 and 256."""

@@ -18,7 +18,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -144,11 +144,54 @@ class ChatClient:
         raise JudgeError(f"{url} failed {self.retries + 1} times; last: {failure}")
 
 
-def chat_prompt(tokenizer: Any, messages: Messages) -> str:
-    """The model's own chat format, or a plain transcript for tokenizers that ship none (some base models)."""
+class EngineJudge:
+    """A local judge model served in process by the grader's engine (grading/backends.py: its backend, vLLM where
+    chosen), greedy; asked like ChatClient (`chat_many`, `describe`). The engine holds one model: judging swaps
+    the policy out (its answers are generated first) and the next submission swaps it back (a weights reload
+    where the judge shares the policy's architecture, as the base model does)."""
+
+    def __init__(self, engine: Any, model_dir: Any):
+        from a2rl.spec.generation import get_preset
+        from a2rl.spec.models import weights_hash
+
+        self.engine, self.model_dir = engine, model_dir
+        self.model = model_dir.name
+        self.fingerprint = "wh-" + weights_hash(model_dir)[:16]
+        self._preset = get_preset()  # greedy
+        self.requests = 0
+
+    def __repr__(self) -> str:
+        return f"EngineJudge({str(self.model_dir)!r})"
+
+    def chat_many(self, conversations: Sequence[Messages], *, max_tokens: int,
+                  top_logprobs: int | None = None) -> list[Completion]:
+        judge = self.engine.get(self.model_dir, self.model_dir, self._preset)
+        prompts = [chat_prompt(judge.tokenizer, m) for m in conversations]
+        raw = not judge.tokenizer.chat_template  # a chat template writes its own special tokens
+        texts = judge.generate(prompts, max_new_tokens=max_tokens, stop=None, add_special_tokens=raw)
+        firsts = judge.first_token_logprobs(prompts, top=top_logprobs, add_special_tokens=raw) if top_logprobs \
+            else [()] * len(prompts)
+        self.requests += len(prompts)
+        return [Completion(t, tuple(f), self.model, self.fingerprint) for t, f in zip(texts, firsts)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "version": self.model, "system_fingerprint": self.fingerprint,
+                "model_path": str(self.model_dir), "backend": self.engine.settings.backend,
+                "requests": self.requests}
+
+
+def chat_prompt(tokenizer: Any, messages: Messages, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The model's own chat format (rendered with `template_kwargs`, e.g. Qwen3's enable_thinking), or a plain
+    transcript for tokenizers that ship none (some base models)."""
     if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **(template_kwargs or {}))
     return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+
+
+def policy_prompt(generator: Any, messages: Messages) -> str:
+    """A chat prompt for the graded model: its chat template with its generation preset's chat_template_kwargs."""
+    return chat_prompt(generator.tokenizer, messages, generator.preset.chat_template_kwargs)
 
 
 # ---------------------------------------------------------------- the pairwise protocol
@@ -189,13 +232,13 @@ class Comparison:
 def generate_answers(generator: Any, instructions: Sequence[str], *, max_new_tokens: int,
                      batch_size: int) -> list[str]:
     """The policy's answers: each instruction as one user turn in its chat template, greedy, stripped."""
-    prompts = [chat_prompt(generator.tokenizer, [{"role": "user", "content": i}]) for i in instructions]
+    prompts = [policy_prompt(generator, [{"role": "user", "content": i}]) for i in instructions]
     return [a.strip() for a in generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                                    stop=None)]
 
 
 def compare_to_references(generator: Any, instructions: Sequence[str], references: Sequence[str],
-                          client: ChatClient, *, max_new_tokens: int, batch_size: int) -> Comparison:
+                          client: ChatClient | EngineJudge, *, max_new_tokens: int, batch_size: int) -> Comparison:
     """Answer each instruction with the policy (see generate_answers), then have the judge compare each
     answer with its reference twice, once in each position, so that a judge's order bias cancels out."""
     answers = generate_answers(generator, instructions, max_new_tokens=max_new_tokens, batch_size=batch_size)

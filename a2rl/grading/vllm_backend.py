@@ -54,12 +54,28 @@ class VLLMGenerator:
         self.llm.reset_prefix_cache()
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | Sequence[str] | None = "\n") -> list[str]:
-        """The engine schedules its own batches (batch_size is the transformers backend's knob)."""
+                 stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True) -> list[str]:
+        """The engine schedules its own batches (batch_size is the transformers backend's knob). A prompt rendered
+        by a chat template holds its special tokens already: with add_special_tokens=False it goes in as token ids
+        (vLLM's TokensPrompt), since vLLM would add a BOS to text."""
         stops = stop_strings(stop)
         p = self.preset
         sampling = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or -1, seed=p.seed) \
             if not p.greedy else dict(temperature=0.0)
         params = self._sampling_params(max_tokens=max_new_tokens, stop=list(stops), **sampling)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        outputs = self.llm.generate(self._inputs(prompts, add_special_tokens), params, use_tqdm=False)
         return [cut_at_stop(o.outputs[0].text, stops) for o in outputs]
+
+    def first_token_logprobs(self, prompts: list[str], *, top: int, batch_size: int = 16,
+                             add_special_tokens: bool = True) -> list[list[tuple[str, float]]]:
+        """The `top` likeliest next tokens of each prompt with their log-probabilities, best first: one greedy
+        token with `logprobs=top` (vLLM returns the sampled token too, so there may be top + 1)."""
+        params = self._sampling_params(max_tokens=1, temperature=0.0, logprobs=top)
+        outputs = self.llm.generate(self._inputs(prompts, add_special_tokens), params, use_tqdm=False)
+        return [sorted(((lp.decoded_token, lp.logprob) for lp in o.outputs[0].logprobs[0].values()),
+                       key=lambda t: -t[1])[:top] for o in outputs]
+
+    def _inputs(self, prompts: list[str], add_special_tokens: bool) -> list:
+        """Text, or token ids (vLLM's TokensPrompt) where special tokens must not be added."""
+        return prompts if add_special_tokens else \
+            [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]} for p in prompts]

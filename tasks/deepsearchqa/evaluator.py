@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from a2rl.grading.judge import ChatClient, Messages, chat_prompt
+from a2rl.grading.judge import ChatClient, Messages, policy_prompt
 from a2rl.tasklib.envs import load_module
 
 dsqa = load_module(Path(__file__).with_name("env.py"), "a2rl_task_deepsearchqa_env")  # protocol a2rl's pieces
@@ -43,7 +43,7 @@ def react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, max
           batch_size: int) -> tuple[list[str], list[int]]:
     """Final answers ("" when the policy never finished) and the number of actions each question took."""
     system = REACT_SYSTEM.format(max_steps=max_steps)
-    heads = [chat_prompt(generator.tokenizer, [
+    heads = [policy_prompt(generator, [
         {"role": "system", "content": system},
         {"role": "user", "content": dsqa.question_turn(r)}]) for r in rows]
     traces = ["Thought:"] * len(rows)

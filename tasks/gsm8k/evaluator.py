@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from a2rl.grading.judge import chat_prompt
+from a2rl.grading.judge import policy_prompt
 from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number, format_answer  # shared with the pipeline's reward
 
 PAPER_FEWSHOT = Path(__file__).with_name("paper_fewshot.json")  # the exemplars of OpenCompass's config
@@ -74,7 +74,7 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     batch_size = int(options.get("batch_size", 32))
     if protocol == "paper":
         completions = generator.generate(
-            [chat_prompt(generator.tokenizer, paper_messages(r["question"])) for r in rows],
+            [policy_prompt(generator, paper_messages(r["question"])) for r in rows],
             max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
             add_special_tokens=not getattr(generator.tokenizer, "chat_template", None))
         predicted = [paper_prediction(c) for c in completions]

@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from a2rl.grading.judge import chat_prompt
+from a2rl.grading.judge import policy_prompt
 from a2rl.grading.sandbox import run_many
 from a2rl.tasklib.answers import HUMANEVAL_STOP as STOP_SEQUENCES, cut_at_stop, humaneval_program as build_program
 
@@ -53,7 +53,7 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     batch_size = int(options.get("batch_size", 16))
     if protocol == "paper":
         replies = generator.generate(
-            [chat_prompt(generator.tokenizer, [{"role": "user", "content": f"{INSTRUCTION}\n{p['prompt']}"}])
+            [policy_prompt(generator, [{"role": "user", "content": f"{INSTRUCTION}\n{p['prompt']}"}])
              for p in problems], max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
             add_special_tokens=not getattr(generator.tokenizer, "chat_template", None))
         programs, name = [paper_program(p, first_code_block(r)) for p, r in zip(problems, replies)], HUMAN_EVAL_NAME

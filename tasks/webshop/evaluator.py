@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from a2rl.grading.judge import chat_prompt
+from a2rl.grading.judge import policy_prompt
 from a2rl.tasklib.envs import generator_policy, load_module, play
 
 ws = load_module(Path(__file__).with_name("env.py"), "a2rl_task_webshop_env")
@@ -28,7 +28,7 @@ def play_paper(generator, envs: Sequence, options: dict) -> tuple[list[float], l
     histories: list[list[tuple[str, str]]] = [[] for _ in envs]
     rewards, live = [0.0] * len(envs), list(range(len(envs)))
     for _ in range(max_steps):
-        prompts = {i: chat_prompt(generator.tokenizer, ws.paper_messages(envs[i], histories[i], observations[i],
+        prompts = {i: policy_prompt(generator, ws.paper_messages(envs[i], histories[i], observations[i],
                                                                          window)) for i in live}
         live = [i for i in live if fits(prompts[i])]
         if not live:
