@@ -173,9 +173,9 @@ class AgentRun:
         atomic_write_text(ws.root / "instructions.md", rules)
         if stack.instructions_file:
             atomic_write_text(ws.code / stack.instructions_file, f"{task.description.rstrip()}\n\n{rules}")
-        driver, endpoint_env, forwards = run.driver, {}, []
+        driver, endpoint_env, endpoint_args, forwards = run.driver, {}, [], []
         if (local := local_driver_name(run.driver)) is not None:
-            driver, endpoint_env, forwards = self._connect_local_driver(local, stack)
+            driver, endpoint_env, endpoint_args, forwards = self._connect_local_driver(local, stack)
         # set-up ends here: the clock starts with the grading API the agent process is started against
         self.budget = Budget(run.budget_s, self.used_before,
                              uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
@@ -201,7 +201,7 @@ class AgentRun:
             env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             stack_dir = agents.path(run.agent.name).parent
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
-                              stack_dir=stack_dir, python=python)
+                              stack_dir=stack_dir, python=python, endpoint_args=endpoint_args)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
                       f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
             argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir)
@@ -250,9 +250,10 @@ class AgentRun:
         except Exception:
             log.exception("archiving the workspace of %s failed", self.run.run_id)
 
-    def _connect_local_driver(self, name: str, stack: AgentStack) -> tuple[str, dict[str, str], list[tuple[str, int]]]:
+    def _connect_local_driver(self, name: str, stack: AgentStack
+                              ) -> tuple[str, dict[str, str], list[str], list[tuple[str, int]]]:
         """Wait for the sweep's server of this driver (set-up, before the budget starts); the driver string, the
-        endpoint variables for the stack and the server's host:port (which the sandbox forwards)."""
+        endpoint variables and flags for the stack and the server's host:port (which the sandbox forwards)."""
         self._log(f"waiting for local driver {name!r} (set-up: the budget has not started)")
         endpoint = wait_for_endpoint(self.sweep, name, self.sweep.spec.local_drivers[name].startup_timeout_s)
         self._log(f"local driver {name!r}: model {endpoint.model!r} at {endpoint.base_url} ({endpoint.backend})")
@@ -261,8 +262,9 @@ class AgentRun:
         base_url = endpoint.base_url
         if self.sweep.spec.network != "full":  # the sandbox relays it to its own loopback, at the same port
             base_url = base_url.replace(f"//{server[0]}:", "//127.0.0.1:", 1)
-        driver, env = stack.openai_compatible.render(model=endpoint.model, base_url=base_url, api_key=endpoint.api_key)
-        return driver, env, [server]
+        driver, env, args = stack.openai_compatible.render(model=endpoint.model, base_url=base_url,
+                                                           api_key=endpoint.api_key)
+        return driver, env, args, [server]
 
     def _supervise(self, proc: AgentProcess, ws: Workspace) -> tuple[str, int | None]:
         warn_before = min(WRAP_UP_S, 0.05 * self.run.budget_s)

@@ -19,16 +19,19 @@ KICKOFF = ("Read {file} in your working directory: it describes the task, the ru
 
 
 class OpenAICompatible(BaseModel):
-    """How a stack is pointed at an OpenAI-compatible endpoint (a local driver): the driver string its CLI
-    gets and the variables that carry the endpoint. Templates: {model} (the served name), {base_url}
-    (`http://HOST:PORT/v1`), {api_key}."""
+    """How a stack is pointed at a local driver's server, which speaks every vendor protocol (Chat Completions,
+    Responses, Anthropic Messages, Gemini): the driver string its CLI gets, the variables that carry the endpoint
+    and flags added to its command line. Templates: {model} (the served name), {base_url}
+    (`http://HOST:PORT/v1`), {root} (`http://HOST:PORT`, for CLIs that add `/v1` themselves), {api_key}."""
     model_config = ConfigDict(extra="forbid")
     model: str = "{model}"
     env: dict[str, str]
+    args: list[str] = []
 
-    def render(self, *, model: str, base_url: str, api_key: str) -> tuple[str, dict[str, str]]:
-        values = {"model": model, "base_url": base_url, "api_key": api_key}
-        return self.model.format(**values), {k: v.format(**values) for k, v in self.env.items()}
+    def render(self, *, model: str, base_url: str, api_key: str) -> tuple[str, dict[str, str], list[str]]:
+        values = {"model": model, "base_url": base_url, "root": base_url.removesuffix("/v1"), "api_key": api_key}
+        return (self.model.format(**values), {k: v.format(**values) for k, v in self.env.items()},
+                [a.format(**values) for a in self.args])
 
 
 class AgentStack(BaseModel):
@@ -84,11 +87,13 @@ class AgentStack(BaseModel):
                              f"(known: {', '.join(sorted(self.args)) or 'none'})"])
 
     def argv(self, overrides: dict[str, Any], *, workspace: Path, driver: str, seed: int,
-             stack_dir: Path, python: Path) -> list[str]:
+             stack_dir: Path, python: Path, endpoint_args: list[str] = ()) -> list[str]:
+        """The command line; endpoint_args: a local driver's flags (OpenAICompatible.args), after the command."""
         subst = {"python": str(python), "workspace": str(workspace), "driver": driver, "seed": seed,
                  "stack_dir": str(stack_dir), "prompt": KICKOFF.format(file=self.instructions_file or
                                                                        "../instructions.md")}
-        return [part.format(**subst) for part in self.command] + cli_flags({**self.args, **overrides})
+        return [part.format(**subst) for part in self.command] + list(endpoint_args) + \
+            cli_flags({**self.args, **overrides})
 
 
 def cli_flags(options: dict[str, Any]) -> list[str]:

@@ -1,0 +1,213 @@
+"""The local driver server on every wire protocol: a neutral request laid onto the model's chat template with
+its tools, the model's tool calls read back (a malformed one is an API error, never a crashed server), and the
+real Claude Code and Codex CLIs each completing a turn against the tiny model (gibberish words; the protocol
+holds). The CLIs come from /work/cache/agent-clis or A2RL_AGENT_CLIS (tools/agents/install.sh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from urllib.error import HTTPError
+from urllib.request import Request as HTTPRequest, urlopen
+
+import pytest
+
+from a2rl.drivers import protocols
+from a2rl.drivers.chatserver import serve_local_model
+from a2rl.drivers.protocols import Message, Request, Tool, ToolCall, ToolResult
+from a2rl.drivers.toolcalls import MalformedToolCall, chat_prompt, read_reply, template_messages
+from a2rl.spec.agents import agent_registry
+
+CLIS = Path(os.environ.get("A2RL_AGENT_CLIS", "/work/cache/agent-clis")) / "node_modules" / ".bin"
+BASH = Tool("Bash", "run a command", {"type": "object", "properties": {"command": {"type": "string"}}})
+REQ = Request("anthropic", "m", [
+    Message("system", "Be brief."), Message("user", "list files"),
+    Message("assistant", "ok", tool_calls=[ToolCall("t1", "Bash", {"command": "ls"})]),
+    Message("tool", tool_results=[ToolResult("t1", "a.txt")])], [BASH])
+BAD_CALL = '<tool_call>{"name": "Bash", "arguments": {oops}</tool_call>'
+
+
+def test_reply_text_is_split_into_text_and_tool_calls():
+    text, calls = read_reply('Sure.\n<tool_call>\n{"name": "Bash", "arguments": {"command": "ls"}}\n</tool_call>', REQ)
+    assert text == "Sure." and [(c.name, c.arguments) for c in calls] == [("Bash", {"command": "ls"})]
+    assert calls[0].id.startswith("call_")
+    # arguments as a JSON string, as OpenAI's API carries them
+    _, calls = read_reply('<tool_call>{"name": "Bash", "arguments": "{\\"command\\": \\"pwd\\"}"}</tool_call>', REQ)
+    assert calls[0].arguments == {"command": "pwd"}
+    assert read_reply("just words", REQ) == ("just words", [])
+
+
+@pytest.mark.parametrize("text, says", [
+    (BAD_CALL, "not JSON"),
+    ('<tool_call>{"name": "Bash", "arguments": {"command": "ls"}', "not JSON"),  # never closed, cut off
+    ('<tool_call>{"arguments": {}}</tool_call>', "without a name"),
+    ('<tool_call>{"name": "Rm", "arguments": {}}</tool_call>', "'Rm', which the request does not offer (offered: Bash)"),
+    ('<tool_call>{"name": "Bash", "arguments": [1]}</tool_call>', "arguments are not a JSON object"),
+])
+def test_malformed_tool_calls_are_refused(text, says):
+    with pytest.raises(MalformedToolCall, match=says.replace("(", r"\(").replace(")", r"\)")):
+        read_reply(text, REQ)
+
+
+def test_conversation_on_a_template_without_tools():
+    """The tiny model's template knows no tools: they are described in the system message, calls and results
+    written into the text in the format read_reply reads."""
+    msgs = template_messages(REQ, native_tools=False)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[0]["content"].startswith("Be brief.\n\n# Tools") and '"name": "Bash"' in msgs[0]["content"]
+    assert msgs[2]["content"] == 'ok\n<tool_call>\n{"name": "Bash", "arguments": {"command": "ls"}}\n</tool_call>'
+    assert msgs[3]["content"] == "<tool_response>\na.txt\n</tool_response>"
+    assert read_reply(msgs[2]["content"], REQ)[1][0].arguments == {"command": "ls"}  # the format round-trips
+    native = template_messages(REQ, native_tools=True)
+    assert native[0]["content"] == "Be brief." and native[3]["role"] == "tool"
+    assert native[2]["tool_calls"][0]["function"] == {"name": "Bash", "arguments": {"command": "ls"}}
+
+
+def test_prompt_on_the_tiny_models_template(tiny_model):
+    from transformers import AutoTokenizer
+
+    prompt = chat_prompt(AutoTokenizer.from_pretrained(tiny_model), REQ)
+    assert prompt.startswith("<|system|>\nBe brief.\n\n# Tools") and prompt.endswith("<|assistant|>\n")
+
+
+def _post(url: str, body: dict, headers: dict) -> tuple[int, bytes]:
+    req = HTTPRequest(url, json.dumps(body).encode(), {"Content-Type": "application/json", **headers})
+    try:
+        with urlopen(req, timeout=600) as r:
+            return r.status, r.read()
+    except HTTPError as e:
+        return e.code, e.read()
+
+
+CASES = {  # protocol: (path, body, key header)
+    "anthropic": ("/v1/messages?beta=true", {"model": "x", "max_tokens": 8, "stream": True, "system": "s " * 900,
+                                             "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+                                             "messages": [{"role": "user", "content": "hi"},
+                                                          {"role": "system", "content": "reminder"}]},
+                  lambda k: {"x-api-key": k}),
+    "responses": ("/v1/responses", {"model": "x", "stream": True, "input": "hi", "max_output_tokens": 8,
+                                    "tools": [{"type": "function", "name": "shell", "parameters": {}}]},
+                  lambda k: {"Authorization": f"Bearer {k}"}),
+    "chat": ("/v1/chat/completions", {"model": "x", "stream": True, "max_tokens": 8,
+                                      "messages": [{"role": "user", "content": "hi"}],
+                                      "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+             lambda k: {"Authorization": f"Bearer {k}"}),
+    "gemini": ("/v1beta/models/x:streamGenerateContent?alt=sse",
+               {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 8}},
+               lambda k: {"x-goog-api-key": k}),
+}
+
+
+def test_every_protocol_is_served_from_the_tiny_model(tiny_model):
+    """Each protocol's streamed answer, with the served name and the model's token counts; a prompt longer
+    than the tiny model's 512 positions keeps its end; a wrong key is refused in the protocol's own form."""
+    with serve_local_model(tiny_model, api_key="k", model_id="tiny", fit_prompt=True, max_output=8) as url:
+        root = url.removesuffix("/v1")
+        for protocol, (path, body, key) in CASES.items():
+            status, data = _post(root + path, body, key("k"))
+            assert status == 200, (protocol, data)
+            events = [d for _, d in protocols.sse_events(data) if d != "[DONE]"]
+            if protocol == "anthropic":
+                assert events[0]["message"]["model"] == "tiny" and events[-2]["usage"]["output_tokens"] == 8
+                assert events[0]["message"]["usage"]["input_tokens"] == 512 - 8  # its end, leaving room for 8
+            elif protocol == "responses":
+                done = events[-1]["response"]
+                assert done["model"] == "tiny" and done["usage"]["output_tokens"] == 8
+            elif protocol == "chat":
+                assert events[-1]["usage"]["completion_tokens"] == 8 and events[0]["model"] == "tiny"
+            else:
+                assert events[-1]["usageMetadata"]["candidatesTokenCount"] == 8
+            status, data = _post(root + path, body, key("wrong"))
+            assert status == 401 and b"missing or wrong API key" in data
+        assert json.loads(_post(root + "/v1/messages", {"messages": "x"}, {"x-api-key": "k"})[1]) == \
+            {"type": "error", "error": {"type": "invalid_request_error", "message": "'messages' must be a list"}}
+
+
+@pytest.fixture(scope="module")
+def miscalling_model(tiny_model, tmp_path_factory) -> Path:
+    """The tiny model trained for a few steps to answer every chat turn with a broken tool call: a real model
+    whose output the server must refuse."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    torch.manual_seed(0)
+    texts = [f"<|user|>\n{' '.join(['hi', 'the', 'files', 'list', 'say'][i % 5:])}<|eos|>\n<|assistant|>\n{BAD_CALL}"
+             f"<|eos|>" for i in range(5)]
+    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(120):
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    out = tmp_path_factory.mktemp("miscalling")
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _cli(name: str) -> str:
+    path = CLIS / name
+    if not path.exists():
+        pytest.skip(f"{name} is not installed under {CLIS} (tools/agents/install.sh)")
+    return str(path)
+
+
+def _claude(url: str, key: str, home: Path) -> subprocess.CompletedProcess:
+    """Claude Code as the claude stack runs it, pointed at the server by the stack's local-driver settings."""
+    _, env, args = agent_registry().get("claude").openai_compatible.render(model="tiny", base_url=url, api_key=key)
+    home.mkdir(exist_ok=True)
+    return subprocess.run([_cli("claude"), "-p", "say hi", "--model", "tiny", "--max-turns", "1", "--output-format",
+                           "stream-json", "--verbose", "--dangerously-skip-permissions", *args],
+                          env={"PATH": os.environ["PATH"], "HOME": str(home), "IS_SANDBOX": "1",
+                               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **env},
+                          cwd=home, capture_output=True, text=True, timeout=900)
+
+
+def _result(stdout: str) -> dict:
+    return next(o for o in map(json.loads, filter(None, stdout.splitlines())) if o.get("type") == "result")
+
+
+@pytest.mark.slow  # real CLI turns on the tiny model on CPU
+def test_claude_and_codex_complete_a_turn_on_the_local_driver(tiny_model, tmp_path):
+    with serve_local_model(tiny_model, api_key="k", model_id="tiny", fit_prompt=True, max_output=16) as url:
+        proc = _claude(url, "k", tmp_path / "claude")
+        result = _result(proc.stdout)
+        assert proc.returncode == 0 and not result["is_error"], proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert result["usage"]["output_tokens"] > 0 and result["usage"]["input_tokens"] > 0
+
+        # codex, as the codex stack runs it: its local-driver flags name a Responses provider at the server
+        _, env, args = agent_registry().get("codex").openai_compatible.render(model="tiny", base_url=url,
+                                                                               api_key="k")
+        home = tmp_path / "codex"
+        (home / ".codex").mkdir(parents=True)
+        proc = subprocess.run([_cli("codex"), "exec", "--json", "--model", "tiny",
+                               "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check", "say hi", *args],
+                              env={"PATH": os.environ["PATH"], "HOME": str(home), **env}, cwd=home,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
+        events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        done = [e for e in events if e["type"] == "turn.completed"]
+        assert proc.returncode == 0 and done, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert done[0]["usage"]["output_tokens"] > 0
+        assert not [e for e in events if e["type"] in ("error", "turn.failed")]
+
+
+@pytest.mark.slow  # trains the tiny model, then a real CLI turn
+def test_a_malformed_tool_call_is_an_error_the_cli_sees(miscalling_model, tmp_path):
+    with serve_local_model(miscalling_model, api_key="k", model_id="tiny", fit_prompt=True, max_output=40) as url:
+        root = url.removesuffix("/v1")
+        status, data = _post(root + "/v1/messages", {"model": "x", "max_tokens": 40, "messages": [
+            {"role": "user", "content": "hi"}], "tools": [{"name": "Bash", "input_schema": {}}]}, {"x-api-key": "k"})
+        assert status == 422 and json.loads(data)["error"]["message"].startswith(
+            "malformed tool call: the model wrote a tool call that is not JSON"), data
+        proc = _claude(url, "k", tmp_path / "claude")
+        result = _result(proc.stdout)
+        assert result["is_error"] and "422" in result["result"] and "malformed tool call" in result["result"], \
+            proc.stdout[-3000:]
+        with urlopen(HTTPRequest(url + "/models", headers={"Authorization": "Bearer k"}), timeout=60) as r:
+            assert json.loads(r.read())["data"][0]["id"] == "tiny"  # the server still answers
