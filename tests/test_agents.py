@@ -55,7 +55,7 @@ def fake_bin(tmp_path, monkeypatch) -> Path:
 def test_stack_runs_its_cli_and_records_usage(tmp_path, monkeypatch, fake_bin, name):
     driver, _, cost = STACKS[name]
     stack = agent_registry().get(name)
-    for var in stack.credentials:
+    for var in stack.credential_vars():
         monkeypatch.setenv(var, f"key-for-{name}")
     sweep = launch(tmp_path, agents=[name], drivers=[driver], modes=["rl-only"])
     result = only_result(sweep)
@@ -69,7 +69,7 @@ def test_stack_runs_its_cli_and_records_usage(tmp_path, monkeypatch, fake_bin, n
         assert env[stack.driver_env] == driver
     else:
         assert argv[argv.index("--model") + 1] == driver
-    assert all(env[var] == f"key-for-{name}" for var in stack.credentials)
+    assert all(env[var] == f"key-for-{name}" for var in stack.credential_vars())
     assert {"TASK", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR", "GRADING_SERVER_URL"} <= set(env)
     assert not {"SECRET", "A2RL_CACHE", "A2RL_SCRATCH", "A2RL_AGENT_BIN"} & set(env)
     assert seen["cwd"] == str(sweep.workspace(result.run_id) / "code")
@@ -86,11 +86,13 @@ def test_stack_runs_its_cli_and_records_usage(tmp_path, monkeypatch, fake_bin, n
 
 
 def test_missing_credential_fails_the_launch(tmp_path, monkeypatch):
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    for var in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
     path = write_sweep(tmp_path, agents=["claude"], drivers=["claude-sonnet-4-5"])
     proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"))
     assert proc.returncode == 2
-    assert "agents[0]: agent 'claude' needs ANTHROPIC_API_KEY, which is not set" in proc.stderr
+    assert ("agents[0]: agent 'claude' needs ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_AUTH_TOKEN, "
+            "which is not set") in proc.stderr
     assert not (tmp_path / "sd").exists()  # nothing created, nothing submitted
 
 
@@ -185,4 +187,4 @@ def test_local_driver_checks_at_launch(tmp_path, monkeypatch):
     assert proc.returncode == 0 and "echo__codex__local-tiny__tiny-llama__s0" in proc.stdout
     proc = a2rl("launch", str(write_sweep(tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny", "gpt-5.4"]}],
                                           local_drivers=LOCAL_TINY)), "--sweep-dir", str(tmp_path / "sd"))
-    assert proc.returncode == 2 and "agents[0]: agent 'codex' needs OPENAI_API_KEY, which is not set" in proc.stderr
+    assert proc.returncode == 2 and "agents[0]: agent 'codex' needs OPENAI_API_KEY or CODEX_API_KEY, which is not set" in proc.stderr

@@ -1,13 +1,14 @@
 """The local driver server on every wire protocol: a neutral request laid onto the model's chat template with
 its tools, the model's tool calls read back (a malformed one is an API error, never a crashed server), and the
 real Claude Code and Codex CLIs each completing a turn against the tiny model (gibberish words; the protocol
-holds). The CLIs come from /work/cache/agent-clis or A2RL_AGENT_CLIS (tools/agents/install.sh)."""
+holds), each on its stack's command line. The CLIs come from A2RL_AGENT_CLIS (tools/agents/install.sh)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from urllib.error import HTTPError
 from urllib.request import Request as HTTPRequest, urlopen
@@ -19,8 +20,10 @@ from a2rl.drivers.chatserver import serve_local_model
 from a2rl.drivers.protocols import Message, Request, Tool, ToolCall, ToolResult
 from a2rl.drivers.toolcalls import MalformedToolCall, chat_prompt, read_reply, template_messages
 from a2rl.spec.agents import agent_registry
+from a2rl.spec.registry import HOME
+from test_real_clis import clis_prefix
 
-CLIS = Path(os.environ.get("A2RL_AGENT_CLIS", "/work/cache/agent-clis")) / "node_modules" / ".bin"
+STACKS = HOME / "configs" / "agents"
 BASH = Tool("Bash", "run a command", {"type": "object", "properties": {"command": {"type": "string"}}})
 REQ = Request("anthropic", "m", [
     Message("system", "Be brief."), Message("user", "list files"),
@@ -151,46 +154,42 @@ def miscalling_model(tiny_model, tmp_path_factory) -> Path:
     return out
 
 
-def _cli(name: str) -> str:
-    path = CLIS / name
-    if not path.exists():
-        pytest.skip(f"{name} is not installed under {CLIS} (tools/agents/install.sh)")
-    return str(path)
+def run_stack(name: str, url: str, key: str, home: Path) -> subprocess.CompletedProcess:
+    """The stack's CLI on its own command line, environment and local-driver settings (what a run with
+    `drivers: [local:tiny]` starts), in `home`; a missing CLI fails naming the install command."""
+    os.environ["A2RL_AGENT_CLIS"] = str(clis_prefix())  # where the stacks' `path` looks
+    stack = agent_registry().get(name)
+    driver, endpoint_env = stack.openai_compatible.render(model="tiny", base_url=url, api_key=key)
+    env = stack.agent_env({"PATH": os.environ["PATH"], "HOME": str(home), **endpoint_env}, driver, STACKS)
+    if stack.find_cli(env) is None:
+        pytest.fail(f"`{stack.command[0]}` is not installed under {clis_prefix()}: run tools/agents/install.sh {name}")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".codex").mkdir(exist_ok=True)
+    argv = stack.argv({}, workspace=home, driver=driver, seed=0, stack_dir=STACKS, python=Path(sys.executable),
+                      env=env)
+    argv[0] = stack.find_cli(env)
+    return subprocess.run(argv, env=env, cwd=home, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=900)
 
 
-def _claude(url: str, key: str, home: Path) -> subprocess.CompletedProcess:
-    """Claude Code as the claude stack runs it, pointed at the server by the stack's local-driver settings."""
-    _, env, args = agent_registry().get("claude").openai_compatible.render(model="tiny", base_url=url, api_key=key)
-    home.mkdir(exist_ok=True)
-    return subprocess.run([_cli("claude"), "-p", "say hi", "--model", "tiny", "--max-turns", "1", "--output-format",
-                           "stream-json", "--verbose", "--dangerously-skip-permissions", *args],
-                          env={"PATH": os.environ["PATH"], "HOME": str(home), "IS_SANDBOX": "1",
-                               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **env},
-                          cwd=home, capture_output=True, text=True, timeout=900)
+def _events(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def _result(stdout: str) -> dict:
-    return next(o for o in map(json.loads, filter(None, stdout.splitlines())) if o.get("type") == "result")
+    return next(o for o in _events(stdout) if o.get("type") == "result")
 
 
 @pytest.mark.slow  # real CLI turns on the tiny model on CPU
 def test_claude_and_codex_complete_a_turn_on_the_local_driver(tiny_model, tmp_path):
     with serve_local_model(tiny_model, api_key="k", model_id="tiny", fit_prompt=True, max_output=16) as url:
-        proc = _claude(url, "k", tmp_path / "claude")
+        proc = run_stack("claude", url, "k", tmp_path / "claude")
         result = _result(proc.stdout)
         assert proc.returncode == 0 and not result["is_error"], proc.stdout[-3000:] + proc.stderr[-2000:]
         assert result["usage"]["output_tokens"] > 0 and result["usage"]["input_tokens"] > 0
 
-        # codex, as the codex stack runs it: its local-driver flags name a Responses provider at the server
-        _, env, args = agent_registry().get("codex").openai_compatible.render(model="tiny", base_url=url,
-                                                                               api_key="k")
-        home = tmp_path / "codex"
-        (home / ".codex").mkdir(parents=True)
-        proc = subprocess.run([_cli("codex"), "exec", "--json", "--model", "tiny",
-                               "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check", "say hi", *args],
-                              env={"PATH": os.environ["PATH"], "HOME": str(home), **env}, cwd=home,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
-        events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        proc = run_stack("codex", url, "k", tmp_path / "codex")
+        events = _events(proc.stdout)
         done = [e for e in events if e["type"] == "turn.completed"]
         assert proc.returncode == 0 and done, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert done[0]["usage"]["output_tokens"] > 0
@@ -205,7 +204,7 @@ def test_a_malformed_tool_call_is_an_error_the_cli_sees(miscalling_model, tmp_pa
             {"role": "user", "content": "hi"}], "tools": [{"name": "Bash", "input_schema": {}}]}, {"x-api-key": "k"})
         assert status == 422 and json.loads(data)["error"]["message"].startswith(
             "malformed tool call: the model wrote a tool call that is not JSON"), data
-        proc = _claude(url, "k", tmp_path / "claude")
+        proc = run_stack("claude", url, "k", tmp_path / "claude")
         result = _result(proc.stdout)
         assert result["is_error"] and "422" in result["result"] and "malformed tool call" in result["result"], \
             proc.stdout[-3000:]

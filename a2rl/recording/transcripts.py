@@ -119,3 +119,23 @@ def parse_usage(parser: str, transcript: str) -> AgentUsage | None:
     return AgentUsage(parser=parser, calls=len(counts), input_tokens=sum(c[0] for c in counts),
                       cached_input_tokens=sum(c[1] for c in counts), output_tokens=sum(c[2] for c in counts),
                       cost_usd=round(sum(costs), 6) if costs else None)
+
+
+def cli_failure(parser: str, cli: str, log_text: str, usage: AgentUsage | None, *, status: str,
+                exit_code: int | None) -> str | None:
+    """What went wrong with an LLM CLI, for the run's failure reason: it crashed (non-zero exit), printed
+    nothing, or printed no transcript record its parser reads; None when its run looks whole (and for stacks
+    without a transcript). `log_text` is agent.log, whose `[a2rl ...]` lines are the run's own."""
+    if parser == "none":
+        return None
+    own = [line for line in log_text.splitlines() if line.strip() and not line.startswith("[a2rl ")]
+    stopped = " before it was stopped" if status == "timeout" else ""
+    if status == "ok" and exit_code not in (0, None):
+        last = own[-1].strip()[:300] if own else "none"
+        return f"the agent CLI `{cli}` exited with code {exit_code} (its last output line: {last})"
+    if not own:
+        return f"the agent CLI `{cli}` printed nothing{stopped}"
+    if usage is not None and usage.calls == 0:
+        return (f"the agent CLI `{cli}` printed no transcript record the `{parser}` parser reads{stopped} "
+                f"({len(own)} line(s) of other output): its tokens and cost are unknown")
+    return None

@@ -178,7 +178,7 @@ def _probe(sweep: SweepDir, run: RunSpec, choice, canary: str, port: int) -> lis
     try:
         with AgentSandbox(choice, spec.network, forwards=[], allow_hosts=spec.allow_hosts) as box:
             env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url="http://127.0.0.1:9",
-                                    driver=run.driver, python=python, endpoint_env={})
+                                    driver=run.driver, python=python, endpoint_env={}, stack_dir=stack_dir)
             argv = agent_command(box, stack, [str(python), "-c", PROBE, json.dumps(targets)], ws, python=python,
                                  stack_dir=stack_dir, model_dir=model_dir)
             log = sweep.root / "audit.log"

@@ -38,7 +38,7 @@ from a2rl.drivers.endpoint import wait_for_endpoint
 from a2rl.spec.clusters import SIGNAL_DELAY_S
 from a2rl.spec.models import resolve_model
 from a2rl.recording.archive import archive_workspace
-from a2rl.recording.transcripts import parse_usage
+from a2rl.recording.transcripts import cli_failure, parse_usage
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
@@ -173,9 +173,9 @@ class AgentRun:
         atomic_write_text(ws.root / "instructions.md", rules)
         if stack.instructions_file:
             atomic_write_text(ws.code / stack.instructions_file, f"{task.description.rstrip()}\n\n{rules}")
-        driver, endpoint_env, endpoint_args, forwards = run.driver, {}, [], []
+        driver, endpoint_env, forwards = run.driver, {}, []
         if (local := local_driver_name(run.driver)) is not None:
-            driver, endpoint_env, endpoint_args, forwards = self._connect_local_driver(local, stack)
+            driver, endpoint_env, forwards = self._connect_local_driver(local, stack)
         # set-up ends here: the clock starts with the grading API the agent process is started against
         self.budget = Budget(run.budget_s, self.used_before,
                              uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
@@ -196,15 +196,20 @@ class AgentRun:
                 AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
                              allow_hosts=spec.allow_hosts,
                              on_refused=lambda t: self._log(f"network: refused {t} (not in allow_hosts)")) as box:
-            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
-                                    python=python, endpoint_env=endpoint_env)
-            env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             stack_dir = agents.path(run.agent.name).parent
+            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
+                                    python=python, endpoint_env=endpoint_env, stack_dir=stack_dir)
+            env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
             argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
-                              stack_dir=stack_dir, python=python, endpoint_args=endpoint_args)
+                              stack_dir=stack_dir, python=python, env=env)
             self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
                       f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
-            argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir)
+            logins = {ws.root / "home" / f.relative_to(Path.home()): f for f in stack.logins(Path.home())} \
+                if spec.agent_logins else {}
+            if logins:
+                self._log(f"agent_logins: mounting {', '.join(map(str, logins.values()))} read-only into its HOME")
+            argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir,
+                                 files=logins)
             cpu0 = _children_cpu()
             self.recorded["agent_started_at"] = now()
             proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log", sandboxed=choice.trusted)
@@ -250,10 +255,9 @@ class AgentRun:
         except Exception:
             log.exception("archiving the workspace of %s failed", self.run.run_id)
 
-    def _connect_local_driver(self, name: str, stack: AgentStack
-                              ) -> tuple[str, dict[str, str], list[str], list[tuple[str, int]]]:
+    def _connect_local_driver(self, name: str, stack: AgentStack) -> tuple[str, dict[str, str], list[tuple[str, int]]]:
         """Wait for the sweep's server of this driver (set-up, before the budget starts); the driver string, the
-        endpoint variables and flags for the stack and the server's host:port (which the sandbox forwards)."""
+        endpoint variables for the stack and the server's host:port (which the sandbox forwards)."""
         self._log(f"waiting for local driver {name!r} (set-up: the budget has not started)")
         endpoint = wait_for_endpoint(self.sweep, name, self.sweep.spec.local_drivers[name].startup_timeout_s)
         self._log(f"local driver {name!r}: model {endpoint.model!r} at {endpoint.base_url} ({endpoint.backend})")
@@ -262,9 +266,8 @@ class AgentRun:
         base_url = endpoint.base_url
         if self.sweep.spec.network != "full":  # the sandbox relays it to its own loopback, at the same port
             base_url = base_url.replace(f"//{server[0]}:", "//127.0.0.1:", 1)
-        driver, env, args = stack.openai_compatible.render(model=endpoint.model, base_url=base_url,
-                                                           api_key=endpoint.api_key)
-        return driver, env, args, [server]
+        driver, env = stack.openai_compatible.render(model=endpoint.model, base_url=base_url, api_key=endpoint.api_key)
+        return driver, env, [server]
 
     def _supervise(self, proc: AgentProcess, ws: Workspace) -> tuple[str, int | None]:
         warn_before = min(WRAP_UP_S, 0.05 * self.run.budget_s)
@@ -323,8 +326,13 @@ class AgentRun:
         return self._time_limit_at + (SIGNAL_DELAY_S if self.executor == "slurm" else 30)
 
     def _write_result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
-        usage = None if self.stack is None else \
-            parse_usage(self.stack.transcript, (self.dir / "agent.log").read_text(errors="replace"))
+        usage = None
+        if self.stack is not None:
+            log_text = (self.dir / "agent.log").read_text(errors="replace")
+            usage = parse_usage(self.stack.transcript, log_text)
+            if reason is None and status in ("ok", "timeout"):  # a CLI that crashed, hung or spoke gibberish
+                reason = cli_failure(self.stack.transcript, self.stack.command[0], log_text, usage, status=status,
+                                     exit_code=exit_code)
         setup = self.setup_by_attempt()
         return write_result(self.sweep, self.run.run_id, status=status, failure_reason=reason,
                             agent_exit_code=exit_code, agent_seconds=self.agent_seconds(), started_at=self.started_at,
@@ -334,19 +342,21 @@ class AgentRun:
 
 
 def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
-                      driver: str, python: Path, endpoint_env: dict[str, str]) -> dict[str, str]:
+                      driver: str, python: Path, endpoint_env: dict[str, str], stack_dir: Path) -> dict[str, str]:
     """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
-    env = stack.env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
-                              passthrough=[*stack.passthrough_env, *stack.credentials], python=python), driver)
+    env = stack.agent_env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
+                                    passthrough=[*stack.passthrough_env, *stack.credential_vars()], python=python),
+                          driver, stack_dir)
     env.update(endpoint_env)
     env.update(box.env)
     return env
 
 
 def agent_command(box: AgentSandbox, stack: AgentStack, argv: list[str], ws: Workspace, *, python: Path,
-                  stack_dir: Path, model_dir: Path) -> list[str]:
-    """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`)."""
-    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code,
+                  stack_dir: Path, model_dir: Path, files: dict[Path, Path] | None = None) -> list[str]:
+    """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`); `files`: login files
+    bound read-only into its HOME."""
+    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code, files=files,
                        read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())])])
 
 

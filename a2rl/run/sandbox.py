@@ -142,6 +142,7 @@ class View:
     network: str = "full"
     sockets: dict[str, Path] = field(default_factory=dict)  # name → host path, appearing under SOCKET_DIR
     relays: dict[int, str] = field(default_factory=dict)  # loopback port inside → socket name
+    files: dict[Path, Path] = field(default_factory=dict)  # read-only file binds: path inside → host file (logins)
 
     def socket_path(self, name: str) -> str:
         return f"{SOCKET_DIR}/{name}.sock"
@@ -193,6 +194,8 @@ def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") 
     for sp in _base_site_packages(view):
         a += ["--tmpfs", sp]
     a += ["--bind", str(view.workspace), str(view.workspace)]
+    for inside, host in view.files.items():  # over the workspace: what the agent writes there cannot reach them
+        a += ["--ro-bind", str(host), str(inside)]
     if view.sockets:
         a += ["--dir", SOCKET_DIR]
         for name, host in view.sockets.items():
@@ -209,6 +212,7 @@ def apptainer_argv(view: View, argv: list[str], *, cwd: Path, image: str = "/",
     if view.network != "full":
         a += ["--net", "--network", "none"]
     binds = [f"{p}:{p}:ro" for p in _ro_paths(view)] + [f"{view.workspace}:{view.workspace}:rw"]
+    binds += [f"{host}:{inside}:ro" for inside, host in view.files.items()]
     binds += [f"{dev}:{dev}" for dev in view.devices]
     binds += [f"{host}:{view.socket_path(name)}" for name, host in view.sockets.items()]
     for b in binds:
@@ -273,22 +277,27 @@ class AgentSandbox:
             shutil.rmtree(self._dir, ignore_errors=True)
 
     def command(self, argv: list[str], *, workspace: Path, python: Path, read_only: list[Path], cwd: Path,
-                environ: dict[str, str] | None = None, dev_names: list[str] | None = None) -> list[str]:
+                environ: dict[str, str] | None = None, dev_names: list[str] | None = None,
+                files: dict[Path, Path] | None = None) -> list[str]:
         environ = os.environ if environ is None else environ
         dev_names = sorted(os.listdir("/dev")) if dev_names is None else dev_names
         view = View(workspace=workspace, python=python, read_only=read_only,
                     devices=gpu_devices(dict(environ), dev_names), network=self.network,
-                    sockets=self.sockets, relays=self.relays)
+                    sockets=self.sockets, relays=self.relays, files=files or {})
         return wrap(self.choice, view, argv, cwd=cwd)
 
 
 def with_link_targets(dirs: list[Path]) -> list[Path]:
     """The existing `dirs`, each followed by the directories its links point into (an npm prefix's bin/ links
-    into lib/node_modules/<package>/, a Hugging Face snapshot's files into blobs/), to bind them all."""
+    into lib/node_modules/<package>/, a Hugging Face snapshot's files into blobs/), to bind them all. A local
+    npm install's `node_modules/.bin` stands for its whole `node_modules`: a CLI there loads its sibling
+    packages (codex its platform binary)."""
     out: list[Path] = []
     for d in dirs:
         if not d.is_dir():
             continue
+        if d.name == ".bin" and d.parent.name == "node_modules":
+            d = d.parent
         out.append(d)
         out += sorted({e.resolve().parent for e in d.iterdir() if e.is_symlink() and e.exists()} - {d})
     return out

@@ -225,14 +225,20 @@ def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool, sched
 
 
 def check_credentials(spec: SweepSpec) -> None:
-    """Credentials are the launcher's to give: a missing one fails here, not hours later in a queued job."""
+    """Credentials are the launcher's to give, and CLIs its to install: a missing one fails here, not hours later
+    in a queued job."""
     agents = agent_registry([Path(p) for p in spec.agent_paths])
     problems = []
     for i, a in enumerate(spec.agent_entries):
         stack = agents.get(a.name)
         drivers = spec.drivers_of(a) if stack.needs_driver else ["none"]
-        missing = {name for d in drivers for name in stack.missing_credentials(os.environ, local_driver_name(d) is not None)}
+        missing = {name for d in drivers for name in stack.missing_credentials(
+            dict(os.environ), local_driver_name(d) is not None, logins=spec.agent_logins)}
         problems += [f"agents[{i}]: agent {a.name!r} needs {name}, which is not set" for name in sorted(missing)]
+        if stack.install is not None and stack.find_cli(dict(os.environ)) is None:
+            problems.append(f"agents[{i}]: agent {a.name!r} runs `{stack.command[0]}`, which is not installed in "
+                            f"{', '.join(stack.search_dirs()) or 'its path'} or on PATH: install it with "
+                            f"`{stack.install.command(a.name)}`")
     if problems:
         raise SpecError(problems)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,18 +21,27 @@ KICKOFF = ("Read {file} in your working directory: it describes the task, the ru
 
 class OpenAICompatible(BaseModel):
     """How a stack is pointed at a local driver's server, which speaks every vendor protocol (Chat Completions,
-    Responses, Anthropic Messages, Gemini): the driver string its CLI gets, the variables that carry the endpoint
-    and flags added to its command line. Templates: {model} (the served name), {base_url}
-    (`http://HOST:PORT/v1`), {root} (`http://HOST:PORT`, for CLIs that add `/v1` themselves), {api_key}."""
+    Responses, Anthropic Messages, Gemini): the driver string its CLI gets and the variables that carry the
+    endpoint (env_flags turn them into flags for CLIs that take flags). Templates: {model} (the served name),
+    {base_url} (`http://HOST:PORT/v1`), {root} (`http://HOST:PORT`, for CLIs that add `/v1` themselves), {api_key}."""
     model_config = ConfigDict(extra="forbid")
     model: str = "{model}"
     env: dict[str, str]
-    args: list[str] = []
 
-    def render(self, *, model: str, base_url: str, api_key: str) -> tuple[str, dict[str, str], list[str]]:
+    def render(self, *, model: str, base_url: str, api_key: str) -> tuple[str, dict[str, str]]:
         values = {"model": model, "base_url": base_url, "root": base_url.removesuffix("/v1"), "api_key": api_key}
-        return (self.model.format(**values), {k: v.format(**values) for k, v in self.env.items()},
-                [a.format(**values) for a in self.args])
+        return self.model.format(**values), {k: v.format(**values) for k, v in self.env.items()}
+
+
+class Install(BaseModel):
+    """Where a stack's CLI comes from, pinned: `tools/agents/install.sh` installs exactly this."""
+    model_config = ConfigDict(extra="forbid")
+    npm: str | None = None  # an npm package, installed into the CLI prefix ($A2RL_AGENT_CLIS)
+    pip: str | None = None  # a pip requirement, installed into its own venv under the prefix
+    version: str
+
+    def command(self, stack: str) -> str:
+        return f"tools/agents/install.sh {stack}"
 
 
 class AgentStack(BaseModel):
@@ -47,7 +57,17 @@ class AgentStack(BaseModel):
     driver_families: list[str] = []
     driver_env: str | None = None  # a variable that carries the driver to CLIs that read it from the environment
     passthrough_env: list[str] = []  # launcher variables the agent may see (nothing else leaks through)
-    credentials: list[str] = []  # launcher variables the CLI needs (API keys): checked at launch, passed through
+    env: dict[str, str] = {}  # fixed variables the CLI needs ({stack_dir} expands), e.g. IS_SANDBOX=1
+    # argv added where a variable of the agent's environment is set ({value}: its value): settings a CLI takes
+    # only as flags
+    env_flags: dict[str, list[str]] = {}
+    install: Install | None = None  # None: the command needs no installing (python, true)
+    # launcher variables the CLI needs (API keys): checked at launch, passed through; an entry that is a list
+    # is satisfied by any one of its variables
+    credentials: list[str | list[str]] = []
+    # files a CLI login leaves under HOME (~/.claude/.credentials.json): with the sweep's `agent_logins`, one
+    # that exists satisfies the credentials and is mounted read-only at the same place in the workspace's HOME
+    login_files: list[str] = []
     # directories searched for the CLI after this installation's bin/ and before the system's; `$VARS` and `~`
     # expand in the job, and an entry whose variable is unset is dropped
     path: list[str] = []
@@ -58,20 +78,42 @@ class AgentStack(BaseModel):
     def supports(self, driver: str) -> bool:
         return not self.driver_families or any(fnmatch.fnmatchcase(driver, g) for g in self.driver_families)
 
-    def missing_credentials(self, environ: dict[str, str], local_driver: bool = False) -> list[str]:
-        """Credentials the launcher lacks; with a local driver, those its endpoint variables provide are not
-        needed (the sweep's server hands out its own key)."""
+    def credential_vars(self) -> list[str]:
+        return [name for entry in self.credentials for name in ([entry] if isinstance(entry, str) else entry)]
+
+    def logins(self, home: Path) -> list[Path]:
+        """The login files present under `home` (the launcher's)."""
+        return [home / f for f in self.login_files if (home / f).is_file()]
+
+    def missing_credentials(self, environ: dict[str, str], local_driver: bool = False,
+                            logins: bool = False) -> list[str]:
+        """Credentials the launcher lacks ("A or B" for alternatives); with a local driver, those its endpoint
+        variables provide are not needed (the sweep's server hands out its own key); with `logins`, none are
+        where a login file exists."""
+        if logins and self.logins(Path(environ.get("HOME") or Path.home())):
+            return []
         given = set(self.openai_compatible.env) if local_driver and self.openai_compatible else set()
-        return [name for name in self.credentials if not environ.get(name) and name not in given]
+        missing = []
+        for entry in self.credentials:
+            names = [entry] if isinstance(entry, str) else entry
+            if not any(environ.get(n) or n in given for n in names):
+                missing.append(" or ".join(names))
+        return missing
 
     def search_dirs(self) -> list[str]:
         """`path`, expanded here; entries whose variable is unset are dropped."""
         dirs = [os.path.expanduser(os.path.expandvars(d)) for d in self.path]
         return [d for d in dirs if "$" not in d]
 
-    def env(self, base: dict[str, str], driver: str) -> dict[str, str]:
-        """`base` (agent_env's) with this stack's directories on PATH and its driver variable."""
+    def find_cli(self, environ: dict[str, str]) -> str | None:
+        """The CLI this stack runs (command[0]) as the job will find it: in `path`, then on PATH."""
+        return shutil.which(self.command[0], path=os.pathsep.join([*self.search_dirs(), environ.get("PATH", "")]))
+
+    def agent_env(self, base: dict[str, str], driver: str, stack_dir: Path) -> dict[str, str]:
+        """`base` (agent_env's) with this stack's directories on PATH, its fixed variables and its driver
+        variable."""
         env = dict(base)
+        env.update({k: v.format(stack_dir=stack_dir) for k, v in self.env.items()})
         dirs = self.search_dirs()
         if dirs:
             first, _, rest = env["PATH"].partition(":")  # first: this installation's bin/ (python, a2rl)
@@ -87,13 +129,14 @@ class AgentStack(BaseModel):
                              f"(known: {', '.join(sorted(self.args)) or 'none'})"])
 
     def argv(self, overrides: dict[str, Any], *, workspace: Path, driver: str, seed: int,
-             stack_dir: Path, python: Path, endpoint_args: list[str] = ()) -> list[str]:
-        """The command line; endpoint_args: a local driver's flags (OpenAICompatible.args), after the command."""
+             stack_dir: Path, python: Path, env: dict[str, str] | None = None) -> list[str]:
         subst = {"python": str(python), "workspace": str(workspace), "driver": driver, "seed": seed,
                  "stack_dir": str(stack_dir), "prompt": KICKOFF.format(file=self.instructions_file or
                                                                        "../instructions.md")}
-        return [part.format(**subst) for part in self.command] + list(endpoint_args) + \
-            cli_flags({**self.args, **overrides})
+        env = env or {}
+        extra = [part.format(value=env[name]) for name, parts in self.env_flags.items() if env.get(name)
+                 for part in parts]
+        return [part.format(**subst) for part in self.command] + extra + cli_flags({**self.args, **overrides})
 
 
 def cli_flags(options: dict[str, Any]) -> list[str]:

@@ -155,8 +155,18 @@ class SweepSpec(_Strict):
     # allow_hosts; none: only the grading server and the local driver (api and none need a sandbox)
     network: Literal["full", "api", "none"] = "api"
     allow_hosts: list[str] = []  # host or host:port (default port 443) reachable under network: api
+    # mount the launcher's CLI logins (stacks' login_files, e.g. ~/.claude/.credentials.json) read-only into
+    # each workspace's HOME, where they stand in for API keys; the sandbox binds them, so never with `none`
+    agent_logins: bool = False
     # the agents' interpreter ({python} in stacks); default $A2RL_AGENT_PYTHON, else <source tree>/.venv-agent
     agent_python: str | None = None
+
+    @field_validator("agent_logins")
+    @classmethod
+    def _logins(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("isolation") == "none":
+            raise ValueError("agent_logins needs a sandbox to mount the login files read-only (isolation: none)")
+        return v
 
     @field_validator("budget", mode="before")
     @classmethod

@@ -1,0 +1,118 @@
+"""The real agent CLIs (claude, codex, gemini, opencode; installed by tools/agents/install.sh into
+$A2RL_AGENT_CLIS), each in a one-run sweep against the scripted model server (tests/scripted_server.py), which
+they reach through their stacks' real base-URL variables. Checked: the CLI ran in its workspace with our
+environment and none of the launcher's, its submission was graded, its real transcript was parsed into tokens
+(and cost where the CLI has a price table), no key landed under the sweep directory, and the wrap-up signal
+reached it before its run ended `timeout` with its last model auto-submitted."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from a2rl.spec.agents import agent_registry
+from conftest import a2rl, write_sweep
+from scripted_server import PLAN_SUBMIT, PLAN_WRAP_UP, Step, scripted_server
+from test_runs import launch, only_result
+
+CLIS = {  # stack: (driver, how its base URL is given, the URL's suffix, whether the CLI reports a cost)
+    "claude": ("claude-sonnet-4-5", "ANTHROPIC_BASE_URL", "", True),
+    "codex": ("gpt-5.5", "OPENAI_BASE_URL", "/v1", False),
+    "gemini": ("gemini-2.5-flash", "GOOGLE_GEMINI_BASE_URL", "", False),
+    "opencode": ("openai/gpt-5.4", "OPENAI_BASE_URL", "/v1", True),
+}
+TOTALS_AS_THEY_GO = {"opencode"}  # a `step_finish` per model step; the others print totals when they end
+ENV_NAMES = Step("shell", 'env | cut -d= -f1 | sort > "$OUTPUT_DIR/env-names.txt"')
+
+
+def clis_prefix() -> Path:
+    return Path(os.environ.get("A2RL_AGENT_CLIS") or Path.home() / ".cache" / "a2rl" / "agent-clis")
+
+
+@pytest.fixture
+def cli_env(monkeypatch):
+    """The stack's credential (a fresh fake key, which must stay out of the sweep directory) and the CLI prefix;
+    a missing CLI is a failure naming the install command, not a skip."""
+    def setup(name: str, url: str) -> str:
+        stack = agent_registry().get(name)
+        monkeypatch.setenv("A2RL_AGENT_CLIS", str(clis_prefix()))
+        monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
+        if stack.find_cli(dict(os.environ)) is None:
+            pytest.fail(f"`{stack.command[0]}` is not installed under {clis_prefix()}: "
+                        f"run tools/agents/install.sh {name}")
+        key = f"sk-a2rl-test-{secrets.token_hex(16)}"
+        for var in stack.credential_vars():
+            monkeypatch.setenv(var, key)
+        _, url_var, suffix, _ = CLIS[name]
+        monkeypatch.setenv(url_var, url + suffix)
+        monkeypatch.setenv("SECRET", "launcher-only")
+        return key
+    return setup
+
+
+def files_holding(root: Path, text: str) -> list[str]:
+    return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+@pytest.mark.slow  # a whole sweep with a real CLI
+@pytest.mark.parametrize("name", sorted(CLIS))
+def test_real_cli_trains_and_submits(tmp_path, cli_env, name):
+    driver, _, _, costs = CLIS[name]
+    plan = [PLAN_SUBMIT[0], ENV_NAMES, *PLAN_SUBMIT[1:]]
+    with scripted_server(plan) as (url, model, _):
+        key = cli_env(name, url)
+        sweep = launch(tmp_path, agents=[name], drivers=[driver], network="full", budget=900)
+    result = only_result(sweep)
+    log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
+    assert result.status == "ok" and result.agent_exit_code == 0, log[-3000:]
+    assert result.scores == [0.0], log[-3000:]  # the trained model, graded (the echo task scores it 0)
+    ws = sweep.workspace(result.run_id)
+    assert model.tool_outputs and str(ws / "code") in model.tool_outputs[0]  # `pwd` ran in code/
+    names = set((ws / "output" / "env-names.txt").read_text().split())
+    assert {"TASK", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN"} <= names
+    assert not {"SECRET", "A2RL_AGENT_CLIS", "A2RL_CACHE", "A2RL_SCRATCH"} & names
+    assert (ws / "code" / "train.py").exists() and (ws / "output" / "sft" / "config.json").exists()
+    usage = result.usage
+    assert usage.parser == name and usage.calls >= 1, log[-3000:]
+    assert usage.input_tokens > 0 and usage.output_tokens > 0 and usage.output_tokens % 20 == 0
+    assert (usage.cost_usd is not None and usage.cost_usd > 0) == costs
+    assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
+
+
+@pytest.mark.slow  # a whole sweep with a real CLI, run to its budget's end
+@pytest.mark.parametrize("name", sorted(CLIS))
+def test_real_cli_gets_the_wrap_up_signal_and_times_out(tmp_path, cli_env, name):
+    driver = CLIS[name][0]
+    with scripted_server(PLAN_WRAP_UP) as (url, model, _):
+        cli_env(name, url)
+        sweep = launch(tmp_path, agents=[name], drivers=[driver], network="full", budget=120)
+    result = only_result(sweep)
+    log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
+    assert result.status == "timeout", log[-3000:]
+    # the CLI's shell waited for WRAP_UP and handed its text back to the model
+    assert any("wrap-up: the budget ends in" in out for out in model.tool_outputs), model.tool_outputs
+    assert "auto-submitting" in log and result.scores == [0.0], log[-3000:]
+    usage = result.usage
+    if name in TOTALS_AS_THEY_GO:
+        assert usage.calls >= 1 and usage.input_tokens > 0 and result.failure_reason is None, result.failure_reason
+    else:  # a CLI stopped before its last line printed no totals: the reason says so, nothing is made up
+        assert usage.calls == 0 and usage.input_tokens is None
+        assert result.failure_reason.startswith(f"the agent CLI `{name}` printed no transcript record the "
+                                                f"`{name}` parser reads before it was stopped ("), result.failure_reason
+
+
+def test_a_missing_cli_fails_the_launch_naming_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
+    monkeypatch.setenv("A2RL_AGENT_CLIS", str(tmp_path / "empty"))
+    monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.cache/a2rl/agent-clis either
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    path = write_sweep(tmp_path, agents=["claude"], drivers=["claude-sonnet-4-5"])
+    proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"))
+    assert proc.returncode == 2, proc.stderr
+    assert "agents[0]: agent 'claude' runs `claude`, which is not installed in" in proc.stderr
+    assert "install it with `tools/agents/install.sh claude`" in proc.stderr
+    assert not (tmp_path / "sd").exists()
