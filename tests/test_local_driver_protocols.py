@@ -193,7 +193,9 @@ def test_claude_and_codex_complete_a_turn_on_the_local_driver(tiny_model, tmp_pa
         done = [e for e in events if e["type"] == "turn.completed"]
         assert proc.returncode == 0 and done, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert done[0]["usage"]["output_tokens"] > 0
-        assert not [e for e in events if e["type"] in ("error", "turn.failed")]
+        # (its Responses WebSocket attempts fail against the HTTP/1.0 server, as `error` events, before it falls
+        # back to HTTP; the turn itself must not fail)
+        assert not [e for e in events if e["type"] == "turn.failed"]
 
 
 @pytest.mark.slow  # trains the tiny model, then a real CLI turn

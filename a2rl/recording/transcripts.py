@@ -86,19 +86,24 @@ def _litellm(o: dict) -> Counts | None:
 
 
 def _openhands(objs: list[dict]) -> AgentUsage:
-    # OpenHands reports running totals ({"metrics": {"accumulated_cost", "accumulated_token_usage":
-    # {prompt_tokens, completion_tokens, cache_read_tokens}}}): the last one is the run's
+    # OpenHands 1.x keeps running totals in its conversation's base_state.json (read with the log, see
+    # AgentStack.transcript_files): {"stats": {"usage_to_metrics": {<usage>: {"accumulated_cost",
+    # "accumulated_token_usage": {prompt_tokens, completion_tokens, cache_read_tokens}, "response_latencies":
+    # [one per model call]}}}}; the last state printed is the run's
     last = None
     for o in objs:
-        m = o.get("metrics", o)
-        if isinstance(m, dict) and "accumulated_cost" in m:
-            last = m
+        metrics = (o.get("stats") or {}).get("usage_to_metrics") if isinstance(o.get("stats"), dict) else None
+        if isinstance(metrics, dict):
+            last = [m for m in metrics.values() if isinstance(m, dict)]
     if last is None:
         return AgentUsage(parser="openhands")
-    u = last.get("accumulated_token_usage") or {}
-    return AgentUsage(parser="openhands", calls=1, input_tokens=_n(u, "prompt_tokens"),
-                      cached_input_tokens=_n(u, "cache_read_tokens"), output_tokens=_n(u, "completion_tokens"),
-                      cost_usd=last.get("accumulated_cost"))
+    usage = [m.get("accumulated_token_usage") or {} for m in last]
+    costs = [m["accumulated_cost"] for m in last if isinstance(m.get("accumulated_cost"), (int, float))]
+    return AgentUsage(parser="openhands", calls=sum(len(m.get("response_latencies") or []) for m in last),
+                      input_tokens=sum(_n(u, "prompt_tokens") for u in usage),
+                      cached_input_tokens=sum(_n(u, "cache_read_tokens") for u in usage),
+                      output_tokens=sum(_n(u, "completion_tokens") for u in usage),
+                      cost_usd=round(sum(costs), 6) if costs else None)
 
 
 _SUMMED: dict[str, Callable[[dict], Counts | None]] = {

@@ -39,6 +39,7 @@ class Install(BaseModel):
     npm: str | None = None  # an npm package, installed into the CLI prefix ($A2RL_AGENT_CLIS)
     pip: str | None = None  # a pip requirement, installed into its own venv under the prefix
     version: str
+    python: str | None = None  # the venv's Python version where the package needs one (openhands: 3.12)
 
     def command(self, stack: str) -> str:
         return f"tools/agents/install.sh {stack}"
@@ -73,6 +74,9 @@ class AgentStack(BaseModel):
     path: list[str] = []
     instructions_file: str | None = None  # read by the CLI from its working directory (CLAUDE.md, AGENTS.md ...)
     transcript: Literal["none", "claude", "codex", "gemini", "opencode", "openhands", "litellm"] = "none"
+    # files under the agent's HOME (globs) where the CLI keeps what its parser reads besides its output
+    # (OpenHands' conversation state): read with the log when the result is written
+    transcript_files: list[str] = []
     openai_compatible: OpenAICompatible | None = None  # None: the stack cannot use local drivers
 
     def supports(self, driver: str) -> bool:
