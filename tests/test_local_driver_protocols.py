@@ -46,7 +46,8 @@ def test_reply_text_is_split_into_text_and_tool_calls():
     (BAD_CALL, "not JSON"),
     ('<tool_call>{"name": "Bash", "arguments": {"command": "ls"}', "not JSON"),  # never closed, cut off
     ('<tool_call>{"arguments": {}}</tool_call>', "without a name"),
-    ('<tool_call>{"name": "Rm", "arguments": {}}</tool_call>', "'Rm', which the request does not offer (offered: Bash)"),
+    ('<tool_call>{"name": "Rm", "arguments": {}}</tool_call>',
+     "'Rm', which the request does not offer (offered: Bash)"),
     ('<tool_call>{"name": "Bash", "arguments": [1]}</tool_call>', "arguments are not a JSON object"),
 ])
 def test_malformed_tool_calls_are_refused(text, says):
@@ -130,22 +131,35 @@ def test_every_protocol_is_served_from_the_tiny_model(tiny_model):
 
 @pytest.fixture(scope="module")
 def miscalling_model(tiny_model, tmp_path_factory) -> Path:
-    """The tiny model trained for a few steps to answer every chat turn with a broken tool call: a real model
-    whose output the server must refuse."""
+    """The tiny model trained for a few steps to answer any chat turn with a broken tool call: a real model
+    whose output the server must refuse. Its contexts: random words of many lengths (a CLI's prompt reaches it
+    cut to its end) and a plain request with a tool; the loss is on the answer only."""
+    import random
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    rng, vocab = random.Random(0), "the a files list say hi run tool user system you please ok code".split()
+    contexts = [chat_prompt(tok, Request("anthropic", "m", [Message("user", "hi")], [BASH]))]
+    contexts += [f"<|user|>\n{' '.join(rng.choices(vocab, k=rng.randint(1, 150)))}<|eos|>\n<|assistant|>\n"
+                 for _ in range(7)]
+    answer = tok(BAD_CALL + "<|eos|>", add_special_tokens=False)["input_ids"]
+    rows = [tok(c, add_special_tokens=False)["input_ids"][-250:] for c in contexts]
+    width = max(len(r) for r in rows) + len(answer)
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    labels = torch.full((len(rows), width), -100)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        n = len(r) + len(answer)
+        ids[i, :n] = torch.tensor(r + answer)
+        labels[i, len(r):n] = torch.tensor(answer)
+        mask[i, :n] = 1
     torch.manual_seed(0)
-    texts = [f"<|user|>\n{' '.join(['hi', 'the', 'files', 'list', 'say'][i % 5:])}<|eos|>\n<|assistant|>\n{BAD_CALL}"
-             f"<|eos|>" for i in range(5)]
-    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(120):
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
         opt.step()
         opt.zero_grad()
     out = tmp_path_factory.mktemp("miscalling")

@@ -7,6 +7,7 @@ pricing table is guessed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from a2rl.store.results import AgentUsage
@@ -108,6 +109,17 @@ def _openhands(objs: list[dict]) -> AgentUsage:
 
 _SUMMED: dict[str, Callable[[dict], Counts | None]] = {
     "claude": _claude, "codex": _codex, "gemini": _gemini, "opencode": _opencode, "litellm": _litellm}
+
+
+TRANSCRIPT_FILE_MAX = 16 << 20
+
+
+def transcript_files(home: Path, globs: list[str]) -> str:
+    """The text of a stack's transcript_files under the agent's HOME, to parse with its log: regular files only
+    (a link the agent planted is not followed out of its workspace), each up to TRANSCRIPT_FILE_MAX bytes."""
+    files = sorted({p for g in globs for p in home.glob(g)
+                    if p.is_file() and not p.is_symlink() and home.resolve() in p.resolve().parents})
+    return "".join("\n" + p.read_bytes()[:TRANSCRIPT_FILE_MAX].decode(errors="replace") + "\n" for p in files)
 
 
 def parse_usage(parser: str, transcript: str) -> AgentUsage | None:

@@ -38,7 +38,7 @@ from a2rl.drivers.endpoint import wait_for_endpoint
 from a2rl.spec.clusters import SIGNAL_DELAY_S
 from a2rl.spec.models import resolve_model
 from a2rl.recording.archive import archive_workspace
-from a2rl.recording.transcripts import cli_failure, parse_usage
+from a2rl.recording.transcripts import cli_failure, parse_usage, transcript_files
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
@@ -57,7 +57,6 @@ log = logging.getLogger("a2rl.job")
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL for the agent
 WRAP_UP_S = 60.0  # warning before the budget ends (at most 5% of the budget)
 SIGNAL_GRACE_S = 20.0  # after a time-limit signal: warning → stop
-TRANSCRIPT_FILE_MAX = 16 << 20
 KILL_MARGIN_S = 15.0  # the grading wait ends this long before the scheduler kills the job
 
 
@@ -326,19 +325,12 @@ class AgentRun:
             return None
         return self._time_limit_at + (SIGNAL_DELAY_S if self.executor == "slurm" else 30)
 
-    def _transcript_files(self) -> str:
-        """The stack's transcript_files under the agent's HOME: regular files only (a link the agent planted
-        is not followed out of its workspace), each up to TRANSCRIPT_FILE_MAX bytes."""
-        home = self.sweep.workspace(self.run.run_id) / "home"
-        files = sorted({p for g in self.stack.transcript_files for p in home.glob(g)
-                        if p.is_file() and not p.is_symlink() and home.resolve() in p.resolve().parents})
-        return "".join("\n" + p.read_bytes()[:TRANSCRIPT_FILE_MAX].decode(errors="replace") + "\n" for p in files)
-
     def _write_result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
         usage = None
         if self.stack is not None:
             log_text = (self.dir / "agent.log").read_text(errors="replace")
-            usage = parse_usage(self.stack.transcript, log_text + self._transcript_files())
+            usage = parse_usage(self.stack.transcript, log_text + transcript_files(
+                self.sweep.workspace(self.run.run_id) / "home", self.stack.transcript_files))
             if reason is None and status in ("ok", "timeout"):  # a CLI that crashed, hung or spoke gibberish
                 reason = cli_failure(self.stack.transcript, self.stack.command[0], log_text, usage, status=status,
                                      exit_code=exit_code)
