@@ -90,14 +90,14 @@ def _openhands(objs: list[dict]) -> AgentUsage:
     # OpenHands 1.x keeps running totals in its conversation's base_state.json (read with the log, see
     # AgentStack.transcript_files): {"stats": {"usage_to_metrics": {<usage>: {"accumulated_cost",
     # "accumulated_token_usage": {prompt_tokens, completion_tokens, cache_read_tokens}, "response_latencies":
-    # [one per model call]}}}}; the last state printed is the run's
+    # [one per model call]}}}}, written when the conversation ends; the last state printed is the run's
     last = None
     for o in objs:
         metrics = (o.get("stats") or {}).get("usage_to_metrics") if isinstance(o.get("stats"), dict) else None
         if isinstance(metrics, dict):
             last = [m for m in metrics.values() if isinstance(m, dict)]
-    if last is None:
-        return AgentUsage(parser="openhands")
+    if last is None or not any(m.get("response_latencies") for m in last):  # the state of a CLI stopped early
+        return AgentUsage(parser="openhands")                                # holds no totals yet, only zeros
     usage = [m.get("accumulated_token_usage") or {} for m in last]
     costs = [m["accumulated_cost"] for m in last if isinstance(m.get("accumulated_cost"), (int, float))]
     return AgentUsage(parser="openhands", calls=sum(len(m.get("response_latencies") or []) for m in last),
