@@ -100,7 +100,10 @@ def test_real_openhands_trains_and_submits(tmp_path, openhands_env):
 def test_real_openhands_gets_the_wrap_up_signal_and_times_out(tmp_path, openhands_env):
     with scripted_server(PLAN_WRAP_UP) as (url, model, _):
         openhands_env(url)
-        sweep = launch(tmp_path, agents=["openhands"], drivers=["openai/gpt-5.4"], network="full", budget=150)
+        # the grader outlasts the quiet run (it leaves after idle_timeout_s without submissions, and OpenHands
+        # starts slowly on 2 busy cores), so the auto-submission finds it
+        sweep = launch(tmp_path, agents=["openhands"], drivers=["openai/gpt-5.4"], network="full", budget=150,
+                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
     result = only_result(sweep)
     log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
     assert result.status == "timeout", log[-3000:]
