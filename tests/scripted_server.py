@@ -69,13 +69,16 @@ SHELLS = {"Bash": lambda c: {"command": c, "timeout": 600000, "description": "st
           "bash": lambda c: {"command": c, "timeout": 600000, "description": "step"},  # opencode
           "shell": lambda c: {"command": ["bash", "-lc", c], "timeout_ms": 600000},  # codex (older)
           "shell_command": lambda c: {"command": c, "timeout_ms": 600000},  # codex
-          "exec_command": lambda c: {"cmd": c, "yield_time_ms": 600000}}  # codex (unified exec)
+          "exec_command": lambda c: {"cmd": c, "yield_time_ms": 600000},  # codex (unified exec)
+          "terminal": lambda c: {"command": c, "timeout": 600, "security_risk": "LOW"}}  # openhands
 WRITERS = {"Write": ("file_path", "content"), "write_file": ("file_path", "content"), "write": ("filePath", "content")}
 PATCHERS = ("apply_patch",)  # codex writes files with a patch
 
 
 def _write_call(req: Request, path: str, content: str) -> tuple[str, dict] | None:
     for t in req.tools:
+        if t.name == "file_editor":  # openhands
+            return t.name, {"command": "create", "path": path, "file_text": content, "security_risk": "LOW"}
         if t.name in WRITERS:
             key, body = WRITERS[t.name]
             return t.name, {key: path, body: content}
@@ -116,6 +119,8 @@ class ScriptedModel:
             return Reply("Done.", usage=usage)
         step, call_id = self.plan[n], f"call_{n}_{len(self.requests)}"
         if step.action == "finish":
+            if req.tool("finish"):  # openhands ends its conversation only through this tool
+                return Reply("", [ToolCall(call_id, "finish", {"message": "Trained and submitted."})], usage)
             return Reply("The model is trained and submitted. Done.", usage=usage)
         if step.action == "write":
             cwd = self.cwd(results)

@@ -121,13 +121,13 @@ LOCAL_TINY = {"tiny": {"model": "builtin:tiny-llama", "backend": "transformers",
 def test_local_driver_serves_agents_through_an_openai_compatible_server(tmp_path, monkeypatch, fake_bin):
     """A sweep-served model drives two stacks with no API key in the launcher's environment: each agent gets
     the server's URL and key in its stack's variables and gets a real completion; without the key, 401."""
-    for var in ("OPENAI_API_KEY", "LLM_API_KEY"):
+    for var in ("OPENAI_API_KEY", "CODEX_API_KEY", "LLM_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     sweep = launch(tmp_path, agents=["codex", "openhands"], drivers=["local:tiny"], local_drivers=LOCAL_TINY)
     results = {r.agent: r for r in (RunResult.load(sweep.result_path(run.run_id)) for run in sweep.runs())}
     endpoint = DriverEndpoint.load(sweep.drivers / "tiny" / "endpoint.json")
     assert endpoint.backend == "transformers" and endpoint.model == "tiny"
-    for name, model_var, url_var, key_var in (("codex", None, "OPENAI_BASE_URL", "OPENAI_API_KEY"),
+    for name, model_var, url_var, key_var in (("codex", None, "OPENAI_BASE_URL", "CODEX_API_KEY"),
                                               ("openhands", "LLM_MODEL", "LLM_BASE_URL", "LLM_API_KEY")):
         result = results[name]
         assert result.run_id == f"echo__{name}__local-tiny__tiny-llama__s0"
@@ -174,10 +174,10 @@ def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monke
 def test_local_driver_checks_at_launch(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(Exception) as e:
-        load_sweep(write_sweep(tmp_path, agents=["claude", {"name": "codex", "drivers": ["local:nope"]}],
+        load_sweep(write_sweep(tmp_path, agents=["gemini", {"name": "codex", "drivers": ["local:nope"]}],
                                drivers=["local:tiny"], local_drivers=LOCAL_TINY))
     assert e.value.lines == [
-        f"{tmp_path / 't.yaml'}: agents[0]: agent 'claude' cannot use local driver 'local:tiny': its stack declares "
+        f"{tmp_path / 't.yaml'}: agents[0]: agent 'gemini' cannot use local driver 'local:tiny': its stack declares "
         "no `openai_compatible` endpoint settings",
         f"{tmp_path / 't.yaml'}: agents[1]: driver 'local:nope' names no entry of local_drivers (defined: tiny)"]
     # a local driver brings its own key: codex's OPENAI_API_KEY is not asked of the launcher, but with an API

@@ -192,8 +192,8 @@ def _anthropic(body: dict[str, Any]) -> Request:
     for i, m in enumerate(_list(body.get("messages"), "'messages'")):
         m = _obj(m, f"messages[{i}]")
         role = m.get("role")
-        if role not in ("user", "assistant"):
-            raise ProtocolError(f"messages[{i}].role must be 'user' or 'assistant'")
+        if role not in ("user", "assistant", "system"):  # Claude Code 2.1 sends system reminders as messages
+            raise ProtocolError(f"messages[{i}].role must be 'user', 'assistant' or 'system'")
         content = m.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else _list(content, "content")
         texts: list[str] = []

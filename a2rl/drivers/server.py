@@ -94,7 +94,7 @@ def _serve(spec: LocalDriver, model_dir: Path, served: str, api_key: str, bind: 
         return
     from a2rl.drivers.chatserver import serve_local_model
 
-    with serve_local_model(model_dir, api_key=api_key, model_id=served, host=bind) as url:
+    with serve_local_model(model_dir, api_key=api_key, model_id=served, host=bind, fit_prompt=True) as url:
         yield int(url.rsplit(":", 1)[1].split("/", 1)[0])
 
 

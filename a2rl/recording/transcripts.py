@@ -7,6 +7,7 @@ pricing table is guessed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from a2rl.store.results import AgentUsage
@@ -86,23 +87,39 @@ def _litellm(o: dict) -> Counts | None:
 
 
 def _openhands(objs: list[dict]) -> AgentUsage:
-    # OpenHands reports running totals ({"metrics": {"accumulated_cost", "accumulated_token_usage":
-    # {prompt_tokens, completion_tokens, cache_read_tokens}}}): the last one is the run's
+    # OpenHands 1.x keeps running totals in its conversation's base_state.json (read with the log, see
+    # AgentStack.transcript_files): {"stats": {"usage_to_metrics": {<usage>: {"accumulated_cost",
+    # "accumulated_token_usage": {prompt_tokens, completion_tokens, cache_read_tokens}, "response_latencies":
+    # [one per model call]}}}}, written when the conversation ends; the last state printed is the run's
     last = None
     for o in objs:
-        m = o.get("metrics", o)
-        if isinstance(m, dict) and "accumulated_cost" in m:
-            last = m
-    if last is None:
-        return AgentUsage(parser="openhands")
-    u = last.get("accumulated_token_usage") or {}
-    return AgentUsage(parser="openhands", calls=1, input_tokens=_n(u, "prompt_tokens"),
-                      cached_input_tokens=_n(u, "cache_read_tokens"), output_tokens=_n(u, "completion_tokens"),
-                      cost_usd=last.get("accumulated_cost"))
+        metrics = (o.get("stats") or {}).get("usage_to_metrics") if isinstance(o.get("stats"), dict) else None
+        if isinstance(metrics, dict):
+            last = [m for m in metrics.values() if isinstance(m, dict)]
+    if last is None or not any(m.get("response_latencies") for m in last):  # the state of a CLI stopped early
+        return AgentUsage(parser="openhands")                                # holds no totals yet, only zeros
+    usage = [m.get("accumulated_token_usage") or {} for m in last]
+    costs = [m["accumulated_cost"] for m in last if isinstance(m.get("accumulated_cost"), (int, float))]
+    return AgentUsage(parser="openhands", calls=sum(len(m.get("response_latencies") or []) for m in last),
+                      input_tokens=sum(_n(u, "prompt_tokens") for u in usage),
+                      cached_input_tokens=sum(_n(u, "cache_read_tokens") for u in usage),
+                      output_tokens=sum(_n(u, "completion_tokens") for u in usage),
+                      cost_usd=round(sum(costs), 6) if costs else None)
 
 
 _SUMMED: dict[str, Callable[[dict], Counts | None]] = {
     "claude": _claude, "codex": _codex, "gemini": _gemini, "opencode": _opencode, "litellm": _litellm}
+
+
+TRANSCRIPT_FILE_MAX = 16 << 20
+
+
+def transcript_files(home: Path, globs: list[str]) -> str:
+    """The text of a stack's transcript_files under the agent's HOME, to parse with its log: regular files only
+    (a link the agent planted is not followed out of its workspace), each up to TRANSCRIPT_FILE_MAX bytes."""
+    files = sorted({p for g in globs for p in home.glob(g)
+                    if p.is_file() and not p.is_symlink() and home.resolve() in p.resolve().parents})
+    return "".join("\n" + p.read_bytes()[:TRANSCRIPT_FILE_MAX].decode(errors="replace") + "\n" for p in files)
 
 
 def parse_usage(parser: str, transcript: str) -> AgentUsage | None:

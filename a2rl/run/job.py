@@ -38,7 +38,7 @@ from a2rl.drivers.endpoint import wait_for_endpoint
 from a2rl.spec.clusters import SIGNAL_DELAY_S
 from a2rl.spec.models import resolve_model
 from a2rl.recording.archive import archive_workspace
-from a2rl.recording.transcripts import cli_failure, parse_usage
+from a2rl.recording.transcripts import cli_failure, parse_usage, transcript_files
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
@@ -334,10 +334,11 @@ class AgentRun:
         return log_path.read_text(errors="replace") if log_path.exists() else ""
 
     def _usage(self) -> AgentUsage | None:
-        """Tokens and cost in the transcript so far."""
+        """Tokens and cost in the transcript so far (the log, and the files the stack keeps its totals in)."""
         if self.stack is None:
             return None
-        return parse_usage(self.stack.transcript, self._log_text())
+        return parse_usage(self.stack.transcript, self._log_text() + transcript_files(
+            self.sweep.workspace(self.run.run_id) / "home", self.stack.transcript_files))
 
     def _write_result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
         usage = self._usage()

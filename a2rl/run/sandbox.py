@@ -291,13 +291,20 @@ def with_link_targets(dirs: list[Path]) -> list[Path]:
     """The existing `dirs`, each followed by the directories its links point into (an npm prefix's bin/ links
     into lib/node_modules/<package>/, a Hugging Face snapshot's files into blobs/), to bind them all. A local
     npm install's `node_modules/.bin` stands for its whole `node_modules`: a CLI there loads its sibling
-    packages (codex its platform binary)."""
+    packages (codex its platform binary). A venv's bin/ stands for the venv and the Python it was made from
+    (pyvenv.cfg's `home`: its interpreter loads libpython and the standard library from there)."""
     out: list[Path] = []
     for d in dirs:
         if not d.is_dir():
             continue
         if d.name == ".bin" and d.parent.name == "node_modules":
             d = d.parent
+        elif d.name == "bin" and (cfg := d.parent / "pyvenv.cfg").is_file():
+            d = d.parent
+            home = next((line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
+                         if line.split("=", 1)[0].strip() == "home"), None)
+            if home and Path(home).is_dir():
+                out.append(Path(home).resolve().parent)
         out.append(d)
         out += sorted({e.resolve().parent for e in d.iterdir() if e.is_symlink() and e.exists()} - {d})
     return out

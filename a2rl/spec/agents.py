@@ -20,15 +20,16 @@ KICKOFF = ("Read {file} in your working directory: it describes the task, the ru
 
 
 class OpenAICompatible(BaseModel):
-    """How a stack is pointed at an OpenAI-compatible endpoint (a local driver): the driver string its CLI
-    gets and the variables that carry the endpoint. Templates: {model} (the served name), {base_url}
-    (`http://HOST:PORT/v1`), {api_key}."""
+    """How a stack is pointed at a local driver's server, which speaks every vendor protocol (Chat Completions,
+    Responses, Anthropic Messages, Gemini): the driver string its CLI gets and the variables that carry the
+    endpoint (env_flags turn them into flags for CLIs that take flags). Templates: {model} (the served name),
+    {base_url} (`http://HOST:PORT/v1`), {root} (`http://HOST:PORT`, for CLIs that add `/v1` themselves), {api_key}."""
     model_config = ConfigDict(extra="forbid")
     model: str = "{model}"
     env: dict[str, str]
 
     def render(self, *, model: str, base_url: str, api_key: str) -> tuple[str, dict[str, str]]:
-        values = {"model": model, "base_url": base_url, "api_key": api_key}
+        values = {"model": model, "base_url": base_url, "root": base_url.removesuffix("/v1"), "api_key": api_key}
         return self.model.format(**values), {k: v.format(**values) for k, v in self.env.items()}
 
 
@@ -38,6 +39,7 @@ class Install(BaseModel):
     npm: str | None = None  # an npm package, installed into the CLI prefix ($A2RL_AGENT_CLIS)
     pip: str | None = None  # a pip requirement, installed into its own venv under the prefix
     version: str
+    python: str | None = None  # the venv's Python version where the package needs one (openhands: 3.12)
 
     def command(self, stack: str) -> str:
         return f"tools/agents/install.sh {stack}"
@@ -72,6 +74,9 @@ class AgentStack(BaseModel):
     path: list[str] = []
     instructions_file: str | None = None  # read by the CLI from its working directory (CLAUDE.md, AGENTS.md ...)
     transcript: Literal["none", "claude", "codex", "gemini", "opencode", "openhands", "litellm"] = "none"
+    # files under the agent's HOME (globs) where the CLI keeps what its parser reads besides its output
+    # (OpenHands' conversation state): read with the log when the result is written
+    transcript_files: list[str] = []
     openai_compatible: OpenAICompatible | None = None  # None: the stack cannot use local drivers
     # the agent writes $OUTPUT_DIR/stages.json (a2rl.store.stages): copied for the run report, as self-reported
     stage_records: bool = False

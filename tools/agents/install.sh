@@ -3,7 +3,8 @@
 # (`install: {npm|pip: PACKAGE, version: V}`); no STACK: every stack that has an `install` entry.
 #   npm stacks (claude, codex, gemini, opencode): into one npm prefix, $A2RL_AGENT_CLIS (default
 #     ~/.cache/a2rl/agent-clis); their binaries land in PREFIX/node_modules/.bin, which the stacks' `path` searches.
-#   pip stacks: each into its own venv, PREFIX/venvs/STACK (binaries in PREFIX/venvs/STACK/bin).
+#   pip stacks: each into its own venv, PREFIX/venvs/STACK (binaries in PREFIX/venvs/STACK/bin), made with the
+#     Python its `install.python` names (python3.12 on PATH or under pyenv) or else python3.
 # A package already present at its pinned version is not touched, so a second run costs nothing.
 # Prints where each CLI landed. Needs node/npm for npm stacks (apt-installed as root on Debian when missing).
 set -euo pipefail
@@ -26,13 +27,13 @@ if unknown:
 for name in wanted or installable:
     inst = installable[name]["install"]
     kind = "npm" if inst.get("npm") else "pip"
-    print(name, kind, inst[kind], inst["version"], installable[name]["command"][0])
+    print(name, kind, inst[kind], inst["version"], installable[name]["command"][0], inst.get("python") or "")
 PYEOF
 )
 
 mkdir -p "$PREFIX"
 npm_todo=()
-while read -r name kind pkg version _; do
+while read -r name kind pkg version _ python; do
   [ -n "$name" ] || continue
   if [ "$kind" = npm ]; then
     have=$(node -e "console.log(require(process.argv[1]).version)" "$PREFIX/node_modules/$pkg/package.json" 2>/dev/null || true)
@@ -43,8 +44,17 @@ while read -r name kind pkg version _; do
     if [ "$have" = "$version" ]; then
       echo "$name: $pkg==$version already installed"
     else
-      echo "$name: installing $pkg==$version into $venv"
-      python3 -m venv "$venv"
+      interp=python3
+      if [ -n "$python" ]; then
+        # a pyenv shim is on PATH even where that version is not selected: take one that runs
+        interp=""
+        for c in "python$python" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$python"*/bin/python"$python"; do
+          if "$c" -c "" 2>/dev/null; then interp=$c; break; fi
+        done
+        [ -n "$interp" ] || { echo "install.sh: ERROR: $name needs Python $python (python$python not found)" >&2; exit 1; }
+      fi
+      echo "$name: installing $pkg==$version into $venv (Python: $interp)"
+      "$interp" -m venv "$venv"
       "$venv/bin/python" -m pip install -q "$pkg==$version"
     fi
   fi
@@ -63,7 +73,7 @@ if [ ${#npm_todo[@]} -gt 0 ]; then
   npm install --prefix "$PREFIX" --no-audit --no-fund --save-exact "${npm_todo[@]}"
 fi
 
-while read -r name kind pkg version binary; do
+while read -r name kind pkg version binary _; do
   [ -n "$name" ] || continue
   if [ "$kind" = npm ]; then bin="$PREFIX/node_modules/.bin/$binary"; else bin="$PREFIX/venvs/$name/bin/$binary"; fi
   [ -x "$bin" ] || { echo "install.sh: ERROR: $name: $bin is missing after the install" >&2; exit 1; }
