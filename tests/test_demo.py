@@ -4,6 +4,9 @@ grid, task, model and machinery are the demo's own."""
 
 from __future__ import annotations
 
+import csv
+import io
+
 import pytest
 import yaml
 
@@ -33,10 +36,10 @@ def check_demo(sweep: SweepDir) -> None:
             assert r.best > r.baseline, r  # the agent improved the model on the held-out split
         else:
             assert r.submissions == 0 and r.best is None
-    table = a2rl("aggregate", str(sweep.root), "--format", "csv", check=True).stdout.splitlines()
-    rows = {line.split(",")[1]: line.split(",") for line in table[1:]}
-    assert rows["baseline"][6] == "—" and rows["baseline"][8] == "0 (0 valid)"
-    assert float(rows["pipeline"][7]) > 0  # improvement
+    table = a2rl("aggregate", str(sweep.root), "--format", "csv", check=True).stdout
+    rows = {row["agent"]: row for row in csv.DictReader(io.StringIO(table))}
+    assert rows["baseline"]["best (mean ± SEM)"] == "—" and rows["baseline"]["submissions"] == "0 (0 valid)"
+    assert float(rows["pipeline"]["improvement"]) > 0
     for fmt in ("github", "latex", "simple"):
         assert "pipeline" in a2rl("aggregate", str(sweep.root), "--format", fmt, check=True).stdout
 
