@@ -6,6 +6,8 @@ share (the server for a local judge model is in chatserver.py).
   the environment variable named in the task options and is sent only in the Authorization header.
 - Every verdict says who gave it: responses carry the served model name and a fingerprint, which the client
   collects for the score's details (`ChatClient.describe()`).
+- `EngineJudge` runs an open-weight judge on the grader's own engine instead; `judge_client` turns a task's
+  `judge` option into one or the other.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
-from a2rl.errors import InfraError
+from a2rl.errors import InfraError, format_validation_error
+from a2rl.grading.backends import CPU_SETTINGS, Engine
+from a2rl.spec.models import resolve_model
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = logging.getLogger("a2rl.judge")
 
@@ -53,6 +57,14 @@ class JudgeSettings(BaseModel):
     retries: int = 4
     workers: int = 8  # concurrent requests
     max_tokens: int | None = None  # overrides the protocol's own limit (reasoning models need room to think)
+
+
+class LocalJudgeSettings(BaseModel):
+    """`options["judge"]` naming an open-weight judge, served by the grader's own engine (EngineJudge)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model_path: str  # a model directory or builtin:NAME
+    max_tokens: int | None = None  # overrides the protocol's own limit, as for an endpoint
 
 
 @dataclass(frozen=True)
@@ -150,11 +162,11 @@ class EngineJudge:
     the policy out (its answers are generated first) and the next submission swaps it back (a weights reload
     where the judge shares the policy's architecture, as the base model does)."""
 
-    def __init__(self, engine: Any, model_dir: Any):
+    def __init__(self, engine: Any, model_dir: Any, *, max_tokens: int | None = None):
         from a2rl.spec.generation import get_preset
         from a2rl.spec.models import weights_hash
 
-        self.engine, self.model_dir = engine, model_dir
+        self.engine, self.model_dir, self.max_tokens = engine, model_dir, max_tokens
         self.model = model_dir.name
         self.fingerprint = "wh-" + weights_hash(model_dir)[:16]
         self._preset = get_preset()  # greedy
@@ -168,7 +180,8 @@ class EngineJudge:
         judge = self.engine.get(self.model_dir, self.model_dir, self._preset)
         prompts = [chat_prompt(judge.tokenizer, m) for m in conversations]
         raw = not judge.tokenizer.chat_template  # a chat template writes its own special tokens
-        texts = judge.generate(prompts, max_new_tokens=max_tokens, stop=None, add_special_tokens=raw)
+        texts = judge.generate(prompts, max_new_tokens=self.max_tokens or max_tokens, stop=None,
+                               add_special_tokens=raw)
         firsts = judge.first_token_logprobs(prompts, top=top_logprobs, add_special_tokens=raw) if top_logprobs \
             else [()] * len(prompts)
         self.requests += len(prompts)
@@ -178,6 +191,28 @@ class EngineJudge:
         return {"model": self.model, "version": self.model, "system_fingerprint": self.fingerprint,
                 "model_path": str(self.model_dir), "backend": self.engine.settings.backend,
                 "requests": self.requests}
+
+
+def judge_client(judge: Mapping[str, Any], engine: Any = None) -> ChatClient | EngineJudge:
+    """The judge that `options["judge"]` names: an OpenAI-compatible endpoint (base_url, model...) or an open-weight
+    model run on the grader's engine, on its backend (model_path; without an engine, as when an evaluator is called
+    directly: a transformers engine on CPU, as evaluate_model makes); exactly one of the two."""
+    if not isinstance(judge, Mapping):
+        raise JudgeError(f"the task option judge must be a mapping (base_url, model... or model_path), not {judge!r}")
+    endpoint, local = "base_url" in judge, "model_path" in judge
+    if endpoint == local:
+        raise JudgeError("the task option judge needs exactly one of base_url (an OpenAI-compatible endpoint) and "
+                         f"model_path (a local model run by the grader); it has {'both' if endpoint else 'neither'}")
+    try:
+        if endpoint:
+            return ChatClient.from_options(dict(judge))
+        settings = LocalJudgeSettings.model_validate(judge)
+    except ValidationError as e:
+        raise JudgeError("the task option judge: " + "; ".join(format_validation_error(e))) from None
+    model_dir = resolve_model(settings.model_path)
+    if not model_dir.is_dir():
+        raise JudgeError(f"the task option judge.model_path: {model_dir} is not a model directory")
+    return EngineJudge(engine or Engine(CPU_SETTINGS), model_dir, max_tokens=settings.max_tokens)
 
 
 def chat_prompt(tokenizer: Any, messages: Messages, template_kwargs: Mapping[str, Any] | None = None) -> str:

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from a2rl.grading.judge import (ChatClient, Completion, JudgeError, Messages, compare_to_references,
-                                generate_answers, win_rate_summary)
+from a2rl.grading.judge import (ChatClient, Completion, EngineJudge, JudgeError, Messages, compare_to_references,
+                                generate_answers, judge_client, win_rate_summary)
 
 RIDGE = 0.01
 LC_METHOD = {"paper": "alpaca_eval glm length_controlled_v1 (instruction difficulty, gamed-baseline rows, CV'd L1)",
@@ -93,7 +93,7 @@ def paper_preference(c: Completion) -> float | None:
 
 
 def paper_preferences(instructions: Sequence[str], baseline: Sequence[str], answers: Sequence[str],
-                      client: ChatClient) -> list[float | None]:
+                      client: ChatClient | EngineJudge) -> list[float | None]:
     """The preference of each answer over the baseline's, 1 … 2 (2 = the policy's better), None without one."""
     asked = [i for i, (b, a) in enumerate(zip(baseline, answers, strict=True)) if a != b]
     switched = {i: is_switched(instructions[i]) for i in asked}
@@ -224,12 +224,12 @@ def paper_summary(preferences: Sequence[float | None], answers: Sequence[str],
             "unparsed_verdicts": len(preferences) - n}
 
 
-def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
+def evaluate(generator, heldout_dir: Path, options: dict, *, engine=None) -> dict:
     protocol = options["protocol"]
     rows = [json.loads(line) for line in (Path(heldout_dir) / "test.jsonl").read_text().splitlines() if line]
     instructions, baseline = [r["instruction"] for r in rows], [r["output"] for r in rows]
     gamed = read_gamed(heldout_dir) if protocol == "paper" else None  # before generating: fail fast
-    client = ChatClient.from_options(options["judge"])
+    client = judge_client(options["judge"], engine)
     generation = {"max_new_tokens": int(options.get("max_new_tokens", 512)),
                   "batch_size": int(options.get("batch_size", 16))}
     if protocol == "paper":

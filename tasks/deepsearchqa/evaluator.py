@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from a2rl.grading.judge import ChatClient, Messages, policy_prompt
+from a2rl.grading.judge import Messages, judge_client, policy_prompt
 from a2rl.tasklib.envs import load_module
 
 dsqa = load_module(Path(__file__).with_name("env.py"), "a2rl_task_deepsearchqa_env")  # protocol a2rl's pieces
@@ -177,13 +177,13 @@ def verdict(text: str) -> bool | None:
     return {"correct": True, "incorrect": False}.get(word.group(1) if word else "")
 
 
-def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
+def evaluate(generator, heldout_dir: Path, options: dict, *, engine=None) -> dict:
     protocol = options.get("protocol", "paper")
     if protocol not in ("paper", "a2rl"):
         raise ValueError(f"deepsearchqa: unknown protocol {protocol!r} (paper or a2rl)")
     options = {**options, **options.get(protocol, {})}
     rows = [json.loads(line) for line in (Path(heldout_dir) / "test.jsonl").read_text().splitlines() if line]
-    client = ChatClient.from_options(options["judge"])
+    client = judge_client(options["judge"], engine)
     settings = {**options["search"]}
     settings["corpus"] = settings.get("corpus") or str(Path(heldout_dir).parent / "train" / "corpus.sqlite")
     backend = search.make_backend(settings)
