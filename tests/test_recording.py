@@ -10,7 +10,7 @@ import pytest
 from a2rl.recording.archive import WorkspaceArchive
 from a2rl.recording.snapshots import blob_path, load_snapshots, snapshot_dir
 from a2rl.recording.transcripts import parse_usage
-from a2rl.reporting.metrics import RunMetrics
+from a2rl.reporting.metrics import RunMetrics, SubmissionRow
 from a2rl.reporting.runreport import write_run_report
 from test_runs import launch, only_result
 
@@ -45,7 +45,7 @@ def test_three_submissions_have_snapshots_diffs_and_metrics(tmp_path):
     rows = [json.loads(line) for line in (report / "summary.jsonl").read_text().splitlines()]
     assert [(r["iteration"], r["score"], r["delta_prev"]) for r in rows] == [(1, 10.0, None), (2, 20.0, 10.0),
                                                                            (3, 30.0, 10.0)]
-    assert all(r["schema_version"] == 1 and r["train_type"] == "SFT" for r in rows)
+    assert all(r["schema_version"] == SubmissionRow.SCHEMA and r["train_type"] == "SFT" for r in rows)
     md = (report / "summary.md").read_text()
     assert md.count("## Submission") == 3 and "~train.py" in md
     assert (report / "trajectory.png").read_bytes()[:4] == b"\x89PNG"
