@@ -158,7 +158,7 @@ def scored(task_name: str, data_root: Path, model: Path, out: Path, **options) -
     check_artifact(model, out, Limits(64, 1 << 30, 1 << 30))  # raises for what the grader would refuse
     task = get_task(task_name)
     return task.evaluator.evaluate(Generator.load(model), task.data(data_root).heldout_dir,
-                                   {**task.spec.eval, **options})["score"]
+                                   {**task.spec.eval, **options, "protocol": "a2rl"})["score"]  # the format it trains in
 
 
 @pytest.mark.slow

@@ -130,7 +130,7 @@ def test_a_failed_baseline_is_an_error_not_zero(tmp_path):
                                          "    raise RuntimeError('judge unreachable')\n")
     path = write_sweep(tmp_path, tasks=["broken"], task_paths=[str(tmp_path / "tasks")])
     proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"), "--wait")
-    assert "baseline for broken/tiny-llama failed: RuntimeError: judge unreachable" in proc.stdout
+    assert "baseline for broken/tiny-llama/paper failed: RuntimeError: judge unreachable" in proc.stdout
     result = only_result(SweepDir(tmp_path / "sd"))
     assert result.baseline is None and "judge unreachable" in result.baseline_error
     table = a2rl("aggregate", str(tmp_path / "sd"), check=True).stdout

@@ -4,6 +4,7 @@ profile checks; then the local scheduler for real (`a2rl cancel`, reap_lost, --r
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import subprocess
 import sys
@@ -214,7 +215,8 @@ def test_a_killed_local_run_gets_its_failed_result_only_from_reap_lost(tmp_path)
     controller = psutil.Process(int(sweep.status(run_id).job_id))
     doomed = [controller, *controller.children(recursive=True)]
     for p in doomed:  # the job's whole tree, as when its machine's OOM killer strikes (no result written)
-        p.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):  # a child may end between listing and killing
+            p.kill()
     psutil.wait_procs(doomed)
     st = collect(sweep, Schedulers())
     assert run_id in st.lost and "has exited" in st.lost[run_id]
