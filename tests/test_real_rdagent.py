@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import secrets
 
+from pathlib import Path
+
 import pytest
 
 from a2rl.recording.transcripts import parse_usage
@@ -17,6 +19,8 @@ from rdagent_model import RDAgentModel
 from scripted_server import scripted_server
 from test_real_clis import clis_prefix, files_holding
 from test_runs import launch, only_result
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "rdagent-1.0.0.log"
 
 
 @pytest.fixture
@@ -54,3 +58,12 @@ def test_real_rdagent_trains_and_submits(tmp_path, rdagent_env):
     assert usage.input_tokens > 0 and usage.output_tokens == 20 * 3
     assert parse_usage("litellm", log).calls == 3
     assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
+
+
+def test_rdagent_log_parses():
+    """Its real log (one loop against the scripted server; tests/fixtures/transcripts/rdagent-1.0.0.log): the
+    adapter's three litellm records, costs from litellm's price table for gpt-5.4; the model's own JSON replies
+    and RD-Agent's text around them are not counted."""
+    u = parse_usage("litellm", FIXTURE.read_text())
+    assert (u.calls, u.output_tokens, u.cached_input_tokens) == (3, 60, 0)
+    assert (u.input_tokens, u.cost_usd) == (397 + 563 + 419, 0.004348)  # 0.0012925 + 0.0017075 + 0.0013475
