@@ -176,8 +176,10 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def scripted_server(plan: list[Step], refuse: str | None = None) -> Iterator[tuple[str, ScriptedModel, list]]:
-    """(http://127.0.0.1:PORT, the model, the raw request log) for the duration of the block."""
-    server = _Server(ScriptedModel(plan, refuse))
+def scripted_server(plan: list[Step], refuse: str | None = None,
+                    model: ScriptedModel | None = None) -> Iterator[tuple[str, ScriptedModel, list]]:
+    """(http://127.0.0.1:PORT, the model, the raw request log) for the duration of the block; `model`: one
+    that answers otherwise (a ScriptedModel subclass) in place of the plan's."""
+    server = _Server(model or ScriptedModel(plan, refuse))
     with running(server) as url:
         yield url, server.model, server.log

@@ -55,7 +55,7 @@ fi
 
 export A2RL_AGENT_CLIS=${A2RL_AGENT_CLIS:-$HOME/.cache/a2rl/agent-clis}
 say "real agent CLIs into $A2RL_AGENT_CLIS (tools/agents/install.sh)"
-A2RL_PYTHON="$VENV/bin/python" bash tools/agents/install.sh claude codex gemini opencode openhands
+A2RL_PYTHON="$VENV/bin/python" bash tools/agents/install.sh claude codex gemini opencode openhands rdagent
 
 say "$VENV/bin/python -m pytest $*"
 rc=0

@@ -344,7 +344,7 @@ class AgentRun:
         usage = self._usage()
         if self.stack is not None and reason is None and status in ("ok", "timeout"):
             # a CLI that crashed, hung or spoke gibberish
-            reason = cli_failure(self.stack.transcript, self.stack.command[0], self._log_text(), usage,
+            reason = cli_failure(self.stack.transcript, self.stack.cli_name, self._log_text(), usage,
                                  status=status, exit_code=exit_code)
         setup = self.setup_by_attempt()
         return write_result(self.sweep, self.run.run_id, status=status, failure_reason=reason,

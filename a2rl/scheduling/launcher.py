@@ -239,7 +239,7 @@ def check_credentials(spec: SweepSpec) -> None:
             dict(os.environ), local_driver_name(d) is not None, logins=spec.agent_logins)}
         problems += [f"agents[{i}]: agent {a.name!r} needs {name}, which is not set" for name in sorted(missing)]
         if stack.install is not None and stack.find_cli(dict(os.environ)) is None:
-            problems.append(f"agents[{i}]: agent {a.name!r} runs `{stack.command[0]}`, which is not installed in "
+            problems.append(f"agents[{i}]: agent {a.name!r} runs `{stack.cli_name}`, which is not installed in "
                             f"{', '.join(stack.search_dirs()) or 'its path'} or on PATH: install it with "
                             f"`{stack.install.command(a.name)}`")
     if problems:

@@ -50,8 +50,10 @@ class AgentStack(BaseModel):
     name: str
     description: str = ""
     # argv; placeholders: {python} (the agents' interpreter, the sweep's agent_python), {workspace}, {driver}, {seed} (the run's),
-    # {stack_dir} (this YAML's folder), {prompt} (the kick-off prompt pointing at the instructions file)
+    # {stack_dir} (this YAML's folder), {prompt} (the kick-off prompt pointing at the instructions file),
+    # {cli_dir} (the folder `cli` was found in: a pip stack's venv bin/, whose python runs a module of it)
     command: list[str]
+    cli: str | None = None  # the installed program that shows the stack is there; None: command[0]
     args: dict[str, Any] = {}  # defaults, rendered as --key value; a sweep may override known keys
     needs_driver: bool = False
     # driver families this stack can use, as globs over the driver name (`claude-*`); empty: any driver
@@ -111,9 +113,13 @@ class AgentStack(BaseModel):
         dirs = [os.path.expanduser(os.path.expandvars(d)) for d in self.path]
         return [d for d in dirs if "$" not in d]
 
+    @property
+    def cli_name(self) -> str:
+        return self.cli or self.command[0]
+
     def find_cli(self, environ: dict[str, str]) -> str | None:
-        """The CLI this stack runs (command[0]) as the job will find it: in `path`, then on PATH."""
-        return shutil.which(self.command[0], path=os.pathsep.join([*self.search_dirs(), environ.get("PATH", "")]))
+        """The CLI this stack runs (`cli` or command[0]) as the job will find it: in `path`, then on PATH."""
+        return shutil.which(self.cli_name, path=os.pathsep.join([*self.search_dirs(), environ.get("PATH", "")]))
 
     def agent_env(self, base: dict[str, str], driver: str, stack_dir: Path) -> dict[str, str]:
         """`base` (agent_env's) with this stack's directories on PATH, its fixed variables and its driver
@@ -140,6 +146,12 @@ class AgentStack(BaseModel):
                  "stack_dir": str(stack_dir), "prompt": KICKOFF.format(file=self.instructions_file or
                                                                        "../instructions.md")}
         env = env or {}
+        if any("{cli_dir}" in part for part in self.command):
+            found = self.find_cli(env)
+            if found is None:
+                raise SpecError([f"agent {self.name!r}: `{self.cli_name}` is not installed; run "
+                                 f"`{self.install.command(self.name) if self.install else 'its installer'}`"])
+            subst["cli_dir"] = os.path.dirname(found)
         extra = [part.format(value=env[name]) for name, parts in self.env_flags.items() if env.get(name)
                  for part in parts]
         return [part.format(**subst) for part in self.command] + extra + cli_flags({**self.args, **overrides})

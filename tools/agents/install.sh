@@ -27,7 +27,8 @@ if unknown:
 for name in wanted or installable:
     inst = installable[name]["install"]
     kind = "npm" if inst.get("npm") else "pip"
-    print(name, kind, inst[kind], inst["version"], installable[name]["command"][0], inst.get("python") or "")
+    print(name, kind, inst[kind], inst["version"],
+          installable[name].get("cli") or installable[name]["command"][0], inst.get("python") or "")
 PYEOF
 )
 

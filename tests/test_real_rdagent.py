@@ -1,0 +1,69 @@
+"""The real RD-Agent RL loop (pip, its own venv under $A2RL_AGENT_CLIS/venvs, tools/agents/install.sh rdagent)
+in a one-run sweep against the scripted model server (tests/scripted_server.py, answers in
+tests/rdagent_model.py), reached through its stack's real variables (CHAT_MODEL, OPENAI_API_BASE,
+OPENAI_API_KEY): its loop writes and runs the training script, which submits a model that gets graded, and its
+litellm records are parsed into tokens."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+from pathlib import Path
+
+import pytest
+
+from a2rl.recording.transcripts import parse_usage
+from a2rl.spec.agents import agent_registry
+from rdagent_model import RDAgentModel
+from scripted_server import scripted_server
+from test_real_clis import clis_prefix, files_holding
+from test_runs import launch, only_result
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "rdagent-1.0.0.log"
+
+
+@pytest.fixture
+def rdagent_env(monkeypatch):
+    def setup(url: str) -> str:
+        monkeypatch.setenv("A2RL_AGENT_CLIS", str(clis_prefix()))
+        monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
+        if agent_registry().get("rdagent").find_cli(dict(os.environ)) is None:
+            pytest.fail(f"`rdagent` is not installed under {clis_prefix()}: run tools/agents/install.sh rdagent")
+        key = f"sk-a2rl-test-{secrets.token_hex(16)}"
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+        monkeypatch.setenv("OPENAI_API_BASE", url + "/v1")
+        monkeypatch.setenv("SECRET", "launcher-only")
+        return key
+    return setup
+
+
+@pytest.mark.slow  # a whole sweep with the real RD-Agent loop
+def test_real_rdagent_trains_and_submits(tmp_path, rdagent_env):
+    rd = RDAgentModel()
+    with scripted_server([], model=rd) as (url, model, _):
+        key = rdagent_env(url)
+        sweep = launch(tmp_path, agents=[{"name": "rdagent", "args": {"loop_n": 1}}],
+                       drivers=["openai/gpt-5.4"], network="full", budget=900)
+    result = only_result(sweep)
+    log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
+    assert result.status == "ok" and result.agent_exit_code == 0, log[-3000:]
+    assert result.scores == [0.0], log[-3000:]  # the trained model, graded (the echo task scores it 0)
+    assert rd.stages == ["负责生成训练假设", "code", "负责分析实验结果"], rd.stages  # one whole loop
+    ws = sweep.workspace(result.run_id)
+    assert (ws / "code" / "main.py").exists() and (ws / "output" / "sft" / "config.json").exists()
+    assert {r.model for r in model.requests} == {"gpt-5.4"}  # CHAT_MODEL reached it (litellm drops `openai/`)
+    usage = result.usage
+    assert usage.parser == "litellm" and usage.calls == 3, log[-3000:]
+    assert usage.input_tokens > 0 and usage.output_tokens == 20 * 3
+    assert parse_usage("litellm", log).calls == 3
+    assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
+
+
+def test_rdagent_log_parses():
+    """Its real log (one loop against the scripted server; tests/fixtures/transcripts/rdagent-1.0.0.log): the
+    adapter's three litellm records, costs from litellm's price table for gpt-5.4; the model's own JSON replies
+    and RD-Agent's text around them are not counted."""
+    u = parse_usage("litellm", FIXTURE.read_text())
+    assert (u.calls, u.output_tokens, u.cached_input_tokens) == (3, 60, 0)
+    assert (u.input_tokens, u.cost_usd) == (397 + 563 + 419, 0.004348)  # 0.0012925 + 0.0017075 + 0.0013475
