@@ -3,8 +3,8 @@
 #   1. brings up the local Slurm cluster (tools/slurm/up.sh: apt-installs Slurm, munge, MariaDB + slurmdbd
 #      when missing) and stops it again on exit (tools/slurm/down.sh), but only if it was not running before;
 #   2. creates/refreshes the venv (tools/setup-env.sh) and installs chromium (apt) when it is missing;
-#   3. installs the real agent CLIs the tests run (tools/agents/install.sh: the npm CLIs, and OpenHands in its own
-#      Python 3.12 venv, into $A2RL_AGENT_CLIS, default ~/.cache/a2rl/agent-clis; a no-op once the pinned
+#   3. installs the real agent CLIs the tests run (tools/agents/install.sh: the npm CLIs, OpenHands (Python 3.12)
+#      and RD-Agent each in its own venv, into $A2RL_AGENT_CLIS, default ~/.cache/a2rl/agent-clis; a no-op once the pinned
 #      versions are there);
 #   4. runs `python -m pytest "$@"` from the repo root with A2RL_SLURM=1 and A2RL_AGENT_CLIS exported.
 # "No tests collected" (pytest exit 5) is a failure here.
