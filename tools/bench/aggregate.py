@@ -59,9 +59,9 @@ def build(root: Path, runs: int, seeds: int) -> SweepDir:
     for task in TASKS:
         for m in models:
             bases[task, m] = BaselineRecord(task=task, model=m, model_path=f"/models/{m}", weights_hash="h",
-                                            evaluator_version=1, status="ok", score=rng.uniform(5, 40),
+                                            protocol="paper", evaluator_version=1, status="ok", score=rng.uniform(5, 40),
                                             graded_at=0.0).sign(sweep.key)
-            fast_dump(bases[task, m], baseline_path(sweep, task, m))
+            fast_dump(bases[task, m], baseline_path(sweep, task, m, "paper"))
     for run in sweep.runs():
         entries = []
         tokens = 0
@@ -71,7 +71,7 @@ def build(root: Path, runs: int, seeds: int) -> SweepDir:
             e = LedgerEntry(submission_id=f"{run.run_id}.{seq:04d}", run_id=run.run_id, seq=seq, submitted_at=seq,
                             claimed_at=seq, graded_at=seq, status="scored" if valid else "invalid",
                             score=rng.uniform(0, 80) if valid else None, model_path="m", task=run.task,
-                            evaluator_version=1, grader="g", attempt=1, budget_used_s=BUDGET * seq / 6,
+                            protocol=run.protocol, evaluator_version=1, grader="g", attempt=1, budget_used_s=BUDGET * seq / 6,
                             tokens=tokens, cost_usd=tokens * 3e-6)
             entries.append(e)  # into the result only: the tables read no ledger entry
         status = "failed" if rng.random() < 0.05 else "ok"
@@ -83,7 +83,7 @@ def build(root: Path, runs: int, seeds: int) -> SweepDir:
         fast_dump(result.sign(sweep.key), sweep.result_path(run.run_id))
         fast_dump(RunMetrics(
             run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, mode=run.mode,
-            model=run.model.name, seed=run.seed, status=status, baseline=result.baseline, best=result.best,
+            model=run.model.name, protocol=run.protocol, seed=run.seed, status=status, baseline=result.baseline, best=result.best,
             improvement=result.improvement, submissions=len(entries), valid_submission_rate=None,
             first_valid_idx=None, time_to_first_improvement=None, time_to_best=None, monotonic_ratio=None,
             copy_model_count=0, time_used_ratio=1.0, last_submit_gap=None, score_trajectory=[], input_tokens=None,
