@@ -38,24 +38,28 @@ def clis_prefix() -> Path:
     return Path(os.environ.get("A2RL_AGENT_CLIS") or Path.home() / ".cache" / "a2rl" / "agent-clis")
 
 
+def use_real_cli(monkeypatch, name: str, url_var: str, url: str) -> str:
+    """The launcher's environment for the installed CLI of stack `name` (a missing CLI is a failure naming the
+    install command, not a skip): its credentials set to a fresh fake key, which must stay out of the sweep
+    directory, and its base URL in `url_var`. Returns the key."""
+    stack = agent_registry().get(name)
+    monkeypatch.setenv("A2RL_AGENT_CLIS", str(clis_prefix()))
+    monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
+    if stack.find_cli(dict(os.environ)) is None:
+        pytest.fail(f"`{stack.cli_name}` is not installed under {clis_prefix()}: run tools/agents/install.sh {name}")
+    key = f"sk-a2rl-test-{secrets.token_hex(16)}"
+    for var in stack.credential_vars():
+        monkeypatch.setenv(var, key)
+    monkeypatch.setenv(url_var, url)
+    monkeypatch.setenv("SECRET", "launcher-only")
+    return key
+
+
 @pytest.fixture
 def cli_env(monkeypatch):
-    """The stack's credential (a fresh fake key, which must stay out of the sweep directory) and the CLI prefix;
-    a missing CLI is a failure naming the install command, not a skip."""
     def setup(name: str, url: str) -> str:
-        stack = agent_registry().get(name)
-        monkeypatch.setenv("A2RL_AGENT_CLIS", str(clis_prefix()))
-        monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
-        if stack.find_cli(dict(os.environ)) is None:
-            pytest.fail(f"`{stack.command[0]}` is not installed under {clis_prefix()}: "
-                        f"run tools/agents/install.sh {name}")
-        key = f"sk-a2rl-test-{secrets.token_hex(16)}"
-        for var in stack.credential_vars():
-            monkeypatch.setenv(var, key)
         _, url_var, suffix, _ = CLIS[name]
-        monkeypatch.setenv(url_var, url + suffix)
-        monkeypatch.setenv("SECRET", "launcher-only")
-        return key
+        return use_real_cli(monkeypatch, name, url_var, url + suffix)
     return setup
 
 

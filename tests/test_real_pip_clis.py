@@ -7,8 +7,6 @@ wrap-up signal reaches it before its run ends `timeout` with its last model auto
 
 from __future__ import annotations
 
-import os
-import secrets
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from a2rl.recording.transcripts import parse_usage, transcript_files
 from a2rl.run.sandbox import with_link_targets
 from a2rl.spec.agents import agent_registry
 from scripted_server import PLAN_SUBMIT, PLAN_WRAP_UP, scripted_server
-from test_real_clis import ENV_NAMES, clis_prefix, files_holding
+from test_real_clis import ENV_NAMES, files_holding, use_real_cli
 from test_runs import launch, only_result
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "openhands-1.16.0"
@@ -25,17 +23,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "openha
 
 @pytest.fixture
 def openhands_env(monkeypatch):
-    def setup(url: str) -> str:
-        monkeypatch.setenv("A2RL_AGENT_CLIS", str(clis_prefix()))
-        monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
-        if agent_registry().get("openhands").find_cli(dict(os.environ)) is None:
-            pytest.fail(f"`openhands` is not installed under {clis_prefix()}: run tools/agents/install.sh openhands")
-        key = f"sk-a2rl-test-{secrets.token_hex(16)}"
-        monkeypatch.setenv("LLM_API_KEY", key)
-        monkeypatch.setenv("LLM_BASE_URL", url + "/v1")
-        monkeypatch.setenv("SECRET", "launcher-only")
-        return key
-    return setup
+    return lambda url: use_real_cli(monkeypatch, "openhands", "LLM_BASE_URL", url + "/v1")
 
 
 def test_openhands_state_parses():

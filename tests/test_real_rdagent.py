@@ -6,18 +6,15 @@ litellm records are parsed into tokens."""
 
 from __future__ import annotations
 
-import os
-import secrets
 
 from pathlib import Path
 
 import pytest
 
 from a2rl.recording.transcripts import parse_usage
-from a2rl.spec.agents import agent_registry
 from rdagent_model import RDAgentModel
 from scripted_server import scripted_server
-from test_real_clis import clis_prefix, files_holding
+from test_real_clis import files_holding, use_real_cli
 from test_runs import launch, only_result
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "rdagent-1.0.0.log"
@@ -25,17 +22,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "rdagen
 
 @pytest.fixture
 def rdagent_env(monkeypatch):
-    def setup(url: str) -> str:
-        monkeypatch.setenv("A2RL_AGENT_CLIS", str(clis_prefix()))
-        monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
-        if agent_registry().get("rdagent").find_cli(dict(os.environ)) is None:
-            pytest.fail(f"`rdagent` is not installed under {clis_prefix()}: run tools/agents/install.sh rdagent")
-        key = f"sk-a2rl-test-{secrets.token_hex(16)}"
-        monkeypatch.setenv("OPENAI_API_KEY", key)
-        monkeypatch.setenv("OPENAI_API_BASE", url + "/v1")
-        monkeypatch.setenv("SECRET", "launcher-only")
-        return key
-    return setup
+    return lambda url: use_real_cli(monkeypatch, "rdagent", "OPENAI_API_BASE", url + "/v1")
 
 
 @pytest.mark.slow  # a whole sweep with the real RD-Agent loop
