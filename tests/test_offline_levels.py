@@ -12,7 +12,6 @@ from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 from conftest import REPO, a2rl
 
-pytest.importorskip("textworld")
 
 
 @pytest.mark.slow

@@ -15,7 +15,6 @@ from fakes import FakeGenerator
 
 from a2rl.spec.tasks import get_task
 
-pytest.importorskip("alfworld")  # the tasks extra
 TASK = get_task("alfworld")
 alf = TASK.evaluator.alf
 PARITY = json.loads((FIXTURES / "parity" / "alfworld.json").read_text())

@@ -50,7 +50,6 @@ def prepare_textworld(root: Path) -> tuple[Path, Path]:
 
 def prepare_alfworld(root: Path) -> tuple[Path, Path]:
     """ALFWorld from the fixture's two hand-written games (tests/fixtures/alfworld/make_games.py): one per split."""
-    pytest.importorskip("alfworld")
     (root / "train").mkdir(parents=True)
     (root / "heldout").mkdir()
     prep = load_module(ALFWORLD.folder / "prepare.py", "a2rl_task_alfworld_prepare")
@@ -99,7 +98,6 @@ def test_webshop_prepare_writes_winning_expert_trajectories_for_train_goals_only
 
 
 def test_textworld_trajectories_follow_the_protocol(tmp_path):
-    pytest.importorskip("textworld")
     train, _ = prepare_textworld(tmp_path)
     tw = load_task_env(train / "env.py", "tw_workspace_env")
     rows = read_jsonl(train / "trajectories.jsonl")
@@ -155,7 +153,6 @@ def grade(task, model: Path, heldout: Path, **options) -> dict:
 
 @pytest.mark.slow
 def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny_model):
-    pytest.importorskip("trl")
     train, heldout = webshop
     out = tmp_path / "out"
     log = run_pipeline(train, out, tiny_model, "--sft-steps", "20", "--grpo-steps", "2", "--grpo-prompts", "2",
@@ -169,7 +166,6 @@ def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny
 
 @pytest.mark.slow
 def test_interactive_route_trains_and_submits_on_alfworld(tmp_path, tiny_model):
-    pytest.importorskip("trl")
     train, heldout = prepare_alfworld(tmp_path)
     out = tmp_path / "out"
     log = run_pipeline(train, out, tiny_model, "--sft-steps", "20", "--grpo-steps", "2", "--grpo-prompts", "2",
@@ -182,8 +178,6 @@ def test_interactive_route_trains_and_submits_on_alfworld(tmp_path, tiny_model):
 
 @pytest.mark.slow
 def test_interactive_route_learns_textworld_and_the_grader_scores_it(tmp_path, tiny_model):
-    pytest.importorskip("textworld")
-    pytest.importorskip("trl")
     train, heldout = prepare_textworld(tmp_path)
     out = tmp_path / "out"
     log = run_pipeline(train, out, tiny_model, "--sft-steps", "120", "--grpo-steps", "2")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl")
 
 from transformers import AutoTokenizer  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl

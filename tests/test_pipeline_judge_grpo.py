@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl")
 
 from test_judge import completion, stub_llm  # noqa: E402
 

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("trl")
 
 import torch  # noqa: E402
 

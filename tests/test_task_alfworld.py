@@ -35,7 +35,6 @@ class FakeAlfEnv:
 
 @pytest.fixture
 def prepared(tmp_path) -> SimpleNamespace:
-    pytest.importorskip("alfworld")
     (tmp_path / "train").mkdir()
     (tmp_path / "heldout").mkdir()
     load_module(TASK.folder / "prepare.py", "alf_prep").prepare(tmp_path / "train", tmp_path / "heldout", source=SOURCE)

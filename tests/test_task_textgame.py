@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("textworld")
 
 from fakes import FakeGenerator  # noqa: E402
 from a2rl.tasklib.envs import load_module  # noqa: E402

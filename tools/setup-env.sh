@@ -80,12 +80,17 @@ if ! { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import pip' 2>/dev/nu
   exec 9>"$VENV/.a2rl-setup.lock"; flock 9   # --clear removed the lock file
 fi
 VPY=$VENV/bin/python
-pip() { "$VPY" -m pip --disable-pip-version-check --no-input "$@"; }
+# The venv's bin first on PATH: fast-downward-textworld's source build runs a bare `python`, and a pyenv shim or
+# another interpreter there fails it (build isolation hides its stdlib).
+pip() { PATH="$VENV/bin:$PATH" "$VPY" -m pip --disable-pip-version-check --no-input "$@"; }
 
 say "upgrading pip"
 pip install -q --upgrade pip
 say "installing $TORCH"
 pip install -q "$TORCH"
+for tool in cmake g++; do  # fast-downward-textworld (ALFWorld's engine, in the tasks extra) compiles from source
+  command -v "$tool" >/dev/null || { say "installing $tool (apt)"; apt_install "$tool" || die "no $tool and cannot apt-get it"; }
+done
 say "installing -e $ROOT[$EXTRAS] (keeping $TORCH)"
 pip install -q -e "$ROOT[$EXTRAS]" "$TORCH"
 say "pip check"
