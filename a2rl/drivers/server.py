@@ -110,14 +110,6 @@ class DriverServer:
     def finished(self) -> bool:
         return self.finished_runs.all()
 
-    def any_running(self) -> bool:
-        for r in self.runs:
-            status = self.sweep.status(r.run_id)
-            if status is not None and status.state in ("running", "finishing") and not status.stale() \
-                    and r.run_id not in self.finished_runs:
-                return True
-        return False
-
     def _beat(self, **update) -> None:
         assert self.endpoint is not None
         self.endpoint = self.endpoint.model_copy(update={"heartbeat_at": now(), **update})
@@ -145,7 +137,7 @@ class DriverServer:
                     if self.finished():
                         note = "every run using it has finished"
                         break
-                    if self.any_running():
+                    if self.finished_runs.any_running():
                         idle_since = time.monotonic()
                     elif time.monotonic() - idle_since > idle_s:
                         note = f"no run using it was running for {idle_s:g} s"

@@ -1,7 +1,8 @@
 """The grading daemon: claims submissions from the sweep's queue under a lease, evaluates them on the held-out
 split, and records each result in the ledger. It is its own process (its own job); several may serve one queue.
 
-It exits when every run of the sweep has its result and nothing is pending, or after an idle limit.
+It exits when every run of the sweep has its result and nothing is pending, or after an idle limit: that long
+with nothing to grade while no run of the sweep is at work.
 
 It trusts nothing it reads from the shared file system: queue entries must carry the sweep's HMAC (the queue
 rejects others), the artifact must be a frozen copy directly under submissions/ whose files pass
@@ -120,7 +121,7 @@ class GradingDaemon:
                         self.baseline(task_name, model.name, protocol, retry_failed=True)
             for run in self.sweep.runs():  # results written while no baseline was recorded yet
                 self.refresh(run.run_id)
-            idle_since = now()
+            idle_since = self.clock()
             while True:
                 seen = self.queue.pending_stamp()
                 # the lock only when there is something to claim: an idle grader lists pending/ and no more
@@ -132,13 +133,15 @@ class GradingDaemon:
                     claim = None
                 if claim is not None:
                     self.grade(claim)
-                    idle_since = now()
+                    idle_since = self.clock()
                     continue
                 if self.sweep_finished():
                     self._note = "every run has finished"
                     return 0
-                if now() - idle_since > self.settings.idle_timeout_s:
-                    self._note = f"idle for {self.settings.idle_timeout_s:g} s"
+                if self.finished_runs.any_running():
+                    idle_since = self.clock()
+                elif self.clock() - idle_since > self.settings.idle_timeout_s:
+                    self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work"
                     return 0
                 self.queue.wait_for_change(seen, self.settings.poll_s, sleep=self.sleep, clock=self.clock)
         finally:

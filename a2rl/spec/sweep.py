@@ -95,7 +95,7 @@ class GraderSettings(_Strict):
     max_model_len: int | None = Field(None, ge=1)  # vLLM's context length; default: the model's
     lease_s: float = Field(120, gt=0)  # a claim not renewed for this long is graded again
     poll_s: float = Field(0.2, gt=0)
-    idle_timeout_s: float = Field(3600, gt=0)  # a daemon with nothing to do for this long exits
+    idle_timeout_s: float = Field(3600, gt=0)  # a daemon with nothing to do, and no run at work, this long exits
     max_attempts: int = Field(3, ge=1)  # a submission that kills its grader this often is recorded invalid
     max_wait_s: float = Field(6 * 3600, gt=0)  # how long a blocking submit waits for its score
     # overrides the task's generation batch size; unset on a GPU (transformers): chosen from free memory

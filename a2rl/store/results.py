@@ -141,6 +141,18 @@ class FinishedRuns:
     def all(self) -> bool:
         return all(run_id in self for run_id in self.run_ids)
 
+    def any_running(self) -> bool:
+        """Whether an unfinished run's job is at work now (running or finishing, with a fresh heartbeat): a
+        service counts its idle time only while none is, so a run that trains for hours before it submits still
+        finds its grader."""
+        for run_id in self.run_ids:
+            if run_id in self:
+                continue
+            status = self.sweep.status(run_id)
+            if status is not None and status.state in ("running", "finishing") and not status.stale():
+                return True
+        return False
+
 def _lock(sweep: SweepDir, run_id: str) -> FileLock:
     return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=sweep.spec.grader.lock_timeout_s)
 
