@@ -11,11 +11,21 @@ WebAgentTextEnv(num_products=1000) without human_goals, which makes SimServer po
 ported too, as goal.get_synthetic_goals builds them from items_ins_v2's instructions, one per combination of the
 product's options, in SimServer's order; protocol `paper` grades synthetic goals 0–99.)
 
+WebShop's human demonstrations (the imitation-learning data of its paper: baseline_models/data/
+il_trajs_finalized_images.zip in its repository, downloaded at a pinned commit and checked against the zip's git blob
+id; with `source`, the unzipped il_trajs_finalized_images.jsonl there, and when `source` lacks it the scripted expert
+alone, with a one-line notice) become train trajectories: each is matched to the training goal with its instruction
+(compared as upstream's IL scripts compare them, without the price cap) and replayed in env.py; one whose action a
+page does not admit (our BM25 search lists other products than upstream's Lucene index), or that stops short of
+the purchase, is dropped. Prepare prints one line counting what it wrote and dropped. None has been downloaded from
+this machine: only the fixture in the file's format has been converted.
+
 train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and their duplicates), env.py
-and react.py (the environment and the grader's ReAct loop) and trajectories.jsonl (a scripted expert's episode on
-every training goal: WebShop's human demonstrations are not among the files this step can fetch). heldout/:
-products.jsonl, goals.jsonl (human goals 0–99, protocol `a2rl`) and synthetic_goals.jsonl (synthetic goals 0–99,
-protocol `paper`).
+and react.py (the environment and the grader's ReAct loop) and trajectories.jsonl: per training goal, its human
+demonstrations that replay (source "human", won or not as replayed), else a scripted expert's episode (source
+"scripted_expert"); no trajectory for a training goal whose instruction is a graded goal's (human or synthetic).
+heldout/: products.jsonl, goals.jsonl (human goals 0–99, protocol `a2rl`) and synthetic_goals.jsonl (synthetic goals
+0–99, protocol `paper`).
 """
 
 from __future__ import annotations
