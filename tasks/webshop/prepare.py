@@ -17,8 +17,8 @@ id; with `source`, the unzipped il_trajs_finalized_images.jsonl there, and when 
 alone, with a one-line notice) become train trajectories: each is matched to the training goal with its instruction
 (compared as upstream's IL scripts compare them, without the price cap) and replayed in env.py; one whose action a
 page does not admit (our BM25 search lists other products than upstream's Lucene index), or that stops short of
-the purchase, is dropped. Prepare prints one line counting what it wrote and dropped. None has been downloaded from
-this machine: only the fixture in the file's format has been converted.
+the purchase, is dropped. Prepare prints one line counting what it wrote and dropped. The real file has not been
+downloaded from this machine: only a made-up fixture in its format has been converted.
 
 train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and their duplicates), env.py
 and react.py (the environment and the grader's ReAct loop) and trajectories.jsonl: per training goal, its human
