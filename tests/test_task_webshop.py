@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from math import isclose
 from pathlib import Path
 from types import SimpleNamespace
@@ -91,15 +92,26 @@ def test_no_graded_instruction_reaches_train(prepared):
     assert (prepared.train / "products.jsonl").read_text() == (prepared.heldout / "products.jsonl").read_text()
 
 
-def test_prepare_is_deterministic_and_downloads_without_source(tmp_path, monkeypatch, prepared):
-    names = {file_id: name for name, file_id in PREP.FILES.items()}
-    monkeypatch.setattr(PREP, "download", lambda file_id, path: shutil.copyfile(FIXTURES / names[file_id], path))
-    downloaded = _prepare(tmp_path / "dl", source=None)
-    for part in ("train", "heldout"):
-        for name in ("products.jsonl", "goals.jsonl"):
-            assert (getattr(downloaded, part) / name).read_text() == (getattr(prepared, part) / name).read_text()
+def il_zip(folder: Path) -> tuple[Path, str]:
+    """The fixture's demonstrations zipped as WebShop commits them, and the zip's git blob id (by git itself)."""
+    archive = folder / "il_trajs_finalized_images.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(FIXTURES / PREP.IL_FILE, PREP.IL_FILE)
+    return archive, subprocess.run(["git", "hash-object", str(archive)], capture_output=True, text=True,
+                                   check=True).stdout.strip()
 
-    monkeypatch.setattr(PREP, "download", lambda file_id, path: path.write_text("<html>quota exceeded</html>"))
+
+def test_prepare_is_deterministic_and_downloads_without_source(tmp_path, monkeypatch, prepared):
+    archive, blob = il_zip(tmp_path)
+    urls = {PREP.URL.format(file_id): FIXTURES / name for name, file_id in PREP.FILES.items()} | {PREP.IL_URL: archive}
+    monkeypatch.setattr(PREP, "download", lambda url, path: shutil.copyfile(urls[url], path))
+    monkeypatch.setattr(PREP, "IL_BLOB", blob)
+    downloaded = _prepare(tmp_path / "dl", source=None)
+    for part, name in [("train", "products.jsonl"), ("train", "goals.jsonl"), ("train", "trajectories.jsonl"),
+                       ("heldout", "products.jsonl"), ("heldout", "goals.jsonl")]:
+        assert (getattr(downloaded, part) / name).read_text() == (getattr(prepared, part) / name).read_text()
+
+    monkeypatch.setattr(PREP, "download", lambda url, path: path.write_text("<html>quota exceeded</html>"))
     with pytest.raises(RuntimeError, match="--source"):
         _prepare(tmp_path / "refused", source=None)
 

@@ -126,13 +126,16 @@ def rollout(policy_fn: Callable[[str], str], env: TextEnv, header: str, *, max_s
     return play(lambda prompts: [policy_fn(p) for p in prompts], [env], [header], max_steps=max_steps, fits=fits)[0]
 
 
-def replay(env: TextEnv, actions: Sequence[str]) -> Episode:
-    """Step an environment through fixed actions from reset() until they run out or the episode ends."""
+def replay(env: TextEnv, actions: Sequence[str], *, strict: bool = False) -> Episode:
+    """Step an environment through fixed actions from reset() until they run out or the episode ends. strict: an
+    action the state does not admit (info["valid"] false) raises ValueError, for actions recorded elsewhere."""
     episode = Episode([env.reset()])
     for action in actions:
         if episode.done:
             break
         obs, episode.reward, episode.done, info = env.step(action)
+        if strict and not info.get("valid", True):
+            raise ValueError(f"step {len(episode.actions) + 1}: {action!r} is not admitted here")
         episode.won = bool(info.get("won", False))
         episode.actions.append(action)
         episode.observations.append(obs)
