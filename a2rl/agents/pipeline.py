@@ -3,17 +3,23 @@
 Runs inside an agent workspace as `python -m a2rl.agents.pipeline [options]`, configured by the job's
 environment: MODEL_PATH (base model), DATA_PATH (the task's train files), OUTPUT_DIR (writable),
 GRADING_SERVER_URL (optional: without it submissions are skipped). The route follows the task's train format,
-read from $WORKSPACE/run_meta.json (or --train-format):
+read from $WORKSPACE/run_meta.json (or --train-format), and its prompts are those the grader sends under the run's
+protocol, also read from run_meta.json (or --protocol; `paper` when it names none): the static routes build them
+with the graders' own builders (a2rl.tasklib.prompts) and reward by the graders' own checks (a2rl.tasklib.answers).
 - qa_short {"prompt", "answer"}: SFT on " <answer>" then a newline, then GRPO rewarding a first line that
   equals the answer;
 - qa_numeric {"question", "answer"} (GSM8K): SFT on the rationales, then GRPO rewarding the final number the
-  grader's own check reads (a2rl.tasklib.answers);
+  grader reads. paper: the chat over paper's four exemplars, replies ending "The answer is N" and EOS, the number
+  read as paper's extraction does; a2rl: the 4-shot completion prompt over the first four train rows, replies
+  ending "#### N" and the grader's stop string;
 - code_with_tests {"prompt", "canonical_solution", "test", "entry_point"} (HumanEval): SFT on the solutions,
-  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox);
-- instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction in the
-  grader's chat format; then, only with --train-judge (an OpenAI-compatible endpoint for training, never the
-  grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs them pairwise
-  (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
+  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox).
+  paper: the chat instruction, the whole function in a code block (the block's code is what paper runs);
+  a2rl: a raw continuation of the prompt;
+- instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction as the
+  single user turn both protocols prompt with; then, only with --train-judge (an OpenAI-compatible endpoint for
+  training, never the grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs
+  them pairwise (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
 - env_trajectories: a2rl.agents.interactive.
 Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
 fp32 on CPU. --lora-r trains LoRA adapters (--qlora: on a 4-bit base) that are merged before each submission.
