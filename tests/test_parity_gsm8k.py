@@ -10,6 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prompts import GSM8K_PAPER_FEWSHOT
 from conftest import FIXTURES
 from fakes import FakeGenerator
 
@@ -47,7 +48,7 @@ def test_where_a2rl_differs_and_why():
 
 
 def test_paper_exemplars_are_opencompass_s():
-    assert json.loads(EVAL.PAPER_FEWSHOT.read_text()) == PARITY["exemplars"]
+    assert json.loads(GSM8K_PAPER_FEWSHOT.read_text()) == PARITY["exemplars"]
 
 
 class Recorder(FakeGenerator):

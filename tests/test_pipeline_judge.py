@@ -18,7 +18,7 @@ from fakes import FakeGenerator  # noqa: E402
 
 from a2rl.agents.pipeline import STATIC_FORMATS, check_rows  # noqa: E402
 
-JUDGED = STATIC_FORMATS["instruction_reference"]
+JUDGED = STATIC_FORMATS["instruction_reference"].routes["paper"]  # both protocols prompt alike
 from a2rl.grading.inference import Generator  # noqa: E402
 from a2rl.grading.judge import Completion, compare_to_references  # noqa: E402
 from a2rl.spec.tasks import TaskData, get_task  # noqa: E402
@@ -53,7 +53,7 @@ def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_
 
 
 def test_rows_not_of_the_declared_format_are_a_clear_error():
-    assert check_rows("qa_short", [{"prompt": "1+1=", "answer": "2"}]).reward is not None
+    assert check_rows("qa_short", [{"prompt": "1+1=", "answer": "2"}]).routes["paper"].reward is not None
     with pytest.raises(ValueError, match=r"format qa_short needs fields \{prompt, answer\}; a row has "
                                          r"\['answer', 'question'\]"):
         check_rows("qa_short", [{"question": "1+1?", "answer": "2"}])  # gsm8k's rows

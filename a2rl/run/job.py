@@ -161,7 +161,7 @@ class AgentRun:
         data = task.ensure_prepared(self.sweep.data_root())
         model_dir = resolve_model(run.model.path)
         ws = create_workspace(self.sweep.workspace(run.run_id), task=task, data=data, model_dir=model_dir,
-                              budget_s=run.budget_s, source_tree=HOME)
+                              budget_s=run.budget_s, source_tree=HOME, protocol=run.protocol)
         saved = self.sweep.resume_dir(run.run_id)
         if saved.is_dir() and is_blank(ws.root):  # saved only by an interrupted attempt; dropped at the end
             restore_for_resume(ws, saved)
@@ -182,7 +182,7 @@ class AgentRun:
                              uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
         self.setup_s = time.monotonic() - self.t0
         meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s,
-                       train_format=task.spec.train_format)
+                       train_format=task.spec.train_format, protocol=run.protocol)
         meta.dump(ws.meta_path)
         self.submitter = RunSubmitter(self.sweep, run, ws, self.budget, usage=self._usage)
 
@@ -357,8 +357,8 @@ class AgentRun:
 def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
                       driver: str, python: Path, endpoint_env: dict[str, str], stack_dir: Path) -> dict[str, str]:
     """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
-    env = stack.agent_env(agent_env(ws, task=run.task, model_name=run.model.name, url=url, cpus=cpus,
-                                    passthrough=[*stack.passthrough_env, *stack.credential_vars()], python=python),
+    env = stack.agent_env(agent_env(ws, task=run.task, protocol=run.protocol, model_name=run.model.name, url=url,
+                                    cpus=cpus, passthrough=[*stack.passthrough_env, *stack.credential_vars()], python=python),
                           driver, stack_dir)
     env.update(endpoint_env)
     env.update(box.env)

