@@ -90,6 +90,22 @@ def test_no_graded_instruction_reaches_train(prepared):
     for goal in prepared.graded:
         assert goal["instruction_text"].split(", and price lower than")[0] not in visible
     assert (prepared.train / "products.jsonl").read_text() == (prepared.heldout / "products.jsonl").read_text()
+    synthetic = [json.loads(line) for line in (prepared.heldout / "synthetic_goals.jsonl").read_text().splitlines()]
+    graded = {PREP.instruction_key(g["instruction_text"]) for g in prepared.graded + synthetic}
+    assert not graded & {PREP.instruction_key(g["instruction_text"]) for g in prepared.goals}
+
+
+def test_a_graded_instruction_is_dropped_from_train_whatever_its_product():
+    def goal(asin: str, text: str) -> dict:
+        return {"asin": asin, "instruction_text": f"{text}, and price lower than 30.00 dollars"}
+    held, PREP.N_HELDOUT = PREP.N_HELDOUT, 1
+    try:
+        train, graded = PREP.split([goal("A", "i need red socks"), goal("B", "I need red socks"),
+                                    goal("C", "i want a blue hat"), goal("D", "i want a lamp")],
+                                   [goal("E", "i want a blue hat")])
+    finally:
+        PREP.N_HELDOUT = held
+    assert [g["asin"] for g in graded] == ["A"] and [g["asin"] for g in train] == ["D"]
 
 
 def il_zip(folder: Path) -> tuple[Path, str]:

@@ -20,7 +20,7 @@ page does not admit (our BM25 search lists other products than upstream's Lucene
 the purchase, is dropped. Prepare prints one line counting what it wrote and dropped. The real file has not been
 downloaded from this machine: only a made-up fixture in its format has been converted.
 
-train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and their duplicates), env.py
+train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and any other asking a graded instruction), env.py
 and react.py (the environment and the grader's ReAct loop) and trajectories.jsonl: per training goal, its human
 demonstrations that replay (source "human", won or not as replayed), else a scripted expert's episode (source
 "scripted_expert"); no trajectory for a training goal whose instruction is a graded goal's (human or synthetic).
@@ -160,18 +160,15 @@ def synthetic_goals(products: list[dict], attributes: dict, rng: random.Random) 
     return goals
 
 
-def split(goals: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(train, graded): goals 0..N_HELDOUT-1 are graded; train drops any other goal asking the same of the same
-    product (the human data repeats a few instructions)."""
+def split(goals: list[dict], graded_elsewhere: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(train, graded): goals 0..N_HELDOUT-1 are graded; train drops every other goal whose instruction is a graded
+    one's, of any product (the human data repeats a few instructions), or one of `graded_elsewhere`'s (the
+    synthetic goals the `paper` protocol grades)."""
     if len(goals) <= N_HELDOUT:
         raise ValueError(f"the source yields {len(goals)} goals; grading {N_HELDOUT} leaves none to train on")
-
-    def key(goal: dict) -> tuple[str, str]:
-        return goal["asin"], goal["instruction_text"].split(", and price lower than ")[0]
-
     graded = goals[:N_HELDOUT]
-    taken = {key(g) for g in graded}
-    return [g for g in goals[N_HELDOUT:] if key(g) not in taken], graded
+    taken = {instruction_key(g["instruction_text"]) for g in graded + graded_elsewhere}
+    return [g for g in goals[N_HELDOUT:] if instruction_key(g["instruction_text"]) not in taken], graded
 
 
 def expert_episode(env, goal: dict) -> a2rl.tasklib.envs.Episode:
@@ -320,9 +317,10 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     rng = random.Random(SEED)
     products = load_products(raw, attributes, rng)
     after_prices = rng.getstate()  # each goal set draws its price caps after the prices, as in its own SimServer
-    train, graded = split(human_goals(products, human, rng))
+    goals = human_goals(products, human, rng)
     rng.setstate(after_prices)
     graded_synthetic = synthetic_goals(products, attributes, rng)[:N_HELDOUT]
+    train, graded = split(goals, graded_synthetic)
     for directory, goals in ((Path(train_dir), train), (Path(heldout_dir), graded)):
         write_jsonl(directory / "products.jsonl", products)
         write_jsonl(directory / "goals.jsonl", goals)
