@@ -76,7 +76,7 @@ def test_every_interactive_task_env_exposes_the_protocol(task, graders_env):
 
 def test_an_env_without_the_protocol_is_a_clear_error(tmp_path):
     (tmp_path / "env.py").write_text("def prompt_header(d, e): return 'x'\ndef make_env(d, e): pass\n")
-    with pytest.raises(ValueError, match="lacks train_episodes of the interactive task protocol"):
+    with pytest.raises(ValueError, match="lacks train_episodes, transcript of the interactive task protocol"):
         load_task_env(tmp_path / "env.py", "protocol_broken")
 
 
@@ -118,19 +118,20 @@ def test_alfworld_prepare_writes_the_planner_experts_trajectories(tmp_path):
     assert not list(train.rglob("*Lettuce*")) and list(heldout.rglob("*Lettuce*"))
 
 
-# ---- the step reward: real environment steps
+# ---- the step reward: real environment steps, completions read as the protocol's loop reads them
 
-def test_step_reward_scores_actions_by_real_webshop_steps(webshop):
+@pytest.mark.parametrize("protocol, reply", [("a2rl", " {}\n"), ("paper", "Action: {}\nmore")])
+def test_step_reward_scores_actions_by_real_webshop_steps(webshop, protocol, reply):
     train, _ = webshop
     expert = read_jsonl(train / "trajectories.jsonl")[0]
     history, last = tuple(expert["actions"][:-1]), expert["actions"][-1]
-    items = [(expert["episode"], history, last),  # the expert's purchase: won
-             (expert["episode"], history[:1], expert["actions"][1]),  # opening the product: valid
-             (expert["episode"], history[:1], "click[no such button]"),  # not on the page
-             (expert["episode"], (), "buy something")]  # not an action
-    assert score_actions(str(train / "env.py"), str(train), items) == [1.0, 0.1, 0.0, 0.0]
-    partial = [(expert["episode"], history[:2], last)]  # bought without the option the goal asks for
-    assert 0.0 < score_actions(str(train / "env.py"), str(train), partial)[0] < 1.0
+    items = [(expert["episode"], history, reply.format(last)),  # the expert's purchase: won
+             (expert["episode"], history[:1], reply.format(expert["actions"][1])),  # opening the product: valid
+             (expert["episode"], history[:1], reply.format("click[no such button]")),  # not on the page
+             (expert["episode"], (), reply.format("buy something"))]  # not an action
+    assert score_actions(str(train / "env.py"), str(train), protocol, items) == [1.0, 0.1, 0.0, 0.0]
+    partial = [(expert["episode"], history[:2], reply.format(last))]  # bought without the option the goal asks for
+    assert 0.0 < score_actions(str(train / "env.py"), str(train), protocol, partial)[0] < 1.0
 
 
 # ---- the route end to end: SFT on the trajectories, GRPO on real steps, a model the grader scores
