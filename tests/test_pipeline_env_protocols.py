@@ -173,3 +173,17 @@ def test_deepsearchqa_route_prompts_are_what_the_grader_sends(protocol, deepsear
 def test_deepsearchqa_token_limits_are_the_graders():
     env = get_task("deepsearchqa").evaluator.dsqa
     assert env.MAX_NEW_TOKENS["a2rl"] == get_task("deepsearchqa").spec.eval["max_new_tokens"]
+
+
+def test_a_model_whose_context_no_expert_step_fits_stops_with_a_clear_error(alfworld, tiny_model, tmp_path, capsys):
+    """paper's ALFWorld prompts (two full examples) outgrow the tiny model's 512 tokens: the grader would end every
+    episode before its first action, so there is nothing to imitate."""
+    from types import SimpleNamespace
+
+    from a2rl.agents import interactive
+
+    train, _ = alfworld
+    args = SimpleNamespace(protocol="paper", sft_steps=1, grpo_steps=1)
+    assert interactive.run(args, tiny_model, train, tmp_path / "out") == 2
+    assert "error: no expert step fits the model's context in protocol paper's prompts (512 tokens)" in \
+        capsys.readouterr().out

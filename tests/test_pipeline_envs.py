@@ -157,12 +157,13 @@ def grade(task, model: Path, heldout: Path, **options) -> dict:
 def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny_model):
     train, heldout = webshop
     out = tmp_path / "out"
-    log = run_pipeline(train, out, tiny_model, "--sft-steps", "20", "--grpo-steps", "2", "--grpo-prompts", "2",
-                       "--num-generations", "2")
+    # protocol a2rl: paper's prompts outgrow the tiny model's 512 tokens (test_pipeline_env_protocols.py)
+    log = run_pipeline(train, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "20", "--grpo-steps", "2",
+                       "--grpo-prompts", "2", "--num-generations", "2")
     assert "5 trajectories (4 won)" in log and "policy rollouts on 5 training episodes" in log  # a human one lost
     assert "environment steps" in log
     for stage in ("sft", "grpo"):
-        result = grade(WEBSHOP, out / stage, heldout, max_steps=4)
+        result = grade(WEBSHOP, out / stage, heldout, max_steps=4, protocol="a2rl")
         assert result["n"] == 3 and 0.0 <= result["score"] <= 100.0
 
 
@@ -170,11 +171,11 @@ def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny
 def test_interactive_route_trains_and_submits_on_alfworld(tmp_path, tiny_model):
     train, heldout = prepare_alfworld(tmp_path)
     out = tmp_path / "out"
-    log = run_pipeline(train, out, tiny_model, "--sft-steps", "20", "--grpo-steps", "2", "--grpo-prompts", "2",
-                       "--num-generations", "2")
+    log = run_pipeline(train, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "20", "--grpo-steps", "2",
+                       "--grpo-prompts", "2", "--num-generations", "2")
     assert "1 trajectories (1 won)" in log and "policy rollouts on 1 training episodes" in log
     assert "environment steps" in log
-    result = grade(ALFWORLD, out / "grpo", heldout, max_steps=4)
+    result = grade(ALFWORLD, out / "grpo", heldout, max_steps=4, protocol="a2rl")
     assert result["n"] == 1 and result["score"] in (0.0, 100.0)
 
 
