@@ -129,7 +129,7 @@ def test_the_sandboxed_workspace_searches_the_linked_corpus_but_not_the_heldout_
 @pytest.mark.slow
 def test_interactive_route_trains_on_dsqa_and_the_grader_scores_it(data, tmp_path, tiny_model):
     out = tmp_path / "out"
-    log = run_pipeline(data.train_dir, out, tiny_model, "--sft-steps", "10", "--grpo-steps", "2", "--grpo-prompts",
+    log = run_pipeline(data.train_dir, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "10", "--grpo-steps", "2", "--grpo-prompts",
                        "2", "--num-generations", "2")
     n = len(read_jsonl(data.train_dir / "trajectories.jsonl"))
     assert f"{n} trajectories ({n} won)" in log and "environment steps" in log

@@ -76,7 +76,7 @@ def test_every_interactive_task_env_exposes_the_protocol(task, graders_env):
 
 def test_an_env_without_the_protocol_is_a_clear_error(tmp_path):
     (tmp_path / "env.py").write_text("def prompt_header(d, e): return 'x'\ndef make_env(d, e): pass\n")
-    with pytest.raises(ValueError, match="lacks train_episodes of the interactive task protocol"):
+    with pytest.raises(ValueError, match="lacks train_episodes, transcript of the interactive task protocol"):
         load_task_env(tmp_path / "env.py", "protocol_broken")
 
 
@@ -118,19 +118,20 @@ def test_alfworld_prepare_writes_the_planner_experts_trajectories(tmp_path):
     assert not list(train.rglob("*Lettuce*")) and list(heldout.rglob("*Lettuce*"))
 
 
-# ---- the step reward: real environment steps
+# ---- the step reward: real environment steps, completions read as the protocol's loop reads them
 
-def test_step_reward_scores_actions_by_real_webshop_steps(webshop):
+@pytest.mark.parametrize("protocol, reply", [("a2rl", " {}\n"), ("paper", "Action: {}\nmore")])
+def test_step_reward_scores_actions_by_real_webshop_steps(webshop, protocol, reply):
     train, _ = webshop
     expert = read_jsonl(train / "trajectories.jsonl")[0]
     history, last = tuple(expert["actions"][:-1]), expert["actions"][-1]
-    items = [(expert["episode"], history, last),  # the expert's purchase: won
-             (expert["episode"], history[:1], expert["actions"][1]),  # opening the product: valid
-             (expert["episode"], history[:1], "click[no such button]"),  # not on the page
-             (expert["episode"], (), "buy something")]  # not an action
-    assert score_actions(str(train / "env.py"), str(train), items) == [1.0, 0.1, 0.0, 0.0]
-    partial = [(expert["episode"], history[:2], last)]  # bought without the option the goal asks for
-    assert 0.0 < score_actions(str(train / "env.py"), str(train), partial)[0] < 1.0
+    items = [(expert["episode"], history, reply.format(last)),  # the expert's purchase: won
+             (expert["episode"], history[:1], reply.format(expert["actions"][1])),  # opening the product: valid
+             (expert["episode"], history[:1], reply.format("click[no such button]")),  # not on the page
+             (expert["episode"], (), reply.format("buy something"))]  # not an action
+    assert score_actions(str(train / "env.py"), str(train), protocol, items) == [1.0, 0.1, 0.0, 0.0]
+    partial = [(expert["episode"], history[:2], reply.format(last))]  # bought without the option the goal asks for
+    assert 0.0 < score_actions(str(train / "env.py"), str(train), protocol, partial)[0] < 1.0
 
 
 # ---- the route end to end: SFT on the trajectories, GRPO on real steps, a model the grader scores
@@ -156,12 +157,13 @@ def grade(task, model: Path, heldout: Path, **options) -> dict:
 def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny_model):
     train, heldout = webshop
     out = tmp_path / "out"
-    log = run_pipeline(train, out, tiny_model, "--sft-steps", "20", "--grpo-steps", "2", "--grpo-prompts", "2",
-                       "--num-generations", "2")
+    # protocol a2rl: paper's prompts outgrow the tiny model's 512 tokens (test_pipeline_env_protocols.py)
+    log = run_pipeline(train, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "20", "--grpo-steps", "2",
+                       "--grpo-prompts", "2", "--num-generations", "2")
     assert "5 trajectories (4 won)" in log and "policy rollouts on 5 training episodes" in log  # a human one lost
     assert "environment steps" in log
     for stage in ("sft", "grpo"):
-        result = grade(WEBSHOP, out / stage, heldout, max_steps=4)
+        result = grade(WEBSHOP, out / stage, heldout, max_steps=4, protocol="a2rl")
         assert result["n"] == 3 and 0.0 <= result["score"] <= 100.0
 
 
@@ -169,11 +171,11 @@ def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny
 def test_interactive_route_trains_and_submits_on_alfworld(tmp_path, tiny_model):
     train, heldout = prepare_alfworld(tmp_path)
     out = tmp_path / "out"
-    log = run_pipeline(train, out, tiny_model, "--sft-steps", "20", "--grpo-steps", "2", "--grpo-prompts", "2",
-                       "--num-generations", "2")
+    log = run_pipeline(train, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "20", "--grpo-steps", "2",
+                       "--grpo-prompts", "2", "--num-generations", "2")
     assert "1 trajectories (1 won)" in log and "policy rollouts on 1 training episodes" in log
     assert "environment steps" in log
-    result = grade(ALFWORLD, out / "grpo", heldout, max_steps=4)
+    result = grade(ALFWORLD, out / "grpo", heldout, max_steps=4, protocol="a2rl")
     assert result["n"] == 1 and result["score"] in (0.0, 100.0)
 
 

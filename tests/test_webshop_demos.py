@@ -109,10 +109,16 @@ def test_a_download_with_another_git_blob_id_is_refused(tmp_path, monkeypatch):
     assert PREP.il_file(None, tmp_path).read_text() == (FIXTURES / PREP.IL_FILE).read_text()
 
 
-def test_the_pipeline_route_fine_tunes_on_the_won_human_demonstrations(prepared):
+def test_the_pipeline_route_fine_tunes_on_the_won_human_demonstrations(prepared, tiny_model):
     interactive = pytest.importorskip("a2rl.agents.interactive")  # needs transformers
+    from transformers import AutoTokenizer
+
+    from a2rl.tasklib.envs import load_task_env
+
     rows = interactive.load_trajectories(prepared.train)
-    pairs = interactive.sft_pairs(lambda episode: PREP.ws.HEADER, rows, lambda prompt: True)
+    loop = interactive.GraderLoop(load_task_env(prepared.train / "env.py", "ws_demos_env"), prepared.train, "a2rl",
+                                  AutoTokenizer.from_pretrained(tiny_model), 1 << 20)
+    pairs, _ = loop.expert_steps(rows)
     completions = {p["completion"] for p in pairs}
     assert " search[natural deodorant calming lavender]\n" in completions  # a won human demonstration
     assert " search[clip in hair extension natural black]\n" not in completions  # a lost one: not imitated

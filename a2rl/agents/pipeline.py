@@ -20,7 +20,8 @@ with the graders' own builders (a2rl.tasklib.prompts) and reward by the graders'
   single user turn both protocols prompt with; then, only with --train-judge (an OpenAI-compatible endpoint for
   training, never the grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs
   them pairwise (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
-- env_trajectories: a2rl.agents.interactive.
+- env_trajectories: a2rl.agents.interactive, which plays each episode through the task's env.py transcript of the
+  run's protocol (the grader's own loop) for its prompts, replies and step rewards.
 Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
 fp32 on CPU. --lora-r trains LoRA adapters (--qlora: on a 4-bit base) that are merged before each submission.
 Each stage is sized from the budget left (the grading API's /time) and recorded in $OUTPUT_DIR/stages.json.
@@ -634,8 +635,8 @@ def main(argv: list[str] | None = None) -> int:
 
         args = with_defaults(args, "interactive")
         args.schedule = None if args.no_schedule else Schedule([s for s in ("sft", "grpo") if getattr(args, f"{s}_steps") > 0])
-        log(f"task {os.environ.get('TASK', '?')}: env_trajectories, prompted as the task's env.py prompts (protocol "
-            f"a2rl's), graded under {graded_under}, {device}")
+        log(f"task {os.environ.get('TASK', '?')}: env_trajectories, prompted as protocol {graded_under}'s loop "
+            f"(the task's env.py transcripts) grades, {device}")
         code = interactive.run(args, model_path, data_path, out)
         SUBMITTER.wait()
         return code

@@ -4,12 +4,14 @@ Standard library only: prepare scripts copy this file into the agent's workspace
 task's environment wrapper, so the agent builds prompts and plays training games exactly as the grader does.
 
 Every interactive task's env.py (the agent's $DATA_PATH/env.py) exposes the same protocol, so one agent plays any
-of them: prompt_header(data_dir, episode) (the grader's prompt header for an episode: ALFWorld's examples follow
+of them: prompt_header(data_dir, episode) (protocol a2rl's prompt header for an episode: ALFWorld's examples follow
 the game's type), train_episodes(data_dir) (ids of the training episodes: a
-game's path under data_dir, or a goal's index) and make_env(data_dir, episode) (a fresh TextEnv for one). Its
+game's path under data_dir, or a goal's index), make_env(data_dir, episode) (a fresh TextEnv for one) and
+transcript(data_dir, episode, protocol, env=None) (a `Transcript`: the episode as that grading protocol's loop
+prompts for it, turn by turn; the task's evaluator plays its held-out episodes through the same classes). Its
 prepare step writes trajectories.jsonl next to it: one `trajectory_record` per expert episode on the train split.
 
-Prompt format (plain text, no chat template):
+Protocol a2rl's prompt format (plain text, no chat template; `ReactTranscript`):
 
     <header: instructions and any few-shot examples>
     Observation: <first observation>
@@ -43,7 +45,7 @@ class TextEnv(Protocol):
         ...
 
 
-TASK_ENV_NAMES = ("prompt_header", "train_episodes", "make_env")
+TASK_ENV_NAMES = ("prompt_header", "train_episodes", "make_env", "transcript")
 
 
 def load_task_env(env_py: str | Path, name: str = "a2rl_workspace_env") -> ModuleType:
@@ -72,6 +74,8 @@ class Episode:
 
 Generate = Callable[[list[str]], list[str]]  # prompts → completions
 Fits = Callable[[str], bool]  # whether a prompt fits the policy's context
+Messages = list[dict[str, str]]
+Render = Callable[[Messages], str]  # a chat → the policy's prompt text (the grader: the graded model's chat template)
 
 
 def parse_action(completion: str) -> str:
@@ -99,25 +103,90 @@ def react_prompt(header: str, episode: Episode, fits: Fits | None = None) -> str
     return prompt
 
 
-def play(generate: Generate, envs: Sequence[TextEnv], headers: Sequence[str], *, max_steps: int,
-         fits: Fits | None = None) -> list[Episode]:
-    """Run one episode per environment, all unfinished episodes stepped together: one generate call per turn."""
-    episodes = [Episode([env.reset()]) for env in envs]
+class Transcript:
+    """One episode as a grading protocol's loop prompts for it, turn by turn. A task's evaluator plays its held-out
+    episodes through these, and the reference agent builds its training prompts (an expert's steps, the states its
+    policy reaches) through the same ones, so the prompts it trains on are the grader's.
+
+    Subclasses set `stop` (where the grader stops each generation) and `max_new_tokens` (its limit per step), keep
+    `actions`, `done`, `won` and `reward`, and define prompt (the next step's prompt), read (the action the loop
+    reads from a completion), reply (a completion the loop reads as a given action, ending where generation stops)
+    and step (take an action as the loop does; returns the environment's (observation, reward, done, info))."""
+    stop: str | tuple[str, ...] = "\n"
+    max_new_tokens = 32
+    actions: list[str]
+    done: bool
+    won: bool
+    reward: float
+
+    def prompt(self, render: Render, fits: Fits | None = None) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def read(completion: str) -> str:
+        raise NotImplementedError
+
+    def reply(self, action: str) -> str:
+        raise NotImplementedError
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        raise NotImplementedError
+
+
+class ReactTranscript(Transcript):
+    """Protocol a2rl's loop (module docstring): the shared ReAct prompt, kept inside the context by react_prompt; a
+    "think:" action costs a step and is answered "OK." without reaching the environment."""
+
+    def __init__(self, env: TextEnv, header: str, max_new_tokens: int = 32):
+        self.env, self.header, self.max_new_tokens = env, header, max_new_tokens
+        self.episode = Episode([env.reset()])
+
+    actions = property(lambda self: self.episode.actions)
+    done = property(lambda self: self.episode.done)
+    won = property(lambda self: self.episode.won)
+    reward = property(lambda self: self.episode.reward)
+
+    def prompt(self, render: Render | None = None, fits: Fits | None = None) -> str:
+        return react_prompt(self.header, self.episode, fits)
+
+    read = staticmethod(parse_action)
+
+    def reply(self, action: str) -> str:
+        return f" {action}\n"
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        ep = self.episode
+        if action.lower().startswith("think:"):
+            obs, reward, done, info = "OK.", 0.0, False, {}
+        else:
+            obs, reward, done, info = self.env.step(action)
+            ep.reward, ep.done, ep.won = reward, done, bool(info.get("won", False))
+        ep.actions.append(action)
+        ep.observations.append(obs)
+        return obs, reward, done, info
+
+
+def play_transcripts(generate: Generate, transcripts: Sequence[Transcript], *, max_steps: int,
+                     render: Render | None = None, fits: Fits | None = None) -> Sequence[Transcript]:
+    """Step every transcript's episode together, one generate call per turn, until each is done, its prompt no
+    longer fits (the loop ends it there, as the reference's would fail) or max_steps have passed."""
+    live = list(range(len(transcripts)))
     for _ in range(max_steps):
-        live = [i for i, ep in enumerate(episodes) if not ep.done]
+        prompts = {i: transcripts[i].prompt(render, fits) for i in live if not transcripts[i].done}
+        live = [i for i, p in prompts.items() if fits is None or fits(p)]
         if not live:
             break
-        completions = generate([react_prompt(headers[i], episodes[i], fits) for i in live])
-        for i, completion in zip(live, completions):
-            ep, action = episodes[i], parse_action(completion)
-            if action.lower().startswith("think:"):
-                obs = "OK."
-            else:
-                obs, ep.reward, ep.done, info = envs[i].step(action)
-                ep.won = bool(info.get("won", False))
-            ep.actions.append(action)
-            ep.observations.append(obs)
-    return episodes
+        for i, completion in zip(live, generate([prompts[i] for i in live])):
+            transcripts[i].step(transcripts[i].read(completion))
+    return transcripts
+
+
+def play(generate: Generate, envs: Sequence[TextEnv], headers: Sequence[str], *, max_steps: int,
+         fits: Fits | None = None) -> list[Episode]:
+    """Protocol a2rl's loop: one episode per environment, all unfinished episodes stepped together."""
+    played = play_transcripts(generate, [ReactTranscript(e, h) for e, h in zip(envs, headers)], max_steps=max_steps,
+                              fits=fits)
+    return [t.episode for t in played]  # type: ignore[attr-defined]
 
 
 def rollout(policy_fn: Callable[[str], str], env: TextEnv, header: str, *, max_steps: int = 50,
@@ -161,19 +230,21 @@ def step_score(reward: float, info: dict[str, Any]) -> float:
 _SCORING_ENVS: dict[tuple[str, str], TextEnv] = {}  # per process: one environment per episode, reset for each state
 
 
-def score_actions(env_py: str, data_dir: str, items: Sequence[tuple[str, Sequence[str], str]]) -> list[float]:
-    """Score each (episode, history, action): replay the history from the episode's reset, then step the action
-    (step_score). A module-level function so that a worker process can run it (the agent's StepReward does)."""
+def score_actions(env_py: str, data_dir: str, protocol: str,
+                  items: Sequence[tuple[str, Sequence[str], str]]) -> list[float]:
+    """Score each (episode, history, completion): replay the history from the episode's reset as the protocol's
+    loop takes it, then the action that loop reads from the completion (step_score). A module-level function so
+    that a worker process can run it (the agent's StepReward does)."""
     module = load_task_env(env_py)
     scores = []
-    for episode, history, action in items:
+    for episode, history, completion in items:
         env = _SCORING_ENVS.get((env_py, episode))
         if env is None:
             env = _SCORING_ENVS[env_py, episode] = module.make_env(data_dir, episode)
-        env.reset()
+        transcript = module.transcript(data_dir, episode, protocol, env)  # resets env
         for a in history:
-            env.step(a)
-        _, reward, _, info = env.step(action)
+            transcript.step(a)
+        _, reward, _, info = transcript.step(transcript.read(completion))
         scores.append(step_score(reward, info))
     return scores
 

@@ -5,6 +5,8 @@ ALFWorld's AlfredTWEnv loads (graded_games). Both protocols prompt with two ReAc
 (react_prompts.json: ReAct's alfworld prompts, as the reference ships them). Protocol `paper` uses them verbatim in
 ReAct's raw "> action" format: 12 of their 127 actions are "put X in/on Y", which ALFWorld >= 0.4 rejects (it wants
 "move X to Y"). Protocol `a2rl` rewrites those to "move X to Y" and uses the shared ReAct format (react.py).
+`transcript` builds either protocol's loop for a game: the grader plays valid_unseen through it, the reference agent
+builds its training prompts with it.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 try:  # the grader, or an agent environment with a2rl installed
-    from a2rl.tasklib.envs import Episode, Fits, rollout as _rollout
+    from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout
 except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
-    from react import Episode, Fits, rollout as _rollout  # type: ignore[no-redef]
+    from react import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout  # type: ignore[no-redef]
 
 HEADER = ("Interact with a household to solve a task. Write one action after \"Action:\": go to X, take X from Y, "
           "move X to Y, open X, close X, clean X with Y, heat X with Y, cool X with Y, use X, examine X, "
@@ -29,6 +31,7 @@ TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_
 TASK_PREFIXES = {"pick_and_place": "put", "pick_clean_then_place": "clean", "pick_heat_then_place": "heat",
                  "pick_cool_then_place": "cool", "look_at_obj": "examine", "pick_two_obj": "puttwo"}
 PAPER_HEAD, PAPER_TAIL = "Interact with a household to solve a task. Here are two examples.\n", "\nHere is the task.\n"
+MAX_NEW_TOKENS = {"paper": 100, "a2rl": 48}  # per action: task.yaml's eval.<protocol>.max_new_tokens (a test checks)
 
 
 def games(root: str | Path) -> list[Path]:
@@ -93,6 +96,46 @@ def a2rl_header(game: str | Path) -> str:
     return HEADER + "\n".join(blocks)
 
 
+class PaperTranscript(Transcript):
+    """Protocol `paper`'s loop for one game (the reference's alfworld_run): the raw prompt grows by
+    " <action>\\n<observation>\\n>" per step; a "think:" action is stepped in the game too (costing a step) and
+    shown as "OK."; the action is the completion's first line, stripped."""
+    max_new_tokens = MAX_NEW_TOKENS["paper"]
+
+    def __init__(self, env, game: str | Path):
+        self.env, self.text = env, paper_prompt(game, env.reset())
+        self.actions, self.done, self.won, self.reward = [], False, False, 0.0
+
+    def prompt(self, render: Render | None = None, fits: Fits | None = None) -> str:
+        return self.text
+
+    @staticmethod
+    def read(completion: str) -> str:
+        return completion.split("\n", 1)[0].strip()
+
+    def reply(self, action: str) -> str:
+        return f" {action}\n"
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        observation, reward, done, info = self.env.step(action)
+        shown = "OK." if action.startswith("think:") else process_ob(observation)
+        self.text += f" {action}\n{shown}\n>"
+        self.actions.append(action)
+        self.done, self.reward = done, reward
+        if done:
+            self.won = bool(info["won"])
+        return observation, reward, done, info
+
+
+def game_transcript(game: str | Path, env, protocol: str) -> Transcript:
+    """A game's episode in `env` (reset here) as the protocol's loop prompts for it."""
+    if protocol == "paper":
+        return PaperTranscript(env, game)
+    if protocol == "a2rl":
+        return ReactTranscript(env, a2rl_header(game), MAX_NEW_TOKENS["a2rl"])
+    raise ValueError(f"alfworld: unknown protocol {protocol!r} (paper or a2rl)")
+
+
 class AlfworldEnv:
     """Gym-like over ALFWorld's TextWorld environment: reset() → observation; step(action) →
     (observation, reward, done, info) with info["won"] and info["admissible_commands"]."""
@@ -146,6 +189,11 @@ def prompt_header(data_dir: str | Path, episode: str) -> str:
 
 def make_env(data_dir: str | Path, episode: str) -> AlfworldEnv:
     return AlfworldEnv(Path(data_dir) / episode)
+
+
+def transcript(data_dir: str | Path, episode: str, protocol: str, env: AlfworldEnv | None = None) -> Transcript:
+    """The common protocol: a training game as the protocol's grader loop prompts for it (env: reused, reset)."""
+    return game_transcript(Path(data_dir) / episode, env or make_env(data_dir, episode), protocol)
 
 
 def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,

@@ -1,6 +1,7 @@
 """Score deepsearchqa: a ReAct loop with a search tool (search.py), final answers judged correct/incorrect by an LLM.
 
-Protocol `a2rl`: the loop (format in description.md) runs every open question one step at a time, batched: the
+Both loops are env.py's transcripts, which the reference agent trains through. Protocol `a2rl`: the loop (format in
+description.md) runs every open question one step at a time, batched: the
 policy writes a Thought and an Action, Search[query] runs the search backend and appends its results as an
 Observation, Finish[answer] ends the question (`answer[...]`, the reference's spelling, is read as Finish). An
 empty or missing answer is incorrect and never sent to the judge.
@@ -20,12 +21,12 @@ import re
 from pathlib import Path
 
 from a2rl.grading.judge import Messages, judge_client, policy_prompt
-from a2rl.tasklib.envs import load_module
+from a2rl.tasklib.envs import load_module, play_transcripts
 
-dsqa = load_module(Path(__file__).with_name("env.py"), "a2rl_task_deepsearchqa_env")  # protocol a2rl's pieces
+dsqa = load_module(Path(__file__).with_name("env.py"), "a2rl_task_deepsearchqa_env")  # both protocols' loops
 search = dsqa.search
 REACT_SYSTEM, parse_action, format_results = dsqa.REACT_SYSTEM, dsqa.parse_action, dsqa.format_results
-STOP = "\nObservation:"
+STOP = dsqa.STOP
 
 JUDGE_SYSTEM = "You are a strict grader of answers to research questions. Reply with one word: correct or incorrect."
 JUDGE_USER = """Question: {problem}
@@ -42,55 +43,18 @@ JUDGE_MAX_TOKENS = 8
 def react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, max_new_tokens: int,
           batch_size: int) -> tuple[list[str], list[int]]:
     """Final answers ("" when the policy never finished) and the number of actions each question took."""
-    system = REACT_SYSTEM.format(max_steps=max_steps)
-    heads = [policy_prompt(generator, [
-        {"role": "system", "content": system},
-        {"role": "user", "content": dsqa.question_turn(r)}]) for r in rows]
-    traces = ["Thought:"] * len(rows)
-    answers, steps = [""] * len(rows), [0] * len(rows)
-    open_ = list(range(len(rows)))
-    for _ in range(max_steps):
-        outputs = generator.generate([heads[i] + traces[i] for i in open_], max_new_tokens=max_new_tokens,
-                                     batch_size=batch_size, stop=STOP)
-        still_open = []
-        for i, out in zip(open_, outputs):
-            steps[i] += 1
-            action = parse_action(out)
-            if action is None:
-                traces[i] += f"{out}\nObservation: {dsqa.INVALID}\nThought:"
-                still_open.append(i)
-            elif action[0] == "finish":
-                answers[i] = action[1]
-            else:
-                traces[i] += f"{action[2]}\nObservation: {format_results(backend.search(action[1]))}\nThought:"
-                still_open.append(i)
-        open_ = still_open
-        if not open_:
-            break
-    return answers, steps
+    transcripts = [dsqa.A2rlTranscript(dsqa.SearchQAEnv(r, backend), max_steps) for r in rows]
+    played = play_transcripts(
+        lambda prompts: generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, stop=STOP),
+        transcripts, max_steps=max_steps, render=lambda messages: policy_prompt(generator, messages))
+    return [t.answer for t in played], [len(t.actions) for t in played]
 
 
 # ---- protocol `paper`: the reference's prompt, loop, judge
 
-PAPER_SYSTEM = """You are a research assistant that answers questions by searching the web.
-
-You must follow this format strictly:
-Thought: [your reasoning]
-Action: search[your search query]   <- to search the web
-  OR
-Action: answer[Paris]   <- to give final answer
-
-Rules:
-- Always start with a Thought
-- Use search[] to find information
-- Use answer[] ONLY when you have enough information
-- For Set Answer questions, list all items separated by commas
-- Be concise and factual
-"""
-PAPER_STOP = ["\nAction:", "\nThought:", "\nObservation:"]
-PAPER_ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.DOTALL)
-PAPER_ANSWERS = re.compile(r"Action:\s*answer\[(.+?)\]", re.DOTALL)
-PLACEHOLDER = "your final answer"
+PAPER_STOP, PAPER_ACTION, PAPER_ANSWERS = dsqa.PAPER_STOP, dsqa.PAPER_ACTION, re.compile(r"Action:\s*answer\[(.+?)\]",
+                                                                                   re.DOTALL)
+PLACEHOLDER, PAPER_SYSTEM = dsqa.PLACEHOLDER, dsqa.PAPER_SYSTEM
 PAPER_JUDGE_SYSTEM = "You are a strict answer evaluator."
 PAPER_JUDGE_USER = """You are an answer evaluator. Compare the predicted answer to the gold answer.
         Question answer type: {answer_type}
@@ -101,52 +65,30 @@ PAPER_JUDGE_USER = """You are an answer evaluator. Compare the predicted answer 
         Reply with ONLY "correct" or "incorrect". No explanation."""  # indented as the reference's f-string is
 
 
-def paper_observation(results: list[dict[str, str]]) -> str:
-    """The reference's SerpAPI observation: the snippets joined by " | "."""
-    return " | ".join(r["snippet"] for r in results) or "No results found."
-
-
 def paper_react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, batch_size: int) -> list[str]:
-    """The reference's _react_loop for every question, batched: the final answers."""
-    prompts = [f"{PAPER_SYSTEM}\n\nQuestion: {r['problem']}\nAnswer type: {r.get('answer_type') or 'Single Answer'}"
-               "\n\nThought:" for r in rows]
+    """The reference's _react_loop for every question, batched (env.py's PaperTranscript): the final answers."""
+    transcripts = [dsqa.PaperTranscript(dsqa.SearchQAEnv(r, backend)) for r in rows]
     traces: list[list[str]] = [[] for _ in rows]  # the model's own outputs, for the answer after the last step
-    answers: list[str | None] = [None] * len(rows)
     open_ = list(range(len(rows)))
     for _ in range(max_steps):
-        outputs = generator.generate([prompts[i] for i in open_], max_new_tokens=256, batch_size=batch_size,
-                                     stop=PAPER_STOP)
-        forced, still = [], []
+        outputs = generator.generate([transcripts[i].prompt() for i in open_], max_new_tokens=256,
+                                     batch_size=batch_size, stop=PAPER_STOP)
         for i, out in zip(open_, outputs):
-            generated = out.strip()
+            generated = dsqa.PaperTranscript.read(out)
             traces[i].append(generated)
-            prompts[i] += f" {generated}"
-            m = PAPER_ACTION.search(generated)
-            if m is None:
-                prompts[i] += "\nAction: answer["
-                forced.append(i)
-            elif m.group(1) == "answer" and m.group(2).strip().lower() == PLACEHOLDER:
-                prompts[i] += "\nThat is not a valid answer. Please think again.\nThought:"
-                still.append(i)
-            elif m.group(1) == "answer":
-                answers[i] = m.group(2).strip()
-            else:
-                observation = paper_observation(backend.search(m.group(2).strip()))
-                prompts[i] += f"\nObservation: {observation}\nThought:"
-                still.append(i)
+            transcripts[i].step(generated)
+        forced = [i for i in open_ if transcripts[i].forced]
         if forced:
-            for i, out in zip(forced, generator.generate([prompts[i] for i in forced], max_new_tokens=128,
-                                                         batch_size=batch_size, stop="]")):
+            for i, out in zip(forced, generator.generate([transcripts[i].prompt() for i in forced],
+                                                         max_new_tokens=128, batch_size=batch_size, stop="]")):
                 answer = out.strip()
                 if answer:
                     traces[i].append(answer)
-                if answer.lower() == PLACEHOLDER:
-                    still.append(i)  # the prompt keeps its open "answer[", as the reference's does
-                else:
-                    answers[i] = answer
-        open_ = sorted(still)
+                transcripts[i].force(answer)  # the placeholder keeps the prompt's open "answer[", as the reference's
+        open_ = [i for i in open_ if not transcripts[i].done]
         if not open_:
             break
+    answers = [t.answer if t.done else None for t in transcripts]
     for i in open_:  # out of steps: the last real answer[...] the model wrote, else "I don't know"
         real = [a.strip() for a in PAPER_ANSWERS.findall("\n".join(traces[i])) if a.strip().lower() != PLACEHOLDER]
         answers[i] = real[-1] if real else "I don't know"

@@ -16,9 +16,9 @@ from typing import Any, Callable
 import textworld
 
 try:  # the grader, or an agent environment with a2rl installed
-    from a2rl.tasklib.envs import Episode, Fits, rollout as _rollout
+    from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, rollout as _rollout
 except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
-    from react import Episode, Fits, rollout as _rollout  # type: ignore[no-redef]
+    from react import Episode, Fits, ReactTranscript, rollout as _rollout  # type: ignore[no-redef]
 
 HEADER = ("You are playing a text adventure game. Complete the task described in the first observation. "
           "After each observation, write one game command after \"Action:\", e.g. \"go east\", "
@@ -28,6 +28,7 @@ HEADER = ("You are playing a text adventure game. Complete the task described in
 def prompt_header(data_dir: str | Path, episode: str) -> str:
     """The common protocol (a2rl/tasklib/envs.py): one header for every game."""
     return HEADER
+MAX_NEW_TOKENS = 32  # per action: task.yaml's eval.max_new_tokens (a test checks)
 INFOS = textworld.EnvInfos(won=True, lost=True, score=True, max_score=True, admissible_commands=True,
                            extras=["walkthrough"])
 _WORDS = re.compile(r"[A-Za-z]{2}")
@@ -78,6 +79,12 @@ def train_episodes(data_dir: str | Path) -> list[str]:
 
 def make_env(data_dir: str | Path, episode: str) -> TextWorldEnv:
     return TextWorldEnv(Path(data_dir) / episode)
+
+
+def transcript(data_dir: str | Path, episode: str, protocol: str, env: TextWorldEnv | None = None) -> ReactTranscript:
+    """The common protocol: a game as the grader's loop prompts for it. TextWorld is not in the paper's table, so
+    both protocols grade with the one ReAct loop (the evaluator plays it through `play`)."""
+    return ReactTranscript(env or make_env(data_dir, episode), HEADER, MAX_NEW_TOKENS)
 
 
 def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,

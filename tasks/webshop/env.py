@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 try:  # the grader, or an agent environment with a2rl installed
-    from a2rl.tasklib.envs import Episode, Fits, rollout as _rollout
+    from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout
 except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
-    from react import Episode, Fits, rollout as _rollout  # type: ignore[no-redef]
+    from react import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout  # type: ignore[no-redef]
 
 HEADER = ("You are shopping on WebShop, a simulated online store, for the product an instruction describes. "
           "Each observation is the current web page (its texts separated by [SEP]) followed by the actions it "
@@ -62,6 +62,9 @@ PAPER_RULES = """Rules:
 
 Now it's your turn:
 """
+
+MAX_NEW_TOKENS = {"paper": 100, "a2rl": 64}  # per action: task.yaml's eval.<protocol>.max_new_tokens (a test checks)
+HISTORY_WINDOW = 5  # paper: the steps its prompt shows (task.yaml's eval.paper.history_window)
 
 SEARCH_RETURN_N = 50  # engine.py: results per search
 PRODUCT_WINDOW = 10  # engine.py: results per page
@@ -417,6 +420,47 @@ def paper_action(completion: str) -> str:
     return "click[" + action[7:] if action.startswith("choose[") else action
 
 
+class PaperTranscript(Transcript):
+    """Protocol `paper`'s loop for one goal (the reference's webshop_run): paper_messages over the page texts (not
+    the observation with its action list: the prompt lists the actions itself), rendered with the policy's chat
+    template; the action is paper_action of the completion."""
+    max_new_tokens = MAX_NEW_TOKENS["paper"]
+
+    def __init__(self, env: WebShopEnv, history_window: int = HISTORY_WINDOW):
+        env.reset()
+        self.env, self.window, self.observation = env, history_window, env.page_text()
+        self.history: list[tuple[str, str]] = []  # (action, the page it led to)
+        self.done, self.won, self.reward = False, False, 0.0
+
+    actions = property(lambda self: [a for a, _ in self.history])
+
+    def prompt(self, render: Render, fits: Fits | None = None) -> str:
+        return render(paper_messages(self.env, self.history, self.observation, self.window))
+
+    read = staticmethod(paper_action)
+
+    def reply(self, action: str) -> str:
+        return f"{action}\n"
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        observation, reward, done, info = self.env.step(action)
+        self.observation = self.env.page_text()
+        self.history.append((action, self.observation))
+        self.done, self.won = done, bool(info["won"])
+        if done:
+            self.reward = reward
+        return observation, reward, done, info
+
+
+def goal_transcript(env: WebShopEnv, protocol: str, history_window: int = HISTORY_WINDOW) -> Transcript:
+    """A goal's episode in `env` (reset here) as the protocol's loop prompts for it."""
+    if protocol == "paper":
+        return PaperTranscript(env, history_window)
+    if protocol == "a2rl":
+        return ReactTranscript(env, HEADER, MAX_NEW_TOKENS["a2rl"])
+    raise ValueError(f"webshop: unknown protocol {protocol!r} (paper or a2rl)")
+
+
 def load_catalogue(data_dir: str | Path | None = None) -> Catalogue:
     """The products (products.jsonl next to this file in the workspace)."""
     path = Path(data_dir or Path(__file__).parent) / "products.jsonl"
@@ -442,6 +486,11 @@ def train_episodes(data_dir: str | Path) -> list[str]:
 def make_env(data_dir: str | Path, episode: str) -> WebShopEnv:
     catalogue, goals = _shop(str(data_dir))
     return WebShopEnv(catalogue, goals[int(episode)])
+
+
+def transcript(data_dir: str | Path, episode: str, protocol: str, env: WebShopEnv | None = None) -> Transcript:
+    """The common protocol: a training goal as the protocol's grader loop prompts for it (env: reused, reset)."""
+    return goal_transcript(env or make_env(data_dir, episode), protocol)
 
 
 def rollout(policy_fn: Callable[[str], str], catalogue: Catalogue, goal: dict, *, max_steps: int = 50,

@@ -5,46 +5,18 @@ human goals), its chat prompt (system message, the page's available actions, a 5
 tokens, and success = a purchase with reward >= 0.5. `a2rl` grades WebShop's human goals 0–99 with our raw ReAct
 prompt (a2rl/tasklib/envs.py), 64 new tokens, and success = reward 1 (WebShop's own success rate). Both report
 every success definition: reward-1 rate, reward >= 0.5 rate and mean final reward (0 without a purchase).
+Both loops are env.py's transcripts (goal_transcript), which the reference agent trains through.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
 
 from a2rl.grading.judge import policy_prompt
-from a2rl.tasklib.envs import generator_policy, load_module, play
+from a2rl.tasklib.envs import generator_policy, load_module, play_transcripts
 
 ws = load_module(Path(__file__).with_name("env.py"), "a2rl_task_webshop_env")
 GOALS = {"paper": "synthetic_goals.jsonl", "a2rl": "goals.jsonl"}
-
-
-def play_paper(generator, envs: Sequence, options: dict) -> tuple[list[float], list[int]]:
-    """The reference's webshop_run for every env at once: (final rewards, steps). An episode whose prompt does not
-    fit the model's context ends there with reward 0, as the reference's per-goal exception handler counts it."""
-    generate, fits = generator_policy(generator, options)
-    window, max_steps = int(options.get("history_window", 5)), int(options.get("max_steps", 50))
-    observations = [env.page_text() for env in envs]  # fresh envs: the search page
-    histories: list[list[tuple[str, str]]] = [[] for _ in envs]
-    rewards, live = [0.0] * len(envs), list(range(len(envs)))
-    for _ in range(max_steps):
-        prompts = {i: policy_prompt(generator, ws.paper_messages(envs[i], histories[i], observations[i],
-                                                                         window)) for i in live}
-        live = [i for i in live if fits(prompts[i])]
-        if not live:
-            break
-        still = []
-        for i, completion in zip(live, generate([prompts[i] for i in live])):
-            action = ws.paper_action(completion)
-            _, reward, done, _ = envs[i].step(action)
-            observations[i] = envs[i].page_text()
-            histories[i].append((action, observations[i]))
-            if done:
-                rewards[i] = reward
-            else:
-                still.append(i)
-        live = still
-    return rewards, [len(h) for h in histories]
 
 
 def summarize(rewards: list[float], steps: list[int], protocol: str) -> dict:
@@ -62,9 +34,12 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
         raise ValueError(f"webshop: unknown protocol {protocol!r} (paper or a2rl)")
     options = {**options, **options.get(protocol, {})}
     catalogue = ws.load_catalogue(heldout_dir)
-    envs = [ws.WebShopEnv(catalogue, goal) for goal in ws.load_goals(heldout_dir, GOALS[protocol])]
-    if protocol == "paper":
-        return summarize(*play_paper(generator, envs, options), protocol)
+    window = int(options.get("history_window", ws.HISTORY_WINDOW))
+    transcripts = [ws.goal_transcript(ws.WebShopEnv(catalogue, goal), protocol, window)
+                   for goal in ws.load_goals(heldout_dir, GOALS[protocol])]
+    # paper: an episode whose prompt does not fit the model's context ends there with reward 0, as the reference's
+    # per-goal exception handler counts it; a2rl: react_prompt drops old turns to fit
     generate, fits = generator_policy(generator, options)
-    episodes = play(generate, envs, [ws.HEADER] * len(envs), max_steps=int(options.get("max_steps", 50)), fits=fits)
-    return summarize([e.reward for e in episodes], [len(e.actions) for e in episodes], protocol)
+    played = play_transcripts(generate, transcripts, max_steps=int(options.get("max_steps", 50)),
+                              render=lambda messages: policy_prompt(generator, messages), fits=fits)
+    return summarize([t.reward for t in played], [len(t.actions) for t in played], protocol)
