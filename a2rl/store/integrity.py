@@ -75,4 +75,4 @@ class SignedRecord(Record):
 
     @classmethod
     def load_verified_or_none(cls: type[S], path: Path, key: bytes) -> S | None:
-        return cls.load_verified(path, key) if Path(path).exists() else None
+        return cls.load_verified(path, key) if os.path.exists(path) else None
