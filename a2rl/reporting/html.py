@@ -93,8 +93,8 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
         artist.set_animated(True)  # left out of the background
     canvas, backgrounds = fig.canvas, {}
     for (name, budget, base, series), path in jobs:
+        ax.set_xlim(0, budget)
         if budget not in backgrounds:
-            ax.set_xlim(0, budget)
             canvas.draw()
             backgrounds[budget] = canvas.copy_from_bbox(fig.bbox)
         run_colors = [colors[i % len(colors)] for i in range(len(series))]
