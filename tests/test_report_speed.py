@@ -120,3 +120,17 @@ def test_a_cells_plot_does_not_depend_on_the_cells_drawn_before_it(tmp_path):
         assert (tmp_path / f"{i}.png").read_bytes() == (tmp_path / "alone" / "p.png").read_bytes(), cell[0]
     assert [(tmp_path / f"{i}.png").read_bytes() for i in (0, 1)] == \
            [(tmp_path / f"{i}.png").read_bytes() for i in (len(CELLS), len(CELLS) + 1)]
+
+
+def test_only_a_missing_record_loads_as_none(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert Note.load_or_none(tmp_path / "none.json") is None
+    assert Note.load_or_none(tmp_path / "file" / "note.json") is None  # under a file: not there either
+    (tmp_path / "note.json").write_text('{"schema_version": 1, "text": "hi"}')
+    with pytest.raises(RecordError, match="schema_version 1"):
+        Note.load_or_none(tmp_path / "note.json")
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(RecordError, match="cannot read Note from"):
+        Note.load_or_none(tmp_path / "dir.json")
+    key = b"k" * 32
+    assert RunResult.load_verified_or_none(tmp_path / "none.json", key) is None
