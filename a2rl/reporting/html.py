@@ -109,8 +109,8 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
             ax.set_ylim(lo - pad, hi + pad)
         else:
             ax.set_ylim(0, 1)
-        base_line.set_visible(base is not None)
-        base_line.set_ydata([base or 0.0] * 2)
+        # nan: no line, and nothing for the legend to avoid
+        base_line.set_ydata([float("nan") if base is None else base] * 2)
         title.set_text(f"{name} ({len(series)} runs)")
         canvas.restore_region(backgrounds[budget])
         renderer = canvas.get_renderer()
@@ -118,7 +118,8 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
             artist.draw(renderer)
         handles = [Line2D([], [], color=c, linewidth=1, label=f"s{seed}")
                    for c, (seed, _) in zip(run_colors, series)] if len(series) <= LEGEND_RUNS else []
-        handles += [Line2D([], [], color="gray", linewidth=1, linestyle="--", label="baseline")] if base is not None else []
+        if base is not None:
+            handles.append(Line2D([], [], color="gray", linewidth=1, linestyle="--", label="baseline"))
         if handles:
             Legend(ax, handles, [h.get_label() for h in handles], fontsize=6, ncol=2).draw(renderer)
         imsave(path, canvas.buffer_rgba(), format="png", dpi=72)
