@@ -83,7 +83,7 @@ class Run:
 
     def load_metrics(self) -> None:
         try:
-            self.metrics = RunMetrics.load_or_none(self.sweep.run_dir(self.spec.run_id) / "report" / "metrics.json")
+            self.metrics = RunMetrics.load_or_none(self.sweep.run_dir(self.spec.run_id) / "report/metrics.json")
         except RecordError:
             self.metrics = None
 

@@ -53,30 +53,76 @@ def cell_data(sw: Sweeps, key: Key) -> CellPlot:
     return " / ".join(key), runs[0].spec.budget_s, runs[0].base_score, [(seed, pts) for seed, pts in series if pts]
 
 
+def _steps(base: float | None, pts: list[tuple[float, float]], budget: float) -> list[tuple[float, float]]:
+    """The vertices of a run's best score so far, from the base model's score at 0 to the budget's end."""
+    xs, best = ([0.0], [base]) if base is not None else ([], [])
+    for x, s in pts:
+        xs.append(x)
+        best.append(max(s, best[-1]) if best else s)
+    xs.append(budget)
+    out = []
+    for x0, x1, y in zip(xs, xs[1:], best):
+        out += [(x0, y), (x1, y)]
+    return out
+
+
 def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
     """Every run of each cell: its scores (dots) and best so far (steps, from the base model's score at 0)
-    against the budget clock, and the baseline. One figure, cleared between cells: a new one costs more than
-    the plot."""
+    against the budget clock, and the baseline. Hundreds of cells share one figure, and most of a plot's time
+    is text: the frame and x axis (the same for every cell of one budget) are drawn once per budget and
+    restored, only each cell's own artists are drawn over them; a cell's dots and steps are one collection
+    each, not two lines per run."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3))
+    from matplotlib.collections import PolyCollection
+    from matplotlib.image import imsave
+    from matplotlib.legend import Legend
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=72)
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.15, top=0.9)
-    for (title, budget, base, series), path in jobs:
-        ax.clear()
-        for seed, pts in series:
-            line, = ax.plot(*zip(*pts), "o", markersize=3)
-            xs, best = ([0.0], [base]) if base is not None else ([], [])
-            for x, s in pts:
-                xs.append(x)
-                best.append(max(s, best[-1]) if best else s)
-            ax.step(xs + [budget], best + best[-1:], where="post", color=line.get_color(), linewidth=1,
-                    label=f"s{seed}" if len(series) <= LEGEND_RUNS else None)
+    ax.set(xlabel="budget clock (s)", ylabel="score")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # open polygons, not a LineCollection: a legend placed "best" avoids their paths
+    steps = PolyCollection([], facecolors="none", linewidths=1)
+    ax.add_collection(steps, autolim=False)
+    dots = ax.scatter([], [], s=9, linewidths=1)  # as line markers "o" of size 3
+    base_line = ax.axhline(0, color="gray", linewidth=1, linestyle="--")
+    title = ax.set_title("", fontsize=7)
+    per_cell = [steps, dots, base_line, *ax.spines.values(), ax.yaxis, title]
+    for artist in per_cell:
+        artist.set_animated(True)  # left out of the background
+    canvas, backgrounds = fig.canvas, {}
+    for (name, budget, base, series), path in jobs:
+        ax.set_xlim(0, budget)
+        if budget not in backgrounds:
+            canvas.draw()
+            backgrounds[budget] = canvas.copy_from_bbox(fig.bbox)
+        run_colors = [colors[i % len(colors)] for i in range(len(series))]
+        steps.set_verts([_steps(base, pts, budget) for _, pts in series], closed=False)
+        steps.set_edgecolor(run_colors)
+        dots.set_offsets([p for _, pts in series for p in pts] or [(float("nan"), float("nan"))])
+        dots.set_color([c for c, (_, pts) in zip(run_colors, series) for _ in pts] or ["none"])
+        ys = [s for _, pts in series for _, s in pts] + ([base] if base is not None else [])
+        if ys:  # as autoscaling would: the data's span (widened when a single value), plus the margins
+            lo, hi = ax.yaxis.get_major_locator().nonsingular(min(ys), max(ys))
+            pad = (hi - lo) * ax.margins()[1]
+            ax.set_ylim(lo - pad, hi + pad)
+        else:
+            ax.set_ylim(0, 1)
+        # nan: no line, and nothing for the legend to avoid
+        base_line.set_ydata([float("nan") if base is None else base] * 2)
+        title.set_text(f"{name} ({len(series)} runs)")
+        canvas.restore_region(backgrounds[budget])
+        renderer = canvas.get_renderer()
+        for artist in per_cell:
+            artist.draw(renderer)
+        handles = [Line2D([], [], color=c, linewidth=1, label=f"s{seed}")
+                   for c, (seed, _) in zip(run_colors, series)] if len(series) <= LEGEND_RUNS else []
         if base is not None:
-            ax.axhline(base, color="gray", linewidth=1, linestyle="--", label="baseline")
-        ax.set(xlabel="budget clock (s)", ylabel="score", xlim=(0, budget))
-        ax.set_title(f"{title} ({len(series)} runs)", fontsize=7)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, ncol=2)
-        fig.savefig(path, dpi=72)
+            handles.append(Line2D([], [], color="gray", linewidth=1, linestyle="--", label="baseline"))
+        if handles:
+            Legend(ax, handles, [h.get_label() for h in handles], fontsize=6, ncol=2).draw(renderer)
+        imsave(path, canvas.buffer_rgba(), format="png", dpi=72)
     plt.close(fig)
 
 
@@ -105,9 +151,29 @@ def _link(out: Path, target: Path, text: str) -> str:
 
 
 def write_report(sw: Sweeps, out: Path) -> Path:
-    """index.html and its plots under `out`; returns the index's path."""
+    """index.html and its plots under `out`; returns the index's path. The cells' plots, most of the time, are
+    drawn in worker processes while this one writes the rest of the page."""
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
+    _plt()  # before the workers fork: they inherit matplotlib rather than import it again
+    jobs = [(cell_data(sw, key), str(plots / f"cell-{i:04d}.png")) for i, key in enumerate(sw.cells)]
+    workers = min(os.cpu_count() or 1, -(-len(jobs) // CELLS_PER_WORKER))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            plotted = pool.map(plot_cells, [jobs[i::workers] for i in range(workers)])
+            page = _page(sw, out, jobs)
+            list(plotted)
+    else:
+        page = _page(sw, out, jobs)
+        plot_cells(jobs)
+    index = out / "index.html"
+    atomic_write_text(index, page)
+    return index
+
+
+def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
+    """index.html's text (and the heatmap it shows), with the cells' plots at their `jobs` paths."""
+    plots = out / "plots"
     parts = [f"<h1>a2rl report: {html.escape(', '.join(str(s.root) for s in sw.dirs))}</h1>"]
     if sw.untrusted:
         parts.append('<p class="warn">UNTRUSTED: agents ran without isolation; scores may use held-out data</p>')
@@ -120,13 +186,6 @@ def write_report(sw: Sweeps, out: Path) -> Path:
     parts.append('<img class="heatmap" src="plots/heatmap.svg" alt="mode × task heatmap">')
     parts += [_table(t) for t in tables(sw, by="mode")]
     parts.append("<h2>Score against budget time, per cell</h2><div class=\"plots\">")
-    jobs = [(cell_data(sw, key), str(plots / f"cell-{i:04d}.png")) for i, key in enumerate(sw.cells)]
-    workers = min(os.cpu_count() or 1, -(-len(jobs) // CELLS_PER_WORKER))
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            list(pool.map(plot_cells, [jobs[i::workers] for i in range(workers)]))
-    else:
-        plot_cells(jobs)
     parts += [f'<img src="plots/{Path(path).name}" alt="{html.escape(title)}">' for (title, *_), path in jobs]
     parts.append("</div><h2>Analyses</h2>")
     parts += [_table(t) for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True,
@@ -144,7 +203,5 @@ def write_report(sw: Sweeps, out: Path) -> Path:
                     f"<td>{links or 'no report yet'}</td></tr>")
     parts.append("<table class=\"runs\"><tr><th>run</th><th>status</th><th>score</th><th>report</th></tr>"
                  + "".join(rows) + "</table>")
-    index = out / "index.html"
-    atomic_write_text(index, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>a2rl report</title>"
-                             f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
-    return index
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>a2rl report</title>"
+            f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")

@@ -18,7 +18,7 @@ import secrets
 from pathlib import Path
 from typing import TypeVar
 
-from a2rl.records import Record, RecordError
+from a2rl.records import Record, RecordError, missing
 
 KEY_FILE = ".a2rl-key"
 S = TypeVar("S", bound="SignedRecord")
@@ -75,4 +75,9 @@ class SignedRecord(Record):
 
     @classmethod
     def load_verified_or_none(cls: type[S], path: Path, key: bytes) -> S | None:
-        return cls.load_verified(path, key) if Path(path).exists() else None
+        try:
+            return cls.load_verified(path, key)
+        except RecordError as e:
+            if missing(e):
+                return None
+            raise

@@ -97,6 +97,7 @@ class SweepDir:
         self.grader_jobs = self.graders / "jobs.json"
         self.drivers = self.root / "drivers"
         self.jobs = self.root / "jobs"
+        self._runs = self.root / "runs"
 
     def exists(self) -> bool:
         return self.frozen_path.exists()
@@ -115,7 +116,7 @@ class SweepDir:
         return RunSpec.load(self.run_dir(run_id) / "run.json")
 
     def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
+        return self._runs / run_id
 
     def status(self, run_id: str) -> RunStatus | None:
         return RunStatus.load_or_none(self.run_dir(run_id) / "status.json")
