@@ -16,3 +16,13 @@ def test_a_prompt_that_does_not_fit_keeps_the_task_and_the_latest_turns():
                      "Observation: room D\nAction:")
     tiny = react_prompt("H", ep, fits=lambda p: len(p) <= 40)
     assert len(tiny) <= 40 and tiny.endswith("Observation: room D\nAction:")
+
+
+def test_load_module_loads_each_path_under_a_shared_name(tmp_path):
+    """One process may play several tasks' workspaces, each env.py under the default name."""
+    from a2rl.tasklib.envs import load_module
+
+    for task in ("a", "b", "a"):
+        (tmp_path / task).mkdir(exist_ok=True)
+        (tmp_path / task / "env.py").write_text(f"TASK = {task!r}\n")
+        assert load_module(tmp_path / task / "env.py", "a2rl_test_shared_env").TASK == task

@@ -280,8 +280,10 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
 
 
 def load_module(path: str | Path, name: str) -> ModuleType:
-    """Import a task's file by path under a unique name (every task has its own env.py)."""
-    if name not in sys.modules:
+    """Import a task's file by path under `name`: once per path (another path under the same name, as when one
+    process plays several tasks' workspaces, replaces it)."""
+    loaded = sys.modules.get(name)
+    if loaded is None or Path(loaded.__file__ or "").resolve() != Path(path).resolve():
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None, path
         module = importlib.util.module_from_spec(spec)
