@@ -1,7 +1,9 @@
-"""Fakes shared by the tests: one stand-in for the grader's LLM policy and a virtual clock."""
+"""Fakes shared by the tests: stand-ins for the grader's LLM policy and for vLLM (its engine and its HTTP
+server), and a virtual clock."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
@@ -138,3 +140,72 @@ class RecordingVLLM:
         first = self._tokenizer(text, add_special_tokens=False)["input_ids"][0]
         return SimpleNamespace(text=text, logprobs=[{first: SimpleNamespace(
             logprob=0.0, decoded_token=self._tokenizer.decode([first]))}])
+
+
+class RecordingVLLMServer:
+    """STAND-IN for vLLM's OpenAI-compatible server (vLLM cannot be installed here): plays its `/health` and
+    `/v1/completions` (token-id prompts, greedy, legacy logprobs) on loopback, checks its bearer key, and
+    records each completion request's body in `requests` (and as a JSON line in `record_to`, for one run as
+    vLLM's process: tests/fixtures/vllm_standin). Every completion's text is `reply(prompt_ids)` (default:
+    "ok"), its token count the text's word count. It proves our plumbing, not vLLM.
+    Use as `with RecordingVLLMServer(key) as vllm:`; `vllm.url` is `http://127.0.0.1:PORT`."""
+
+    def __init__(self, key: str, reply: Callable[[list[int]], str] | None = None, port: int = 0,
+                 record_to: str | None = None):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.key, self.reply = key, reply or (lambda ids: "ok")
+        self.requests: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, status: int, doc: dict) -> None:
+                data = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    return self._send(200, {})
+                self._send(404, {"error": "no route"})
+
+            def do_POST(self) -> None:
+                if self.headers.get("Authorization") != f"Bearer {outer.key}":
+                    return self._send(401, {"error": "Unauthorized"})
+                if self.path != "/v1/completions":
+                    return self._send(404, {"error": "no route"})
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                if record_to:
+                    with open(record_to, "a") as f:
+                        f.write(json.dumps(body) + "\n")
+                text = outer.reply(body["prompt"])
+                words = text.split()
+                choice = {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}
+                if body.get("logprobs") is not None:
+                    choice["logprobs"] = {"tokens": words, "token_logprobs": [-0.5] * len(words),
+                                          "top_logprobs": [{w: -0.5, "other": -1.5} for w in words]}
+                self._send(200, {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
+                                 "choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]),
+                                                                "completion_tokens": len(words)}})
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> RecordingVLLMServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -173,11 +173,15 @@ def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monke
 
 def test_local_driver_checks_at_launch(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    stacks = tmp_path / "stacks"  # every shipped stack that needs a driver can use a local one
+    stacks.mkdir()
+    (stacks / "apionly.yaml").write_text("name: apionly\ncommand: [apionly]\nneeds_driver: true\n")
     with pytest.raises(Exception) as e:
-        load_sweep(write_sweep(tmp_path, agents=["gemini", {"name": "codex", "drivers": ["local:nope"]}],
-                               drivers=["local:tiny"], local_drivers=LOCAL_TINY))
+        load_sweep(write_sweep(tmp_path, agents=["apionly", {"name": "codex", "drivers": ["local:nope"]}],
+                               drivers=["local:tiny"], local_drivers=LOCAL_TINY,
+                               agent_paths=[str(FIXTURES / "agents"), str(stacks)]))
     assert e.value.lines == [
-        f"{tmp_path / 't.yaml'}: agents[0]: agent 'gemini' cannot use local driver 'local:tiny': its stack declares "
+        f"{tmp_path / 't.yaml'}: agents[0]: agent 'apionly' cannot use local driver 'local:tiny': its stack declares "
         "no `openai_compatible` endpoint settings",
         f"{tmp_path / 't.yaml'}: agents[1]: driver 'local:nope' names no entry of local_drivers (defined: tiny)"]
     # a local driver brings its own key: codex's OPENAI_API_KEY is not asked of the launcher, but with an API

@@ -1,7 +1,7 @@
 """The local driver server on every wire protocol: a neutral request laid onto the model's chat template with
 its tools, the model's tool calls read back (a malformed one is an API error, never a crashed server), and the
-real Claude Code and Codex CLIs each completing a turn against the tiny model (gibberish words; the protocol
-holds), each on its stack's command line. The CLIs come from A2RL_AGENT_CLIS (tools/agents/install.sh)."""
+real Claude Code, Codex, Gemini CLI and OpenCode each completing a turn against the tiny model (trained to say
+one sentence; the protocol holds), each on its stack's command line and local-driver settings. The CLIs come from A2RL_AGENT_CLIS (tools/agents/install.sh)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.error import HTTPError
 from urllib.request import Request as HTTPRequest, urlopen
@@ -67,6 +68,20 @@ def test_conversation_on_a_template_without_tools():
     native = template_messages(REQ, native_tools=True)
     assert native[0]["content"] == "Be brief." and native[3]["role"] == "tool"
     assert native[2]["tool_calls"][0]["function"] == {"name": "Bash", "arguments": {"command": "ls"}}
+
+
+@pytest.mark.parametrize("name", ["claude", "codex", "gemini", "opencode", "openhands", "rdagent"])
+def test_every_cli_stack_takes_a_local_driver_with_no_launcher_key(name):
+    """Each stack that needs a driver points its CLI at the sweep's server and its key, so a local driver asks
+    the launcher for no credential; the endpoint reaches the CLI where it reads it."""
+    stack = agent_registry().get(name)
+    assert stack.openai_compatible is not None and stack.missing_credentials({}, local_driver=True) == []
+    driver, env = stack.openai_compatible.render(model="tiny", base_url="http://h:9/v1", api_key="K")
+    assert "tiny" in driver and "K" in env.values() and any("http://h:9" in v for v in env.values())
+    if name == "opencode":  # a provider declared in the config it reads from the environment
+        config = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"]["a2rl"]
+        assert driver == "a2rl/tiny" and list(config["models"]) == ["tiny"]
+        assert config["options"] == {"baseURL": "http://h:9/v1", "apiKey": "{env:OPENAI_API_KEY}"}
 
 
 def test_prompt_on_the_tiny_models_template(tiny_model):
@@ -129,11 +144,10 @@ def test_every_protocol_is_served_from_the_tiny_model(tiny_model):
             {"type": "error", "error": {"type": "invalid_request_error", "message": "'messages' must be a list"}}
 
 
-@pytest.fixture(scope="module")
-def miscalling_model(tiny_model, tmp_path_factory) -> Path:
-    """The tiny model trained for a few steps to answer any chat turn with a broken tool call: a real model
-    whose output the server must refuse. Its contexts: random words of many lengths (a CLI's prompt reaches it
-    cut to its end) and a plain request with a tool; the loss is on the answer only."""
+def tuned_model(tiny_model: Path, answer: str, out: Path, steps: int = 120) -> Path:
+    """The tiny model trained for `steps` steps to answer any chat turn with `answer`: a real model whose words
+    a test knows. Its contexts: random words of many lengths (a CLI's prompt reaches it cut to its end) and a
+    plain request with a tool; the loss is on the answer only."""
     import random
 
     import torch
@@ -145,27 +159,32 @@ def miscalling_model(tiny_model, tmp_path_factory) -> Path:
     contexts = [chat_prompt(tok, Request("anthropic", "m", [Message("user", "hi")], [BASH]))]
     contexts += [f"<|user|>\n{' '.join(rng.choices(vocab, k=rng.randint(1, 150)))}<|eos|>\n<|assistant|>\n"
                  for _ in range(7)]
-    answer = tok(BAD_CALL + "<|eos|>", add_special_tokens=False)["input_ids"]
+    ids_answer = tok(answer + "<|eos|>", add_special_tokens=False)["input_ids"]
     rows = [tok(c, add_special_tokens=False)["input_ids"][-250:] for c in contexts]
-    width = max(len(r) for r in rows) + len(answer)
+    width = max(len(r) for r in rows) + len(ids_answer)
     ids = torch.full((len(rows), width), tok.pad_token_id)
     labels = torch.full((len(rows), width), -100)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        n = len(r) + len(answer)
-        ids[i, :n] = torch.tensor(r + answer)
-        labels[i, len(r):n] = torch.tensor(answer)
+        n = len(r) + len(ids_answer)
+        ids[i, :n] = torch.tensor(r + ids_answer)
+        labels[i, len(r):n] = torch.tensor(ids_answer)
         mask[i, :n] = 1
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(120):
+    for _ in range(steps):
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
         opt.step()
         opt.zero_grad()
-    out = tmp_path_factory.mktemp("miscalling")
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def miscalling_model(tiny_model, tmp_path_factory) -> Path:
+    """A model that answers with a broken tool call, which the server must refuse."""
+    return tuned_model(tiny_model, BAD_CALL, tmp_path_factory.mktemp("miscalling"))
 
 
 def run_stack(name: str, url: str, key: str, home: Path) -> subprocess.CompletedProcess:
@@ -194,22 +213,61 @@ def _result(stdout: str) -> dict:
     return next(o for o in _events(stdout) if o.get("type") == "result")
 
 
-@pytest.mark.slow  # real CLI turns on the tiny model on CPU
-def test_claude_and_codex_complete_a_turn_on_the_local_driver(tiny_model, tmp_path):
-    with serve_local_model(tiny_model, api_key="k", model_id="tiny", fit_prompt=True, max_output=16) as url:
-        proc = run_stack("claude", url, "k", tmp_path / "claude")
-        result = _result(proc.stdout)
-        assert proc.returncode == 0 and not result["is_error"], proc.stdout[-3000:] + proc.stderr[-2000:]
-        assert result["usage"]["output_tokens"] > 0 and result["usage"]["input_tokens"] > 0
+HELLO = "Hello from the tiny model."
 
-        proc = run_stack("codex", url, "k", tmp_path / "codex")
-        events = _events(proc.stdout)
-        done = [e for e in events if e["type"] == "turn.completed"]
-        assert proc.returncode == 0 and done, proc.stdout[-3000:] + proc.stderr[-2000:]
-        assert done[0]["usage"]["output_tokens"] > 0
-        # (its Responses WebSocket attempts fail against the HTTP/1.0 server, as `error` events, before it falls
-        # back to HTTP; the turn itself must not fail)
-        assert not [e for e in events if e["type"] == "turn.failed"]
+
+@pytest.fixture(scope="module")
+def talking_driver(tiny_model, tmp_path_factory) -> Iterator[str]:
+    """The local driver server, shared by the CLIs' turns, serving the tiny model trained to say HELLO (the
+    untrained one writes only newlines, which Gemini CLI refuses as an empty response)."""
+    model = tuned_model(tiny_model, HELLO, tmp_path_factory.mktemp("talking"), steps=40)
+    with serve_local_model(model, api_key="k", model_id="tiny", fit_prompt=True, max_output=16) as url:
+        yield url
+
+
+def _claude_turn(stdout: str) -> tuple[str, int]:
+    result = _result(stdout)
+    assert not result["is_error"] and result["usage"]["input_tokens"] > 0, result
+    return result["result"], result["usage"]["output_tokens"]
+
+
+def _codex_turn(stdout: str) -> tuple[str, int]:
+    events = _events(stdout)
+    # (its Responses WebSocket attempts fail against the HTTP/1.0 server, as `error` events, before it falls
+    # back to HTTP; the turn itself must not fail)
+    assert not [e for e in events if e["type"] == "turn.failed"], events
+    done = [e for e in events if e["type"] == "turn.completed"]
+    texts = [e["item"]["text"] for e in events if e["type"] == "item.completed"
+             and e["item"]["type"] == "agent_message"]
+    return "".join(texts), done[0]["usage"]["output_tokens"]
+
+
+def _gemini_turn(stdout: str) -> tuple[str, int]:
+    doc = json.loads(stdout[stdout.index("{"):])
+    assert "error" not in doc, doc["error"]
+    return doc["response"], doc["stats"]["models"]["tiny"]["tokens"]["candidates"]
+
+
+def _opencode_turn(stdout: str) -> tuple[str, int]:
+    events = _events(stdout)
+    assert not [e for e in events if e["type"] == "error"], events
+    texts = [e["part"]["text"] for e in events if e["type"] == "text"]
+    return "".join(texts), sum(e["part"]["tokens"]["output"] for e in events if e["type"] == "step_finish")
+
+
+TURNS = {"claude": _claude_turn, "codex": _codex_turn, "gemini": _gemini_turn, "opencode": _opencode_turn}
+
+
+@pytest.mark.slow  # real CLI turns on the tiny model on CPU
+@pytest.mark.parametrize("name", sorted(TURNS))
+def test_real_cli_completes_a_turn_on_the_local_driver(talking_driver, tmp_path, name):
+    """Each real CLI, on its stack's command line and local-driver settings, completes a turn whose words are
+    the served model's, in its own protocol (claude: Anthropic Messages, codex: Responses, gemini: Gemini,
+    opencode: Chat Completions)."""
+    proc = run_stack(name, talking_driver, "k", tmp_path / name)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    text, output_tokens = TURNS[name](proc.stdout)
+    assert text.strip() == HELLO and output_tokens > 0, proc.stdout[-3000:]
 
 
 @pytest.mark.slow  # trains the tiny model, then a real CLI turn

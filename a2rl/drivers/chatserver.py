@@ -1,13 +1,14 @@
-"""The server of a local transformers model: the offline judge of judge-based tasks (OpenAI Chat Completions on
-loopback, inside the grader) and the CPU backend of local driver LLMs (see server.py), which answers every agent
-CLI in its own wire protocol (protocols.py: Anthropic Messages, OpenAI Responses and Chat Completions, Gemini),
-tool calls included (toolcalls.py). Decoding is always greedy; every response carries the served name (and a
+"""The server of a local model: the offline judge of judge-based tasks (a transformers model, OpenAI Chat
+Completions on loopback, inside the grader) and local driver LLMs (see server.py: transformers on CPU, or a vLLM
+server behind it, vllmclient.py), which answer every agent CLI in its own wire protocol (protocols.py:
+Anthropic Messages, OpenAI Responses and Chat Completions, Gemini), tool calls included (toolcalls.py). Decoding is always greedy; every response carries the served name (and a
 chat completion a weights fingerprint), so a verdict or a transcript says which model produced it.
 """
 
 from __future__ import annotations
 
 import hmac
+import itertools
 import logging
 import threading
 import time
@@ -37,28 +38,26 @@ def _fingerprint(model_dir: Path, stamp: tuple[tuple[str, int, int], ...]) -> st
     return "wh-" + weights_hash(model_dir)[:16]
 
 
-class LocalChatModel:
-    """Chat completions from a2rl.grading.inference.Generator, one request at a time: the model is not thread-safe,
-    2 CPU cores gain nothing from interleaving, and a request's result never depends on its neighbours
-    (deterministic scores). Decoding is always greedy, whatever the request asks."""
+class ChatModel:
+    """What the server answers from: chat completions (the judge's, with logprobs and stop strings) and neutral
+    protocol requests, each rendered on the model's chat template and fitted to its context here, then handed to
+    `_generate` as token ids. Two generators: the transformers model in process (LocalChatModel) and a vLLM
+    server over HTTP (vllmclient.VLLMChatModel), so every protocol reaches either the same way. Decoding is
+    always greedy, whatever the request asks."""
 
-    def __init__(self, model_dir: Path, model_id: str | None = None, fit_prompt: bool = False,
-                 max_output: int | None = None):
+    def __init__(self, tokenizer: Any, model_dir: Path, model_id: str | None, context: int, fit_prompt: bool,
+                 max_output: int | None):
         """fit_prompt: a prompt longer than the model's context keeps its end (a driver: agent CLIs send system
         prompts larger than a small model's context); without it (a judge) such a request is refused.
         max_output: a cap on the tokens generated for a driver request, whatever it asks (CLIs ask for 32k)."""
-        from a2rl.grading.inference import Generator, pick_device
-
         model_dir = Path(model_dir).resolve()
-        # the grader's transformers backend: on its GPU in bf16 when it has one, else on CPU in fp32
-        self.generator = Generator.load(model_dir, device=pick_device())
+        self.tokenizer = tokenizer
         self.model_id = model_id or model_dir.name
         stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(model_dir.glob("*.safetensors")))
         self.fingerprint = _fingerprint(model_dir, stamp)
-        self.context = int(getattr(self.generator.model.config, "max_position_embeddings", 4096))
+        self.context = context
         self.fit_prompt, self.max_output = fit_prompt, max_output
-        self._lock = threading.Lock()
-        self._count = 0
+        self._ids = itertools.count(1)
 
     def card(self) -> dict[str, Any]:
         return {"id": self.model_id, "object": "model", "created": 0, "owned_by": "a2rl"}
@@ -81,11 +80,8 @@ class LocalChatModel:
             raise BadRequest("'stop' must be a non-empty string or a list of them")
         if top is not None and not (isinstance(top, int) and 0 <= top <= MAX_TOP_LOGPROBS):
             raise BadRequest(f"'top_logprobs' must be an integer between 0 and {MAX_TOP_LOGPROBS}")
-        with self._lock:
-            self._count += 1
-            text, finish, logprobs, usage = self._generate(chat_prompt(self.generator.tokenizer, messages),
-                                                           max_tokens, stops, top)
-            n = self._count
+        n = next(self._ids)
+        text, finish, logprobs, usage = self._run(chat_prompt(self.tokenizer, messages), max_tokens, stops, top)
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "finish_reason": finish}
         if top is not None:
@@ -100,38 +96,62 @@ class LocalChatModel:
         if not (isinstance(max_tokens, int) and max_tokens > 0):
             raise BadRequest("the maximum number of output tokens must be a positive integer")
         max_tokens = min(max_tokens, self.max_output or max_tokens)
-        with self._lock:
-            self._count += 1
-            text, _, _, usage = self._generate(toolcalls.chat_prompt(self.generator.tokenizer, req), max_tokens,
-                                               [], None)
+        text, _, _, usage = self._run(toolcalls.chat_prompt(self.tokenizer, req), max_tokens, [], None)
         text, calls = toolcalls.read_reply(text, req)
         return protocols.Reply(text, calls, protocols.Usage(usage["prompt_tokens"], usage["completion_tokens"]))
 
-    def _generate(self, prompt: str, max_tokens: int, stops: list[str],
+    def _run(self, prompt: str, max_tokens: int, stops: list[str],
+             top: int | None) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
+        tok = self.tokenizer
+        # A chat template writes its own special tokens; adding BOS again would double it.
+        ids = tok(prompt, add_special_tokens=not tok.chat_template)["input_ids"]
+        if len(ids) >= self.context:
+            if not self.fit_prompt:
+                raise BadRequest(f"the prompt has {len(ids)} tokens; the model's context is {self.context}")
+            keep = self.context - min(max_tokens, self.context // 2)
+            log.info("prompt of %d tokens cut to its last %d (the model's context is %d)", len(ids), keep,
+                     self.context)
+            ids = ids[-keep:]
+        return self._generate(ids, min(max_tokens, self.context - len(ids)), stops, top)
+
+    def _generate(self, ids: list[int], max_tokens: int, stops: list[str],
+                  top: int | None) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
+        """(text cut at the first stop string, "stop" or "length", per-token logprobs when top is set, usage)."""
+        raise NotImplementedError
+
+
+class LocalChatModel(ChatModel):
+    """The transformers generator (a2rl.grading.inference.Generator) in process, one request at a time: the
+    model is not thread-safe, 2 CPU cores gain nothing from interleaving, and a request's result never depends
+    on its neighbours (deterministic scores)."""
+
+    def __init__(self, model_dir: Path, model_id: str | None = None, fit_prompt: bool = False,
+                 max_output: int | None = None):
+        from a2rl.grading.inference import Generator, pick_device
+
+        # the grader's transformers backend: on its GPU in bf16 when it has one, else on CPU in fp32
+        self.generator = Generator.load(Path(model_dir).resolve(), device=pick_device())
+        context = int(getattr(self.generator.model.config, "max_position_embeddings", 4096))
+        super().__init__(self.generator.tokenizer, model_dir, model_id, context, fit_prompt, max_output)
+        self._lock = threading.Lock()
+
+    def _generate(self, ids: list[int], max_tokens: int, stops: list[str],
                   top: int | None) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
         import torch
         from transformers import GenerationConfig, StoppingCriteriaList
 
         from a2rl.grading.inference import StopOnString, cut_at_stop
 
-        tok, model = self.generator.tokenizer, self.generator.model
-        # A chat template writes its own special tokens; adding BOS again would double it.
-        enc = tok(prompt, return_tensors="pt", add_special_tokens=not tok.chat_template).to(model.device)
-        prompt_len = enc["input_ids"].shape[1]
-        if prompt_len >= self.context:
-            if not self.fit_prompt:
-                raise BadRequest(f"the prompt has {prompt_len} tokens; the model's context is {self.context}")
-            keep = self.context - min(max_tokens, self.context // 2)
-            log.info("prompt of %d tokens cut to its last %d (the model's context is %d)", prompt_len, keep,
-                     self.context)
-            enc = {k: v[:, -keep:] for k, v in enc.items()}
-            prompt_len = keep
-        config = GenerationConfig(max_new_tokens=min(max_tokens, self.context - prompt_len), do_sample=False,
+        tok, model = self.tokenizer, self.generator.model
+        prompt_len = len(ids)
+        enc = torch.tensor([ids], device=model.device)
+        config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False,
                                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                   return_dict_in_generate=True, output_logits=top is not None)
         criteria = StoppingCriteriaList([StopOnString(tok, stops, prompt_len)] if stops else [])
-        with torch.inference_mode():
-            out = model.generate(**enc, generation_config=config, stopping_criteria=criteria)
+        with self._lock, torch.inference_mode():
+            out = model.generate(enc, attention_mask=torch.ones_like(enc), generation_config=config,
+                                 stopping_criteria=criteria)
         ids = out.sequences[0, prompt_len:].tolist()
         ended = bool(ids) and ids[-1] == tok.eos_token_id
         if ended:
@@ -152,7 +172,7 @@ class LocalChatModel:
 
 
 class _Server(ThreadingHTTPServer):
-    def __init__(self, backend: LocalChatModel, api_key: str | None, host: str, port: int):
+    def __init__(self, backend: ChatModel, api_key: str | None, host: str, port: int):
         super().__init__((host, port), _Handler)
         self.backend, self.api_key = backend, api_key
 
@@ -218,11 +238,19 @@ class _Handler(JSONRequestHandler):
 
 
 @contextmanager
+def serve(backend: ChatModel, *, api_key: str | None = None, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve `backend` on every protocol for the duration of the block (a random port by default); yields the
+    base URL (`http://HOST:PORT/v1`). With api_key, requests must carry it (see _authorized): other users of
+    the node (agents, for a judge) cannot use it."""
+    with running(_Server(backend, api_key, host, port)) as root:
+        yield root + "/v1"
+
+
+@contextmanager
 def serve_local_model(model_dir: Path, *, api_key: str | None = None, model_id: str | None = None,
                       host: str = "127.0.0.1", port: int = 0, fit_prompt: bool = False,
                       max_output: int | None = None) -> Iterator[str]:
-    """Serve the model at model_dir for the duration of the block (a random port by default); yields the base
-    URL (`http://HOST:PORT/v1`). With api_key, requests must carry it (see _authorized): other users of the
-    node (agents, for a judge) cannot use it. fit_prompt, max_output: see LocalChatModel."""
-    with running(_Server(LocalChatModel(model_dir, model_id, fit_prompt, max_output), api_key, host, port)) as root:
-        yield root + "/v1"
+    """`serve` the transformers model at model_dir. fit_prompt, max_output: see ChatModel."""
+    with serve(LocalChatModel(model_dir, model_id, fit_prompt, max_output), api_key=api_key, host=host,
+               port=port) as url:
+        yield url

@@ -7,9 +7,14 @@ and hands it to its agent through the variables its stack's `openai_compatible` 
 every run that uses it has a result, or when none of them has been running for `grader.idle_timeout_s`; at its
 time limit it requeues itself (submitit Checkpointable) and a relaunch replaces one that is gone.
 
-Backends: `vllm` (its OpenAI-compatible server in a child process: GPU) and `transformers` (chatserver.py: CPU,
-small models, tests). Under Slurm the server listens on every interface and advertises the node's hostname, so
-agents on other nodes reach it; the random API key keeps other users out. Locally it stays on loopback.
+The server answers every agent CLI in its own protocol (chatserver.py, protocols.py, toolcalls.py: Anthropic
+Messages, OpenAI Responses and Chat Completions, Gemini, tool calls included), whichever backend generates:
+`transformers` (in process: CPU, small models, tests) or `vllm` (GPU): vLLM's OpenAI-compatible server in a child
+process on loopback with a key of its own, which our server calls (`/v1/completions` with the prompt rendered on
+the chat template, as token ids: vllmclient.py); only our server is advertised. vLLM itself has not run here,
+only a stand-in of its HTTP API (tests/fakes.py RecordingVLLMServer). Under Slurm our server listens on every
+interface and advertises the node's hostname, so agents on other nodes reach it; the random API key keeps other
+users out. Locally it stays on loopback.
 """
 
 from __future__ import annotations
@@ -53,16 +58,16 @@ def _free_port(host: str) -> int:
 
 
 @contextlib.contextmanager
-def _vllm_server(spec: LocalDriver, model_dir: Path, served: str, api_key: str, bind: str,
-                 log_path: Path) -> Iterator[int]:
-    """vLLM's OpenAI-compatible server as a child process (the key through VLLM_API_KEY, not argv, which
-    other users of the node can read); yields its port once /health answers."""
-    port = _free_port(bind)
+def _vllm_server(spec: LocalDriver, model_dir: Path, served: str, key: str, log_path: Path) -> Iterator[int]:
+    """vLLM's OpenAI-compatible server as a child process on loopback, where only the driver server calls it
+    (its own key through VLLM_API_KEY, not argv, which other users of the node can read); yields its port once
+    /health answers."""
+    port = _free_port("127.0.0.1")
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--served-model-name", served, "--host", bind, "--port", str(port), *cli_flags(spec.args)]
+            "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port), *cli_flags(spec.args)]
     log.info("starting vLLM: %s", " ".join(argv))
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, env={**os.environ, "VLLM_API_KEY": api_key}, stdout=out,
+        proc = subprocess.Popen(argv, env={**os.environ, "VLLM_API_KEY": key}, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + spec.startup_timeout_s
@@ -88,13 +93,21 @@ def _vllm_server(spec: LocalDriver, model_dir: Path, served: str, api_key: str, 
 
 @contextlib.contextmanager
 def _serve(spec: LocalDriver, model_dir: Path, served: str, api_key: str, bind: str, log_path: Path) -> Iterator[int]:
-    if spec.backend == "vllm":
-        with _vllm_server(spec, model_dir, served, api_key, bind, log_path) as port:
-            yield port
-        return
-    from a2rl.drivers.chatserver import serve_local_model
+    """Our protocol server (chatserver.py) on `bind`, generating in process (transformers) or through a private
+    vLLM server; yields its port."""
+    from a2rl.drivers.chatserver import LocalChatModel, serve
 
-    with serve_local_model(model_dir, api_key=api_key, model_id=served, host=bind, fit_prompt=True) as url:
+    with contextlib.ExitStack() as stack:
+        if spec.backend == "vllm":
+            from a2rl.drivers.vllmclient import VLLMChatModel
+
+            key = secrets.token_urlsafe(24)
+            port = stack.enter_context(_vllm_server(spec, model_dir, served, key, log_path))
+            backend = VLLMChatModel(model_dir, f"http://127.0.0.1:{port}", served, key,
+                                    context=spec.args.get("max_model_len"))
+        else:
+            backend = LocalChatModel(model_dir, served, fit_prompt=True)
+        url = stack.enter_context(serve(backend, api_key=api_key, host=bind))
         yield int(url.rsplit(":", 1)[1].split("/", 1)[0])
 
 
