@@ -2,7 +2,8 @@
 in a one-run sweep against the scripted model server (tests/scripted_server.py, answers in
 tests/rdagent_model.py), reached through its stack's real variables (CHAT_MODEL, OPENAI_API_BASE,
 OPENAI_API_KEY): its loop writes and runs the training script, which submits a model that gets graded, and its
-litellm records are parsed into tokens."""
+litellm records are parsed into tokens; and the wrap-up signal reaches the code it runs and, through that code's
+output, its feedback step, before its run ends `timeout` with its last model auto-submitted."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.recording.transcripts import parse_usage
-from rdagent_model import RDAgentModel
+from rdagent_model import WRAP_UP_THEN_HANG, RDAgentModel
 from scripted_server import scripted_server
 from test_real_clis import files_holding, use_real_cli
 from test_runs import launch, only_result
@@ -45,6 +46,30 @@ def test_real_rdagent_trains_and_submits(tmp_path, rdagent_env):
     assert usage.input_tokens > 0 and usage.output_tokens == 20 * 3
     assert parse_usage("litellm", log).calls == 3
     assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
+
+
+@pytest.mark.slow  # a whole sweep with the real RD-Agent loop, run to its budget's end
+def test_real_rdagent_gets_the_wrap_up_signal_and_times_out(tmp_path, rdagent_env):
+    rd = RDAgentModel(WRAP_UP_THEN_HANG)
+    with scripted_server([], model=rd) as (url, model, _):
+        rdagent_env(url)
+        # the grader outlasts the quiet run (it leaves after idle_timeout_s without submissions), so the
+        # auto-submission finds it
+        sweep = launch(tmp_path, agents=["rdagent"], drivers=["openai/gpt-5.4"], network="full", budget=120,
+                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
+    result = only_result(sweep)
+    log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
+    assert result.status == "timeout", log[-3000:]
+    # loop 1 trained; loop 2's code waited for WRAP_UP and printed it, and RD-Agent handed that output to its
+    # feedback step
+    assert rd.stages[:6] == ["负责生成训练假设", "code", "负责分析实验结果"] * 2, rd.stages
+    feedback = model.requests[5]
+    assert any("wrap-up: the budget ends in" in m.text for m in feedback.messages), feedback.messages
+    assert "auto-submitting" in log and result.scores == [0.0], log[-3000:]
+    # RD-Agent prints a usage record per completion (the adapter's callback), so loop 1's at least: totals known
+    usage = result.usage
+    assert usage.calls >= 3 and usage.input_tokens > 0 and usage.output_tokens == 20 * usage.calls, log[-3000:]
+    assert result.failure_reason is None, result.failure_reason
 
 
 def test_rdagent_log_parses():
