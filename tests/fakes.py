@@ -1,9 +1,11 @@
-"""Fakes shared by the tests: one stand-in for the grader's LLM policy and a virtual clock."""
+"""Fakes shared by the tests: one stand-in for the grader's LLM policy, a virtual clock, and wrappers that install
+a fake agent CLI (tests/fixtures/fakecli) under a stack's binary name."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 
 
@@ -138,3 +140,10 @@ class RecordingVLLM:
         first = self._tokenizer(text, add_special_tokens=False)["input_ids"][0]
         return SimpleNamespace(text=text, logprobs=[{first: SimpleNamespace(
             logprob=0.0, decoded_token=self._tokenizer.decode([first]))}])
+
+
+def cli_wrapper(bindir: Path, binary: str, python: Path, script: Path, *args: str) -> None:
+    """`bindir/binary`: runs `python script ARGS... "$@"` (the script must lie where the sandbox can read it)."""
+    words = " ".join(f"'{a}'" for a in (python, script, *args))
+    (bindir / binary).write_text(f"#!/bin/sh\nexec {words} \"$@\"\n")
+    (bindir / binary).chmod(0o755)
