@@ -141,6 +141,22 @@ class ScriptedModel:
         raise ProtocolError("no working directory in the tool results: " + json.dumps([r.content for r in results]))
 
 
+class ModelPerDriver(ScriptedModel):
+    """For runs of one sweep that share the server: each request is answered by the model scripted for its
+    run's driver (the request's `model`)."""
+
+    def __init__(self, models: dict[str, ScriptedModel]):
+        super().__init__([])
+        self.models = models
+
+    def reply(self, req: Request) -> Reply:
+        with self.lock:
+            self.requests.append(req)
+        if req.model not in self.models:
+            raise ProtocolError(f"no scripted model for {req.model!r} (scripted: {sorted(self.models)})")
+        return self.models[req.model].reply(req)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
 
