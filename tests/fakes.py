@@ -1,11 +1,13 @@
 """Fakes shared by the tests: stand-ins for the grader's LLM policy and for vLLM (its engine and its HTTP
-server), and a virtual clock."""
+server), a virtual clock, and wrappers that install a fake agent CLI (tests/fixtures/fakecli) under a stack's
+binary name."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 
 
@@ -209,3 +211,10 @@ class RecordingVLLMServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+def cli_wrapper(bindir: Path, binary: str, python: Path, script: Path, *args: str) -> None:
+    """`bindir/binary`: runs `python script ARGS... "$@"` (the script must lie where the sandbox can read it)."""
+    words = " ".join(f"'{a}'" for a in (python, script, *args))
+    (bindir / binary).write_text(f"#!/bin/sh\nexec {words} \"$@\"\n")
+    (bindir / binary).chmod(0o755)

@@ -96,6 +96,7 @@ class ScriptedModel:
         self.refuse = refuse  # answer every request with this API error (HTTP 400) instead
         self.requests: list[Request] = []  # every parsed request, side requests included
         self.tool_outputs: list[str] = []  # the results the CLI sent back, in order
+        self.tool_outputs_of: dict[str, list[str]] = {}  # the same, by the requests' model (CLIs sharing a server)
         self.lock = threading.Lock()
 
     def reply(self, req: Request) -> Reply:
@@ -105,6 +106,7 @@ class ScriptedModel:
             self.requests.append(req)
             if results and shell:
                 self.tool_outputs.append(results[-1].content)
+                self.tool_outputs_of.setdefault(req.model, []).append(results[-1].content)
         usage = Usage(input_tokens=sum(len(m.text) for m in req.messages) // 4 + 100, output_tokens=20,
                       cached_input_tokens=10)
         if shell is None:
@@ -137,6 +139,22 @@ class ScriptedModel:
             if m := re.search(r"(/\S*/code)\b", r.content):
                 return m.group(1)
         raise ProtocolError("no working directory in the tool results: " + json.dumps([r.content for r in results]))
+
+
+class ModelPerDriver(ScriptedModel):
+    """For runs of one sweep that share the server: each request is answered by the model scripted for its
+    run's driver (the request's `model`)."""
+
+    def __init__(self, models: dict[str, ScriptedModel]):
+        super().__init__([])
+        self.models = models
+
+    def reply(self, req: Request) -> Reply:
+        with self.lock:
+            self.requests.append(req)
+        if req.model not in self.models:
+            raise ProtocolError(f"no scripted model for {req.model!r} (scripted: {sorted(self.models)})")
+        return self.models[req.model].reply(req)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -19,6 +19,7 @@ from a2rl.reporting.metrics import RunMetrics
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import default_agent_python, load_sweep
 from conftest import FIXTURES, a2rl, write_sweep
+from fakes import cli_wrapper
 from test_runs import launch, only_result
 
 FAKECLI = FIXTURES / "fakecli" / "fakecli.py"
@@ -42,9 +43,7 @@ def fake_bin(tmp_path, monkeypatch) -> Path:
     for script in (FAKECLI, FIXTURES / "agents" / "variants.py"):
         shutil.copy(script, bindir / script.name)
     for stack, (_, binary, _) in STACKS.items():
-        (bindir / binary).write_text(f"#!/bin/sh\nexec '{default_agent_python()}' '{bindir / FAKECLI.name}' "
-                                     f"{stack} \"$@\"\n")
-        (bindir / binary).chmod(0o755)
+        cli_wrapper(bindir, binary, default_agent_python(), bindir / FAKECLI.name, stack)
     monkeypatch.setenv("A2RL_AGENT_BIN", str(bindir))
     monkeypatch.setenv("SECRET", "launcher-only")
     return bindir

@@ -1,9 +1,10 @@
 """The real agent CLIs (claude, codex, gemini, opencode; installed by tools/agents/install.sh into
-$A2RL_AGENT_CLIS), each in a one-run sweep against the scripted model server (tests/scripted_server.py), which
-they reach through their stacks' real base-URL variables. Checked: the CLI ran in its workspace with our
-environment and none of the launcher's, its submission was graded, its real transcript was parsed into tokens
-(and cost where the CLI has a price table), no key landed under the sweep directory, and the wrap-up signal
-reached it before its run ended `timeout` with its last model auto-submitted."""
+$A2RL_AGENT_CLIS), together in one sweep per check (a run each, in parallel, told apart at the scripted model
+server (tests/scripted_server.py) by their drivers), which they reach through their stacks' real base-URL
+variables. Checked: each CLI ran in its workspace with our environment and none of the launcher's, its
+submission was graded, its real transcript was parsed into tokens (and cost where the CLI has a price table), no
+key landed under the sweep directory, and the wrap-up signal reached it before its run ended `timeout` with its
+last model auto-submitted."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import pytest
 
 from a2rl.recording.transcripts import parse_usage
 from a2rl.spec.agents import agent_registry
+from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl, write_sweep
-from scripted_server import PLAN_SUBMIT, PLAN_WRAP_UP, TRAIN, Step, scripted_server
-from test_runs import launch, only_result
+from scripted_server import PLAN_SUBMIT, PLAN_WRAP_UP, TRAIN, ScriptedModel, Step, scripted_server
+from test_runs import launch, only_result, results_by_agent
 
 CLIS = {  # stack: (driver, how its base URL is given, the URL's suffix, whether the CLI reports a cost)
     "claude": ("claude-sonnet-4-5", "ANTHROPIC_BASE_URL", "", True),
@@ -63,50 +66,73 @@ def cli_env(monkeypatch):
     return setup
 
 
+def every_cli_sweep(tmp_path_factory, plan: list[Step], **fields) -> tuple[SweepDir, dict[str, RunResult],
+                                                                          ScriptedModel, dict[str, set[str]]]:
+    """One sweep of the four CLIs, each with its own driver, whose runs go in parallel against the scripted
+    server with `plan`: the sweep, each run's result by stack, the server's model, and each stack's keys as the
+    launcher held them."""
+    with pytest.MonkeyPatch.context() as mp, scripted_server(plan) as (url, model, _):
+        for name, (_, url_var, suffix, _) in CLIS.items():
+            use_real_cli(mp, name, url_var, url + suffix)
+        keys = {name: {os.environ[var] for var in agent_registry().get(name).credential_vars()} for name in CLIS}
+        sweep = launch(tmp_path_factory.mktemp("clis"), network="full", **fields,
+                       agents=[{"name": name, "drivers": [CLIS[name][0]]} for name in sorted(CLIS)])
+    return sweep, results_by_agent(sweep), model, keys
+
+
+@pytest.fixture(scope="module")
+def submit_sweep(tmp_path_factory):
+    return every_cli_sweep(tmp_path_factory, [PLAN_SUBMIT[0], ENV_NAMES, *PLAN_SUBMIT[1:]], budget=900)
+
+
+@pytest.fixture(scope="module")
+def wrap_up_sweep(tmp_path_factory):
+    # each reaches its wait in under 40 s here (2 busy cores, the four at once); the signal comes 4.5 s before
+    # the end. The grader outlasts the quiet runs (it leaves after idle_timeout_s without submissions), so the
+    # auto-submissions find it.
+    return every_cli_sweep(tmp_path_factory, PLAN_WRAP_UP, budget=90,
+                           grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
+
+
 def files_holding(root: Path, text: str) -> list[str]:
     return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
 
 
-@pytest.mark.slow  # a whole sweep with a real CLI
+@pytest.mark.slow  # a whole sweep with the four real CLIs (one for the four tests)
 @pytest.mark.parametrize("name", sorted(CLIS))
-def test_real_cli_trains_and_submits(tmp_path, cli_env, name):
+def test_real_cli_trains_and_submits(submit_sweep, name):
+    sweep, results, model, keys = submit_sweep
     driver, _, _, costs = CLIS[name]
-    plan = [PLAN_SUBMIT[0], ENV_NAMES, *PLAN_SUBMIT[1:]]
-    with scripted_server(plan) as (url, model, _):
-        key = cli_env(name, url)
-        sweep = launch(tmp_path, agents=[name], drivers=[driver], network="full", budget=900)
-    result = only_result(sweep)
+    result = results[name]
     log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
     assert result.status == "ok" and result.agent_exit_code == 0, log[-3000:]
     assert result.scores == [0.0], log[-3000:]  # the trained model, graded (the echo task scores it 0)
     ws = sweep.workspace(result.run_id)
-    assert model.tool_outputs and str(ws / "code") in model.tool_outputs[0]  # `pwd` ran in code/
+    outputs = model.tool_outputs_of[driver.split("/")[-1]]  # the driver reached the model
+    assert str(ws / "code") in outputs[0], outputs  # `pwd` ran in code/
     names = set((ws / "output" / "env-names.txt").read_text().split())
     assert {"TASK", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN"} <= names
     assert not {"SECRET", "A2RL_AGENT_CLIS", "A2RL_CACHE", "A2RL_SCRATCH"} & names
     assert (ws / "code" / "train.py").exists() and (ws / "output" / "sft" / "config.json").exists()
     stack = agent_registry().get(name)
     assert "# Instructions" in (ws / "code" / stack.instructions_file).read_text()
-    assert driver.split("/")[-1] in {r.model for r in model.requests}  # the driver reached the model
     usage = result.usage
     assert usage.parser == name and usage.calls >= 1, log[-3000:]
     assert usage.input_tokens > 0 and usage.output_tokens > 0 and usage.output_tokens % 20 == 0
     assert (usage.cost_usd is not None and usage.cost_usd > 0) == costs
-    assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
+    assert not any(files_holding(sweep.root, key) for key in keys[name])  # no key lands under the sweep directory
 
 
-@pytest.mark.slow  # a whole sweep with a real CLI, run to its budget's end
+@pytest.mark.slow  # a whole sweep with the four real CLIs, run to its budget's end (one for the four tests)
 @pytest.mark.parametrize("name", sorted(CLIS))
-def test_real_cli_gets_the_wrap_up_signal_and_times_out(tmp_path, cli_env, name):
-    driver = CLIS[name][0]
-    with scripted_server(PLAN_WRAP_UP) as (url, model, _):
-        cli_env(name, url)
-        sweep = launch(tmp_path, agents=[name], drivers=[driver], network="full", budget=120)
-    result = only_result(sweep)
+def test_real_cli_gets_the_wrap_up_signal_and_times_out(wrap_up_sweep, name):
+    sweep, results, model, _ = wrap_up_sweep
+    result = results[name]
     log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
     assert result.status == "timeout", log[-3000:]
     # the CLI's shell waited for WRAP_UP and handed its text back to the model
-    assert any("wrap-up: the budget ends in" in out for out in model.tool_outputs), model.tool_outputs
+    outputs = model.tool_outputs_of.get(CLIS[name][0].split("/")[-1], [])
+    assert any("wrap-up: the budget ends in" in out for out in outputs), outputs
     assert "auto-submitting" in log and result.scores == [0.0], log[-3000:]
     usage = result.usage
     totals = TOTALS_WHEN_STOPPED[name]

@@ -1,5 +1,5 @@
 """The real OpenHands CLI (pip, its own venv under $A2RL_AGENT_CLIS/venvs, tools/agents/install.sh openhands) in
-one-run sweeps against the scripted model server (tests/scripted_server.py), reached through its stack's real
+one sweep of two parallel runs against the scripted model server (tests/scripted_server.py), reached through its stack's real
 variables (LLM_MODEL, LLM_BASE_URL, LLM_API_KEY, read only with --override-with-envs): it trains and submits a
 model that gets graded, its token totals are read from its conversation state (written when it ends), and the
 wrap-up signal reaches it before its run ends `timeout` with its last model auto-submitted. Plus the parser on its real output
@@ -14,16 +14,29 @@ import pytest
 from a2rl.recording.transcripts import parse_usage, transcript_files
 from a2rl.run.sandbox import with_link_targets
 from a2rl.spec.agents import agent_registry
-from scripted_server import PLAN_SUBMIT, PLAN_WRAP_UP, scripted_server
+from scripted_server import PLAN_SUBMIT, PLAN_WRAP_UP, ModelPerDriver, ScriptedModel, scripted_server
 from test_real_clis import ENV_NAMES, files_holding, use_real_cli
-from test_runs import launch, only_result
+from test_runs import launch, results_by_agent
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "openhands-1.16.0"
 
 
-@pytest.fixture
-def openhands_env(monkeypatch):
-    return lambda url: use_real_cli(monkeypatch, "openhands", "LLM_BASE_URL", url + "/v1")
+@pytest.fixture(scope="module")
+def openhands_sweep(tmp_path_factory):
+    """One sweep with two runs of the real CLI, in parallel, told apart at the scripted server by their drivers:
+    one that trains and submits (gpt-5.4), and one run to its budget's end that waits for the wrap-up signal
+    (gpt-4o). (the sweep, its results by agent entry, the server's model, the launcher's key)"""
+    plan = [PLAN_SUBMIT[0], ENV_NAMES, *PLAN_SUBMIT[1:]]
+    server_model = ModelPerDriver({"gpt-5.4": ScriptedModel(plan), "gpt-4o": ScriptedModel(PLAN_WRAP_UP)})
+    with pytest.MonkeyPatch.context() as mp, scripted_server([], model=server_model) as (url, _, _):
+        key = use_real_cli(mp, "openhands", "LLM_BASE_URL", url + "/v1")
+        # the grader outlasts the quiet run (it leaves after idle_timeout_s without submissions, and OpenHands
+        # starts slowly on 2 busy cores), so the auto-submission finds it
+        sweep = launch(tmp_path_factory.mktemp("openhands"), network="full", budget=150,
+                       agents=[{"name": "openhands", "drivers": ["openai/gpt-5.4"]},
+                               {"name": "openhands", "label": "openhands-wrap-up", "drivers": ["openai/gpt-4o"]}],
+                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
+    return sweep, results_by_agent(sweep), server_model, key
 
 
 def test_openhands_state_parses():
@@ -61,13 +74,10 @@ def test_a_venvs_bin_binds_the_venv_and_its_base_python(tmp_path):
     assert set(with_link_targets([venv / "bin"])) == {base, venv}
 
 
-@pytest.mark.slow  # a whole sweep with the real CLI
-def test_real_openhands_trains_and_submits(tmp_path, openhands_env):
-    plan = [PLAN_SUBMIT[0], ENV_NAMES, *PLAN_SUBMIT[1:]]
-    with scripted_server(plan) as (url, model, _):
-        key = openhands_env(url)
-        sweep = launch(tmp_path, agents=["openhands"], drivers=["openai/gpt-5.4"], network="full", budget=900)
-    result = only_result(sweep)
+@pytest.mark.slow  # a whole sweep with the real CLI (shared with the wrap-up test)
+def test_real_openhands_trains_and_submits(openhands_sweep):
+    sweep, results, server_model, key = openhands_sweep
+    result, model = results["openhands"], server_model.models["gpt-5.4"]
     log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
     assert result.status == "ok" and result.agent_exit_code == 0, log[-3000:]
     assert result.scores == [0.0], log[-3000:]  # the trained model, graded (the echo task scores it 0)
@@ -77,22 +87,18 @@ def test_real_openhands_trains_and_submits(tmp_path, openhands_env):
     assert {"TASK", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN"} <= names
     assert not {"SECRET", "A2RL_AGENT_CLIS", "A2RL_CACHE", "A2RL_SCRATCH"} & names
     assert (ws / "code" / "train.py").exists() and (ws / "output" / "sft" / "config.json").exists()
-    assert {r.model for r in model.requests} == {"gpt-5.4"}  # LLM_MODEL reached it (litellm drops `openai/`)
+    # each run's LLM_MODEL reached the server (litellm drops `openai/`)
+    assert {r.model for r in server_model.requests} == {"gpt-5.4", "gpt-4o"}
     usage = result.usage
     assert usage.parser == "openhands" and usage.calls >= 5, log[-3000:]
     assert usage.input_tokens > 0 and usage.output_tokens == 20 * usage.calls
     assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
 
 
-@pytest.mark.slow  # a whole sweep with the real CLI, run to its budget's end
-def test_real_openhands_gets_the_wrap_up_signal_and_times_out(tmp_path, openhands_env):
-    with scripted_server(PLAN_WRAP_UP) as (url, model, _):
-        openhands_env(url)
-        # the grader outlasts the quiet run (it leaves after idle_timeout_s without submissions, and OpenHands
-        # starts slowly on 2 busy cores), so the auto-submission finds it
-        sweep = launch(tmp_path, agents=["openhands"], drivers=["openai/gpt-5.4"], network="full", budget=150,
-                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
-    result = only_result(sweep)
+@pytest.mark.slow  # a whole sweep with the real CLI, run to its budget's end (shared, see above)
+def test_real_openhands_gets_the_wrap_up_signal_and_times_out(openhands_sweep):
+    sweep, results, server_model, _ = openhands_sweep
+    result, model = results["openhands-wrap-up"], server_model.models["gpt-4o"]
     log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
     assert result.status == "timeout", log[-3000:]
     assert any("wrap-up: the budget ends in" in out for out in model.tool_outputs), model.tool_outputs

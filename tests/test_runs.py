@@ -27,6 +27,11 @@ def only_result(sweep: SweepDir) -> RunResult:
     return RunResult.load(sweep.result_path(run.run_id))
 
 
+def results_by_agent(sweep: SweepDir) -> dict[str, RunResult]:
+    """Each run's result by its agent entry (a sweep of one run per agent)."""
+    return {run.agent.key: RunResult.load(sweep.result_path(run.run_id)) for run in sweep.runs()}
+
+
 @pytest.mark.slow  # a whole sweep
 def test_three_submissions_are_scored_in_order(tmp_path):
     sweep = launch(tmp_path, agents=[{"name": "submitter", "args": {"count": 3}}])
