@@ -88,10 +88,10 @@ def submit_sweep(tmp_path_factory):
 @pytest.fixture(scope="module")
 def wrap_up_sweep(tmp_path_factory):
     # each reaches its wait in under 40 s here (2 busy cores, the four at once); the signal comes 4.5 s before
-    # the end. The grader outlasts the quiet runs (it leaves after idle_timeout_s without submissions), so the
-    # auto-submissions find it.
+    # the end. The grader's idle limit is far shorter than the runs: it must stay while they are at work, so
+    # the auto-submissions find it.
     return every_cli_sweep(tmp_path_factory, PLAN_WRAP_UP, budget=90,
-                           grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
+                           grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20})
 
 
 def files_holding(root: Path, text: str) -> list[str]:

@@ -30,12 +30,12 @@ def openhands_sweep(tmp_path_factory):
     server_model = ModelPerDriver({"gpt-5.4": ScriptedModel(plan), "gpt-4o": ScriptedModel(PLAN_WRAP_UP)})
     with pytest.MonkeyPatch.context() as mp, scripted_server([], model=server_model) as (url, _, _):
         key = use_real_cli(mp, "openhands", "LLM_BASE_URL", url + "/v1")
-        # the grader outlasts the quiet run (it leaves after idle_timeout_s without submissions, and OpenHands
-        # starts slowly on 2 busy cores), so the auto-submission finds it
+        # the grader's idle limit is far shorter than the runs: it must stay while they are at work, so the
+        # auto-submission finds it
         sweep = launch(tmp_path_factory.mktemp("openhands"), network="full", budget=150,
                        agents=[{"name": "openhands", "drivers": ["openai/gpt-5.4"]},
                                {"name": "openhands", "label": "openhands-wrap-up", "drivers": ["openai/gpt-4o"]}],
-                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
+                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20})
     return sweep, results_by_agent(sweep), server_model, key
 
 

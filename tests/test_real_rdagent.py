@@ -29,12 +29,12 @@ def rdagent_sweep(tmp_path_factory):
     server_model = ModelPerDriver({"gpt-5.4": RDAgentModel(), "gpt-4o": RDAgentModel(WRAP_UP_THEN_HANG)})
     with pytest.MonkeyPatch.context() as mp, scripted_server([], model=server_model) as (url, _, _):
         key = use_real_cli(mp, "rdagent", "OPENAI_API_BASE", url + "/v1")
-        # the grader outlasts the quiet run (it leaves after idle_timeout_s without submissions), so the
+        # the grader's idle limit is far shorter than the runs: it must stay while they are at work, so the
         # auto-submission finds it
         sweep = launch(tmp_path_factory.mktemp("rdagent"), network="full", budget=120,
                        agents=[{"name": "rdagent", "args": {"loop_n": 1}, "drivers": ["openai/gpt-5.4"]},
                                {"name": "rdagent", "label": "rdagent-wrap-up", "drivers": ["openai/gpt-4o"]}],
-                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 600})
+                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20})
     return sweep, results_by_agent(sweep), server_model, key
 
 
