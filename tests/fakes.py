@@ -155,34 +155,25 @@ class RecordingVLLMServer:
     def __init__(self, key: str, reply: Callable[[list[int]], str] | None = None, port: int = 0,
                  record_to: str | None = None):
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import ThreadingHTTPServer
+
+        from a2rl.httpjson import JSONRequestHandler
 
         self.key, self.reply = key, reply or (lambda ids: "ok")
         self.requests: list[dict] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, status: int, doc: dict) -> None:
-                data = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/health":
-                    return self._send(200, {})
-                self._send(404, {"error": "no route"})
+                    return self.send_json(200, {})
+                self.send_json(404, {"error": "no route"})
 
             def do_POST(self) -> None:
                 if self.headers.get("Authorization") != f"Bearer {outer.key}":
-                    return self._send(401, {"error": "Unauthorized"})
+                    return self.send_json(401, {"error": "Unauthorized"})
                 if self.path != "/v1/completions":
-                    return self._send(404, {"error": "no route"})
+                    return self.send_json(404, {"error": "no route"})
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body)
                 if record_to:
@@ -194,7 +185,7 @@ class RecordingVLLMServer:
                 if body.get("logprobs") is not None:
                     choice["logprobs"] = {"tokens": words, "token_logprobs": [-0.5] * len(words),
                                           "top_logprobs": [{w: -0.5, "other": -1.5} for w in words]}
-                self._send(200, {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
+                self.send_json(200, {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
                                  "choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]),
                                                                 "completion_tokens": len(words)}})
 
