@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -35,9 +36,13 @@ class Record(BaseModel):
         atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
     @classmethod
-    def load(cls: type[R], path: Path) -> R:
+    def load(cls: type[R], path: Path, raw: bytes | OSError | None = None) -> R:
+        """`raw`: the file's bytes, or the error reading them, when the caller read it already (read_many)."""
         try:
-            raw = read_bytes(path)
+            if raw is None:
+                raw = read_bytes(path)
+            elif isinstance(raw, OSError):
+                raise raw
         except OSError as e:
             raise RecordError(f"cannot read {cls.__name__} from {path}: {e}") from e
         try:  # parse and validate in one pass, without Python dicts in between: a big sweep's tables read 10^4s
@@ -63,9 +68,9 @@ class Record(BaseModel):
             raise RecordError(f"{path}: not a valid {cls.__name__}: {str(e).splitlines()[0]}") from None
 
     @classmethod
-    def load_or_none(cls: type[R], path: Path) -> R | None:
+    def load_or_none(cls: type[R], path: Path, raw: bytes | OSError | None = None) -> R | None:
         try:
-            return cls.load(path)
+            return cls.load(path, raw)
         except RecordError as e:
             if missing(e):
                 return None
@@ -100,6 +105,37 @@ def read_bytes(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+SLOW_READ_S = 100e-6  # a small file read slower than this on average comes over a network file system
+
+
+def read_many(paths: list[Path], threads: int = 16, probe: int = 64) -> list[bytes | OSError]:
+    """Each file's bytes, or the error reading it, in order. The first `probe` files are read one by one; when
+    they came slowly (a shared file system's latency, not the reading, dominates), the rest are read by `threads`
+    threads side by side. From the page cache one thread is faster: 16 took 3x as long for 10^4 small files.
+    Only the reading is threaded: threads parsing at once contend for the GIL."""
+    def read(chunk: list[Path]) -> list[bytes | OSError]:
+        out: list[bytes | OSError] = []
+        for path in chunk:
+            try:
+                out.append(read_bytes(path))
+            except OSError as e:
+                out.append(e)
+        return out
+
+    t = time.perf_counter()
+    first = read(paths[:probe])
+    rest = paths[probe:]
+    if not rest or time.perf_counter() - t <= SLOW_READ_S * len(first):
+        return first + read(rest)
+    chunks = [rest[i::threads] for i in range(threads)]  # a chunk per thread: a future per file costs more than it reads
+    with ThreadPoolExecutor(threads) as pool:
+        done = list(pool.map(read, chunks))
+    out: list[bytes | OSError] = [b""] * len(rest)
+    for i, chunk in enumerate(done):
+        out[i::threads] = chunk
+    return first + out
 
 
 def missing(e: RecordError) -> bool:

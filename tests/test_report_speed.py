@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from a2rl import records
 from a2rl.records import Record, RecordError
 from a2rl.store.results import AgentUsage, RunResult
 from conftest import a2rl
@@ -26,6 +28,39 @@ def test_every_table_reads_as_before_the_fast_paths(sweep):  # noqa: F811
     """The text of every table kind for test_tables' sweep, as printed by a2rl before the fast paths (commit
     8667571 wrote the fixture)."""
     assert a2rl("aggregate", str(sweep.root), *ALL_TABLES, check=True).stdout == GOLDEN.read_text()
+
+
+def test_every_table_reads_the_same_when_the_records_are_read_side_by_side(sweep, monkeypatch, capsys):  # noqa: F811
+    """As on a shared file system, where read_many finds the files slow and reads them in threads."""
+    from a2rl.cli.aggregate import main
+
+    monkeypatch.setattr(records, "SLOW_READ_S", 0.0)
+    assert main([str(sweep.root), *ALL_TABLES]) == 0
+    assert capsys.readouterr().out == GOLDEN.read_text()
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["page-cache", "shared-fs"])
+def test_read_many_gives_each_files_bytes_or_error_in_order(tmp_path, monkeypatch, slow):
+    """One thread while the files come fast, threads past the probe when they come slowly; the same answer."""
+    monkeypatch.setattr(records, "SLOW_READ_S", 0.0 if slow else float("inf"))
+    readers, read_bytes = set(), records.read_bytes
+
+    def spy(path):
+        readers.add(threading.get_ident())
+        return read_bytes(path)
+
+    monkeypatch.setattr(records, "read_bytes", spy)
+    paths = [tmp_path / f"{i}.json" for i in range(100)]
+    for i, path in enumerate(paths):
+        if i % 7:
+            path.write_text(f"x{i}")
+    out = records.read_many(paths, threads=4, probe=10)
+    assert [o if isinstance(o, bytes) else type(o) for o in out] == \
+           [f"x{i}".encode() if i % 7 else FileNotFoundError for i in range(100)]
+    assert (len(readers) > 1) == slow
+    assert Note.load_or_none(paths[0], out[0]) is None  # a missing file read ahead loads as None, as when not
+    with pytest.raises(RecordError, match=f"cannot read Note from {paths[1]}"):
+        Note.load(paths[1], out[1])
 
 
 def test_aggregate_imports_no_plotting_or_ml_library(sweep):  # noqa: F811

@@ -25,15 +25,13 @@ import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from tabulate import tabulate
 
 from a2rl.errors import SpecError
 from a2rl.reporting.metrics import RunMetrics
-from a2rl.records import RecordError
+from a2rl.records import RecordError, read_many
 from a2rl.spec.grid import RunSpec
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.store.noise import NoiseRecord, load_noise
@@ -46,7 +44,6 @@ HEADERS = ["task", "agent", "driver", "mode", "model", "protocol", "baseline", "
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the budget, for --scaling
 TOKEN_POINTS = (10_000, 100_000, 1_000_000)
 WITHIN_NOISE = "~"
-LOAD_THREADS = 16
 Key = tuple[str, str, str, str, str, str]  # model, task, agent, driver, mode, protocol
 
 
@@ -80,10 +77,14 @@ class Run:
     base: BaselineRecord | None
     result: RunResult | None = None
     metrics: RunMetrics | None = None
+    dir: Path = field(init=False)  # runs/<id>/, joined once: a big sweep's paths cost more than its reading
 
-    def load_metrics(self) -> None:
+    def __post_init__(self) -> None:
+        self.dir = self.sweep.run_dir(self.spec.run_id)
+
+    def load_metrics(self, raw: bytes | OSError) -> None:
         try:
-            self.metrics = RunMetrics.load_or_none(self.sweep.run_dir(self.spec.run_id) / "report/metrics.json")
+            self.metrics = RunMetrics.load_or_none(self.dir / "report/metrics.json", raw)
         except RecordError:
             self.metrics = None
 
@@ -112,18 +113,20 @@ class Run:
         when = r.submitted_budget_s if at == "budget_s" else r.submitted_tokens
         return [(w, s) for w, s in zip(when, r.scores) if s is not None]
 
-    def best_within(self, at: str, limit: float) -> float | None:
-        """The run's score counting only submissions made by `limit` (budget seconds or tokens); None when
-        the run has no score or a submission does not say when it was made."""
-        if self.score is None:
-            return None
-        best = self.base_score
-        for when, score in self.scored(at):
-            if when is None:
-                return None
-            if when <= limit:
-                best = score if best is None else max(best, score)
-        return best
+    def best_within(self, at: str, limits: list[float]) -> list[float | None]:
+        """The run's score by each limit (budget seconds or tokens), counting only the submissions made by then;
+        None when the run has no score or a submission does not say when it was made."""
+        scored = self.scored(at) if self.score is not None else []
+        if self.score is None or any(when is None for when, _ in scored):
+            return [None] * len(limits)
+        out = []
+        for limit in limits:
+            best = self.base_score
+            for when, score in scored:
+                if when <= limit:
+                    best = score if best is None else max(best, score)
+            out.append(best)
+        return out
 
 
 @dataclass
@@ -155,22 +158,19 @@ class Sweeps:
                     raise SpecError([f"conflicting specs for {' / '.join(key)}: budget {cell[0].spec.budget_s:g} s "
                                      f"in {cell[0].sweep.root}, {spec.budget_s:g} s in {sweep.root}"])
                 cell.append(run)
-        self._read(lambda run: setattr(run, "result", load_result(run.sweep, run.spec.run_id, self.problems)))
+        runs = self.runs
+        for run, raw in zip(runs, read_many([r.dir / "result.json" for r in runs])):
+            run.result = load_result(run.sweep, run.spec.run_id, self.problems, raw)
         self._metrics_read = False
         self._modes = list(dict.fromkeys(k[4] for k in self.cells))
         self._protocols = list(dict.fromkeys(k[5] for k in self.cells))
 
-    def _read(self, fn: Callable[[Run], None]) -> None:
-        """fn on every run; the files' latency, not parsing, dominates on a shared file system: read them side
-        by side."""
-        runs = self.runs
-        with ThreadPoolExecutor(LOAD_THREADS) as pool:  # a chunk per thread: a future per run costs more than it reads
-            list(pool.map(lambda chunk: list(map(fn, chunk)), [runs[i::LOAD_THREADS] for i in range(LOAD_THREADS)]))
-
     def with_metrics(self) -> "Sweeps":
         """Read the runs' report metrics (once), for the tables that need them."""
         if not self._metrics_read:
-            self._read(Run.load_metrics)
+            runs = self.runs
+            for run, raw in zip(runs, read_many([r.dir / "report/metrics.json" for r in runs])):
+                run.load_metrics(raw)
             self._metrics_read = True
         return self
 
@@ -333,17 +333,15 @@ def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
 
 def scaling_table(sw: Sweeps) -> Table:
     with_tokens = any(t is not None for r in sw.runs if r.completed for t in r.result.submitted_tokens)
-    points = [(f"@{f:.0%} budget", "budget_s", f, True) for f in FRACTIONS]
-    if with_tokens:
-        points += [(f"@{t:,} tokens", "tokens", t, False) for t in TOKEN_POINTS]
+    headers = [f"@{f:.0%} budget" for f in FRACTIONS] + ([f"@{t:,} tokens" for t in TOKEN_POINTS] if with_tokens else [])
     rows = []
     for key in _cell_keys(sw):
-        runs, row = sw.cells[key], list(key)
-        for _, at, x, of_budget in points:
-            vals = [r.best_within(at, x * r.spec.budget_s if of_budget else x) for r in runs]
-            row.append(_ms([v for v in vals if v is not None], len(runs)))
-        rows.append(row)
-    return Table("scaling: best score so far", CELL + [p[0] for p in points], rows,
+        runs = sw.cells[key]
+        # per run, its best at each point: the budget fractions (of its own budget), then the token counts
+        at_points = [r.best_within("budget_s", [f * r.spec.budget_s for f in FRACTIONS])
+                     + (r.best_within("tokens", list(TOKEN_POINTS)) if with_tokens else []) for r in runs]
+        rows.append(list(key) + [_ms([v for v in column if v is not None], len(runs)) for column in zip(*at_points)])
+    return Table("scaling: best score so far", CELL + headers, rows,
                  ["a run without a valid submission by then scores its baseline"])
 
 

@@ -69,14 +69,15 @@ class SignedRecord(Record):
         return self
 
     @classmethod
-    def load_verified(cls: type[S], path: Path, key: bytes) -> S:
-        """Load and check; RecordError (ForgedRecord for a bad signature) when it cannot be trusted."""
-        return cls.load(path).verify(key, path)
+    def load_verified(cls: type[S], path: Path, key: bytes, raw: bytes | OSError | None = None) -> S:
+        """Load and check; RecordError (ForgedRecord for a bad signature) when it cannot be trusted. `raw`: as
+        Record.load's."""
+        return cls.load(path, raw).verify(key, path)
 
     @classmethod
-    def load_verified_or_none(cls: type[S], path: Path, key: bytes) -> S | None:
+    def load_verified_or_none(cls: type[S], path: Path, key: bytes, raw: bytes | OSError | None = None) -> S | None:
         try:
-            return cls.load_verified(path, key)
+            return cls.load_verified(path, key, raw)
         except RecordError as e:
             if missing(e):
                 return None

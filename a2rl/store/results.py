@@ -112,11 +112,12 @@ def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
 log = logging.getLogger("a2rl.results")
 
 
-def load_result(sweep: SweepDir, run_id: str, problems: list[str] | None = None) -> RunResult | None:
+def load_result(sweep: SweepDir, run_id: str, problems: list[str] | None = None,
+                raw: bytes | OSError | None = None) -> RunResult | None:
     """The run's verified result; None when there is none or it does not load or verify (logged, and added to
-    `problems` for the caller to show)."""
+    `problems` for the caller to show). `raw`: its file's bytes when the caller read them (records.read_many)."""
     try:
-        return RunResult.load_verified_or_none(sweep.result_path(run_id), sweep.key)
+        return RunResult.load_verified_or_none(sweep.result_path(run_id), sweep.key, raw)
     except RecordError as e:
         log.warning("%s", e)
         if problems is not None:
