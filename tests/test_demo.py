@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import pytest
 import yaml
@@ -49,7 +50,10 @@ def test_demo_sweep_improves_the_model_locally(tmp_path):
     proc = a2rl("launch", str(demo_spec(tmp_path)), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "4/4 done" in proc.stdout and "best arith/pipeline" in proc.stdout
-    check_demo(SweepDir(tmp_path / "sd"))
+    sweep = SweepDir(tmp_path / "sd")
+    for run in sweep.runs():  # the follower's line for each run as it ended
+        assert re.search(rf"^{run.run_id}: ok · best .* submissions? \(\d+ valid\)$", proc.stdout, re.M), run.run_id
+    check_demo(sweep)
 
 
 @pytest.mark.slow

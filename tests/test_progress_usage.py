@@ -1,12 +1,14 @@
-"""The follower's line and `a2rl status` show tokens and cost so far per run where the transcript gives them:
-a finished run's totals, a running run's as recorded with its last submission."""
+"""The follower and `a2rl status` show tokens and cost so far per run where the transcript gives them: a finished
+run's totals, a running run's as recorded with its last submission. The follower's progress line totals them; it
+prints a line per run as the run ends."""
 
 from __future__ import annotations
 
+from a2rl.scheduling.launcher import Launcher
 from a2rl.scheduling.monitor import collect
 from a2rl.store.ledger import LedgerEntry
 from conftest import a2rl
-from test_tables import sweep  # noqa: F401  (the fixture: a synthetic sweep with known usage)
+from test_tables import finish, sweep  # noqa: F401  (the fixture: a synthetic sweep with known usage)
 
 
 def running_run_with_tokens(sweep):  # noqa: F811
@@ -36,3 +38,27 @@ def test_status_shows_tokens_and_cost_per_run(sweep):  # noqa: F811
     assert "200,000" in lines["gsm8k__claude__gpt-x__tiny-llama__s1"].split()
     assert "1.50" in lines["gsm8k__claude__gpt-x__tiny-llama__s1"].split()
     assert {"777", "0.10"} <= set(lines[run.run_id].split())
+
+
+def test_the_follower_prints_each_run_as_it_ends_with_its_tokens_and_cost(sweep, capsys):  # noqa: F811
+    """Runs that end while it follows get a line each (their transcript's totals where it gives them); runs that
+    had ended before it started get none."""
+    ticks = []
+
+    def sleep(_s: float) -> None:  # the remaining runs end, one poll apart
+        ticks.append(_s)
+        if len(ticks) == 1:
+            finish(sweep, "gsm8k", "sft-only", 2, [(10, 9000, 25.0), (20, 12_000, None)], usage=(10_000, 2_345, 0.25))
+        elif len(ticks) == 2:
+            for seed in (0, 1):
+                finish(sweep, "humaneval", "sft-only", seed, [])
+            finish(sweep, "humaneval", "sft-only", 2, [], status="failed")
+
+    assert Launcher(sweep, "local").follow(poll_s=1.0, sleep=sleep) == 1  # failed runs: exit 1
+    ended = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("gsm8k", "humaneval"))]
+    assert ended == [
+        "gsm8k__claude__gpt-x__tiny-llama__sft-only__s2: ok · best 25.00 · baseline 10.00 · 2 submissions (1 valid)"
+        " · tokens 12.3k, $0.25",
+        "humaneval__claude__gpt-x__tiny-llama__sft-only__s0: ok · best — · baseline — · 0 submissions (0 valid)",
+        "humaneval__claude__gpt-x__tiny-llama__sft-only__s1: ok · best — · baseline — · 0 submissions (0 valid)",
+        "humaneval__claude__gpt-x__tiny-llama__sft-only__s2: failed · best — · baseline — · 0 submissions (0 valid)"]

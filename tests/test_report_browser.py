@@ -44,6 +44,7 @@ def test_demo_report_opens_in_a_browser(tmp_path):
     assert "plots/heatmap.svg" in images and sum(i.startswith("plots/cell-") for i in images) == 2
     for run in sweep.runs():
         assert f'href="../runs/{run.run_id}/report/summary.md"' in dom
+        assert f'href="../runs/{run.run_id}/agent.log"' in dom
     shot = tmp_path / "shot.png"
     chromium(f"--screenshot={shot}", "--window-size=1280,1800", url, tmp_path=tmp_path)
     assert plot_pixels(shot) > 100, "the score plots did not render"

@@ -238,6 +238,12 @@ def test_html_report_of_the_synthetic_sweep(sweep):
     run_id = "gsm8k__claude__gpt-x__tiny-llama__s0"
     assert f"../runs/{run_id}/report/metrics.json" in links and all((index.parent / h).exists() for h in links)
     assert "http" not in page  # nothing fetched from elsewhere
+    runs = {re.sub(r"<[^>]+>", "", m.group(1)): [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", m.group(0))]
+            for m in re.finditer(r"<tr><td>([^<]+)</td>.*?</tr>", page.split("<h2>Runs</h2>")[1])}
+    assert runs["gsm8k__claude__gpt-x__tiny-llama__s2"][1:4] == ["failed", "—", "infrastructure: run failed"]
+    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s0"][1:4] == ["ok", "10.00", "agent: code_error_runtime"]
+    assert runs["gsm8k__claude__gpt-x__tiny-llama__s0"][1:4] == ["ok", "40.00", ""]
+    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == ["no result", "—", "", "no report yet"]
 
 
 def test_report_plots_the_same_in_worker_processes(sweep, tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/demo.sh [launcher args...] - THE main command of the README: set up .venv, run the offline demo sweep
 # (configs/sweeps/demo.yaml: arith × {pipeline, baseline} × 2 seeds on the local executor, no Slurm and no
-# internet needed) to completion, then print its results table.
+# internet needed) to completion (the follower prints progress, each run as it ends, then the results table), then
+# write its HTML report (a2rl report).
 # Knobs: A2RL_SWEEP_DIR (default a2rl-sweeps/demo), A2RL_VENV (default .venv).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,5 +15,5 @@ say() { echo "[demo.sh +$(( $(date +%s) - t0 ))s] $*"; }
 bash tools/setup-env.sh "$VENV"
 say "launching configs/sweeps/demo.yaml into $SWEEP_DIR"
 "$VENV/bin/python" -m a2rl.launch configs/sweeps/demo.yaml --sweep-dir "$SWEEP_DIR" --wait "$@"
-say "results (also: $VENV/bin/python -m a2rl.aggregate $SWEEP_DIR --format github|latex|csv)"
-"$VENV/bin/python" -m a2rl.aggregate "$SWEEP_DIR"
+say "the HTML report: $("$VENV/bin/python" -m a2rl report "$SWEEP_DIR")"
+say "the tables again: $VENV/bin/python -m a2rl.aggregate $SWEEP_DIR [--layout paper --scaling ...] [--format github|latex|csv]"

@@ -1,8 +1,8 @@
 """The sweep report, `a2rl report SWEEP_DIR... [--out DIR]` (default: the first sweep's report/): one static
 index.html with the paper's tables (reporting/aggregate.py), a plot per cell of every run's score against its
-budget clock, the mode × task heatmap, and links to each run's own report (runs/<id>/report/). Plain files with
-relative links and no scripts, styles or fonts from elsewhere: it opens from a shared file system or after
-`rsync` of the sweep directories, without a server.
+budget clock, the mode × task heatmap, and a row per run: its status, score, failure cause and links to its own
+report (runs/<id>/report/) and agent log. Plain files with relative links and no scripts, styles or fonts from
+elsewhere: it opens from a shared file system or after `rsync` of the sweep directories, without a server.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from a2rl.records import atomic_write_text
-from a2rl.reporting.aggregate import Key, Sweeps, Table, heatmap, tables
+from a2rl.reporting.aggregate import Key, Run, Sweeps, Table, failure_cause, heatmap, tables
 
 STYLE = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:.5em 0}
 td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
@@ -42,15 +42,18 @@ def _plt():
     return plt
 
 
-# what a cell's plot needs, picklable for the worker processes: title, budget, baseline, and per run with a
-# budget-timed submission its seed and (budget s, score) points
+# what a cell's plot needs, picklable for the worker processes: title (the cell, its finished runs and how many of
+# them have a score to draw), budget, baseline, and per run with a budget-timed submission its seed and
+# (budget s, score) points
 CellPlot = tuple[str, float, "float | None", list[tuple[int, list[tuple[float, float]]]]]
 
 
 def cell_data(sw: Sweeps, key: Key) -> CellPlot:
     runs = sw.cells[key]
     series = [(r.spec.seed, [(x, s) for x, s in r.scored("budget_s") if x is not None]) for r in runs if r.result]
-    return " / ".join(key), runs[0].spec.budget_s, runs[0].base_score, [(seed, pts) for seed, pts in series if pts]
+    drawn = [(seed, pts) for seed, pts in series if pts]
+    title = f"{' / '.join(key)} ({len(series)} runs" + (f", {len(drawn)} with a scored submission)" if len(drawn) < len(series) else ")")
+    return title, runs[0].spec.budget_s, runs[0].base_score, drawn
 
 
 def _steps(base: float | None, pts: list[tuple[float, float]], budget: float) -> list[tuple[float, float]]:
@@ -79,7 +82,7 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
     from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(5, 3), dpi=72)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.15, top=0.9)
+    fig.subplots_adjust(left=0.16, right=0.97, bottom=0.15, top=0.9)  # room for tick labels like −0.04
     ax.set(xlabel="budget clock (s)", ylabel="score")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     # open polygons, not a LineCollection: a legend placed "best" avoids their paths
@@ -111,7 +114,7 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
             ax.set_ylim(0, 1)
         # nan: no line, and nothing for the legend to avoid
         base_line.set_ydata([float("nan") if base is None else base] * 2)
-        title.set_text(f"{name} ({len(series)} runs)")
+        title.set_text(name)
         canvas.restore_region(backgrounds[budget])
         renderer = canvas.get_renderer()
         for artist in per_cell:
@@ -138,7 +141,8 @@ def heatmap_plot(sw: Sweeps, path: Path) -> None:
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=8)
-    fig.colorbar(im, ax=ax, label="mean improvement")
+    ax.set_title("mean improvement over the baseline", fontsize=9)  # not the colorbar's label: one mode leaves it too short
+    fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -171,6 +175,14 @@ def write_report(sw: Sweeps, out: Path) -> Path:
     return index
 
 
+def _failure(run: Run) -> str:
+    """Why the run did not improve on its baseline, by cause (as the failures table counts it); "" when it did."""
+    source, kind = failure_cause(run)
+    if source == "infra":
+        return f"infrastructure: {run.result.failure_reason or kind}"
+    return f"agent: {kind}" if source == "agent" else ""
+
+
 def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     """index.html's text (and the heatmap it shows), with the cells' plots at their `jobs` paths."""
     plots = out / "plots"
@@ -193,15 +205,16 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     parts.append("<h2>Runs</h2>")
     rows = []
     for run in sw.runs:
-        report = run.sweep.run_dir(run.spec.run_id) / "report"
+        report = run.dir / "report"
         links = " ".join(filter(None, (_link(out, report / "summary.md", "summary"),
                                        _link(out, report / "trajectory.png", "trajectory"),
-                                       _link(out, report / "metrics.json", "metrics"))))
+                                       _link(out, report / "metrics.json", "metrics"),
+                                       _link(out, run.dir / "agent.log", "agent log"))))
         state = run.result.status if run.result else "no result"
         score = "—" if run.score is None else f"{run.score:.2f}"
         rows.append(f"<tr><td>{html.escape(run.spec.run_id)}</td><td>{html.escape(state)}</td><td>{score}</td>"
-                    f"<td>{links or 'no report yet'}</td></tr>")
-    parts.append("<table class=\"runs\"><tr><th>run</th><th>status</th><th>score</th><th>report</th></tr>"
-                 + "".join(rows) + "</table>")
+                    f"<td>{html.escape(_failure(run))}</td><td>{links or 'no report yet'}</td></tr>")
+    parts.append("<table class=\"runs\"><tr><th>run</th><th>status</th><th>score</th><th>failure</th><th>report</th>"
+                 "</tr>" + "".join(rows) + "</table>")
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>a2rl report</title>"
             f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")

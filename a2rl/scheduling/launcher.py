@@ -171,9 +171,15 @@ class Launcher:
         the scheduler's own cache limits how often it is asked. Exit code 0 when no run failed."""
         t0, last, tty = time.monotonic(), "", sys.stdout.isatty()
         warned: set[str] = set()
+        told: set[str] | None = None  # runs whose end was printed; those ended before following are not
         while True:
             st = collect(self.sweep, self.schedulers)
             reap_lost(self.sweep, st)
+            if told is None:
+                told = set(st.ended)
+            for run_id in sorted(st.ended.keys() - told):
+                told.add(run_id)
+                print(("\r" if tty else "") + st.run_line(run_id).ljust(len(last) if tty else 0), flush=True)
             if st.deferred and (ids := top_up(self.sweep, self.scheduler)):
                 st.deferred, st.waiting = st.deferred - len(ids), st.waiting + len(ids)
             for key, rec in st.baselines.items():

@@ -39,10 +39,25 @@ class SweepState:
     # run_id → (tokens, cost $) so far, where the transcript says: the result's totals once a run has one,
     # before that what its job recorded with its last submission (reading every transcript each poll is not cheap)
     usage: dict[str, tuple[int | None, float | None]] = field(default_factory=dict)
+    ended: dict[str, RunResult] = field(default_factory=dict)  # run_id → result, for runs counted finished
 
     @property
     def finished(self) -> int:
         return self.ok + self.timeout + self.failed
+
+    def run_line(self, run_id: str) -> str:
+        """One finished run: how it ended, its best score against its baseline, and its tokens and cost."""
+        r = self.ended[run_id]
+        parts = [f"{run_id}: {r.status}",
+                 "best —" if r.best is None else f"best {r.best:.2f}",
+                 "baseline —" if r.baseline is None else f"baseline {r.baseline:.2f}",
+                 f"{r.submissions} submission{'s' if r.submissions != 1 else ''} ({r.valid_submissions} valid)"]
+        tokens, cost = self.usage.get(run_id, (None, None))
+        if tokens is not None:
+            parts.append(f"tokens {human(tokens)}" + ("" if cost is None else f", ${cost:.2f}"))
+        if r.failure_reason:
+            parts.append(r.failure_reason)
+        return " · ".join(parts)
 
     def line(self, elapsed_s: float) -> str:
         parts = [f"[{int(elapsed_s) // 60:d}m{int(elapsed_s) % 60:02d}s] {self.finished}/{self.total} done",
@@ -126,6 +141,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             st.running += 1  # its job completes the result with the scores it waits for
         elif result is not None:
             setattr(st, result.status, getattr(st, result.status) + 1)
+            st.ended[run.run_id] = result
         entries = ledger.entries(run.run_id)
         usage = result.usage if result is not None else None
         if usage is not None and usage.input_tokens is not None:
@@ -162,6 +178,7 @@ def reap_lost(sweep: SweepDir, st: SweepState) -> list[RunResult]:
     for run_id, reason in st.lost.items():
         result = mark_lost(sweep, sweep.run(run_id), reason)
         setattr(st, result.status, getattr(st, result.status) + 1)
+        st.ended[run_id] = result
         reaped.append(result)
     st.lost = {}
     return reaped
