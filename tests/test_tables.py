@@ -153,7 +153,7 @@ def test_pass_at_k_needs_k_runs():
         expected_best_of([1.0, 2.0], 3)
 
 
-def test_scaling_is_best_so_far_at_budget_fractions_and_token_counts(sweep):
+def test_scaling_is_best_so_far_at_budget_fractions_token_counts_and_submission_counts(sweep):
     table = scaling_table(Sweeps([sweep]))
     rows = as_dicts(table)
     free = rows["gsm8k/free"]
@@ -164,6 +164,11 @@ def test_scaling_is_best_so_far_at_budget_fractions_and_token_counts(sweep):
     # a submission without a token count leaves the run out of the token columns, not out of the budget ones
     assert rows["gsm8k/sft-only"]["@10,000 tokens"] == "10.00 ± 0.00 (n=1)"
     assert rows["gsm8k/sft-only"]["@50% budget"] == "13.00 ± 3.00 (n=2)"
+    # after the first k graded submissions: seed 1's first was invalid (its baseline, 10, until its second)
+    assert [free[f"@{k}"] for k in ("1 submission", "3 submissions", "5 submissions")] == \
+        ["15.00 ± 5.00 (n=2)", "35.00 ± 5.00 (n=2)", "35.00 ± 5.00 (n=2)"]
+    assert rows["gsm8k/sft-only"]["@1 submission"] == "13.00 ± 3.00 (n=2)"
+    assert rows["humaneval/free"]["@1 submission"] == "60.00 ± 10.00 (n=2)"  # no baseline: its scores alone
 
 
 def test_routes_failures_usage_and_submissions(sweep):

@@ -12,7 +12,7 @@ in `problems` (the command prints them to stderr).
 Tables: the long table (one row per cell; the default); `--layout paper`, one Table-2 block per base model
 (first row the baseline, then one row per stack + driver [+ mode], a column per task; mean ± SEM over seeds,
 with n when seeds are missing); `--by mode`, mode × task mean improvement (the heatmap); `--pass-at 1,3,5`;
-`--scaling` (best score at budget fractions and token counts); `--routes` (training of the best
+`--scaling` (best score at budget fractions, token counts and submission counts); `--routes` (training of the best
 submissions); `--failures` (by cause: infrastructure or agent); `--usage` (tokens and cost); `--submissions`
 (per run). Where `a2rl calibrate` measured the evaluation noise, improvements within it are marked `~`.
 """
@@ -43,6 +43,7 @@ HEADERS = ["task", "agent", "driver", "mode", "model", "protocol", "baseline", "
            "runs ok", "runs failed"]
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the budget, for --scaling
 TOKEN_POINTS = (10_000, 100_000, 1_000_000)
+SUBMISSION_POINTS = (1, 3, 5)
 WITHIN_NOISE = "~"
 Key = tuple[str, str, str, str, str, str]  # model, task, agent, driver, mode, protocol
 
@@ -106,6 +107,17 @@ class Run:
     def improvement(self) -> float | None:
         s, b = self.score, self.base_score
         return None if s is None or b is None else s - b
+
+    def best_after(self, ks: list[int]) -> list[float | None]:
+        """The run's score counting only its first k graded submissions (all of them when it made fewer), for
+        each k; None when the run has no score."""
+        if self.score is None:
+            return [None] * len(ks)
+        out = []
+        for k in ks:
+            valid = [s for s in self.result.scores[:k] if s is not None]
+            out.append(max(valid + ([self.base_score] if self.base_score is not None else []), default=None))
+        return out
 
     def scored(self, at: str) -> list[tuple[float | None, float]]:
         """(when, score) of each valid submission; `at`: "budget_s" (budget clock) or "tokens" (the agent's)."""
@@ -333,16 +345,20 @@ def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
 
 def scaling_table(sw: Sweeps) -> Table:
     with_tokens = any(t is not None for r in sw.runs if r.completed for t in r.result.submitted_tokens)
-    headers = [f"@{f:.0%} budget" for f in FRACTIONS] + ([f"@{t:,} tokens" for t in TOKEN_POINTS] if with_tokens else [])
+    headers = ([f"@{f:.0%} budget" for f in FRACTIONS] + ([f"@{t:,} tokens" for t in TOKEN_POINTS] if with_tokens else [])
+               + [f"@{k} submission{'s' if k > 1 else ''}" for k in SUBMISSION_POINTS])
     rows = []
     for key in _cell_keys(sw):
         runs = sw.cells[key]
-        # per run, its best at each point: the budget fractions (of its own budget), then the token counts
+        # per run, its best at each point: the budget fractions (of its own budget), the token counts, the
+        # submission counts
         at_points = [r.best_within("budget_s", [f * r.spec.budget_s for f in FRACTIONS])
-                     + (r.best_within("tokens", list(TOKEN_POINTS)) if with_tokens else []) for r in runs]
+                     + (r.best_within("tokens", list(TOKEN_POINTS)) if with_tokens else [])
+                     + r.best_after(list(SUBMISSION_POINTS)) for r in runs]
         rows.append(list(key) + [_ms([v for v in column if v is not None], len(runs)) for column in zip(*at_points)])
     return Table("scaling: best score so far", CELL + headers, rows,
-                 ["a run without a valid submission by then scores its baseline"])
+                 ["a run without a valid submission by then scores its baseline; @k submissions: its first k graded"
+                  " ones (all, when it made fewer)"])
 
 
 def routes_table(sw: Sweeps) -> Table:
