@@ -16,6 +16,7 @@ pytest.importorskip("trl")
 from transformers import AutoTokenizer  # noqa: E402
 
 from a2rl.agents.interactive import GraderLoop  # noqa: E402
+from a2rl.spec.generation import GenerationPreset, get_preset  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 from a2rl.tasklib.envs import load_task_env  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl, write_jsonl  # noqa: E402
@@ -41,14 +42,17 @@ def webshop(tmp_path_factory):
 
 
 def route_and_grader(task: str, train: Path, graded: Path, traj: dict, protocol: str, tok, context: int,
-                     **options) -> tuple[list[str], list[str], list[str], dict]:
+                     preset: GenerationPreset | None = None, **options) -> tuple[list[str], list[str], list[str], dict]:
     """The route's SFT prompts and GRPO prompts (expert states, in step order) for one trajectory, the prompts the
-    task's evaluator sends to a generator replaying the route's SFT replies, and the evaluator's result."""
-    loop = GraderLoop(load_task_env(train / "env.py", f"{task}_route_env"), train, protocol, tok, context)
+    task's evaluator sends to a generator replaying the route's SFT replies, and the evaluator's result. preset: the
+    model's generation preset (the grader's; the route gets its chat_template_kwargs, as run_meta.json has them)."""
+    loop = GraderLoop(load_task_env(train / "env.py", f"{task}_route_env"), train, protocol, tok, context,
+                      preset.chat_template_kwargs if preset else None)
     pairs, states = loop.expert_steps([traj])
     rows = sorted(loop.grpo_rows(states), key=lambda r: len(r["history"]))
     replies = {p["prompt"]: p["completion"] for p in pairs}
-    grader = FakeGenerator(script=lambda prompt: replies[prompt], cut=True, tokenizer=tok, context=context)
+    grader = FakeGenerator(script=lambda prompt: replies[prompt], cut=True, tokenizer=tok, context=context,
+                           preset=preset)
     spec = get_task(task)
     result = spec.evaluator.evaluate(grader, graded, {**spec.spec.eval, "protocol": protocol, **options})
     return [p["prompt"] for p in pairs], [r["prompt"] for r in rows], grader.prompts, result
@@ -81,15 +85,21 @@ def test_alfworld_route_prompts_are_what_the_grader_sends(protocol, alfworld, to
         assert len(sft) == len(traj["actions"]) and len(sft[-1]) < len(full[-1]) and result["score"] == 100.0
 
 
-@pytest.mark.parametrize("protocol", ["paper", "a2rl"])
-def test_webshop_route_prompts_are_what_the_grader_sends(protocol, webshop, tok, tmp_path):
-    train, _ = webshop
+def webshop_graded(train: Path, tmp_path: Path, protocol: str) -> tuple[dict, Path]:
+    """A won trajectory of 4+ steps, and its training goal graded as if held out (paper's goals file or a2rl's)."""
     traj = next(t for t in read_jsonl(train / "trajectories.jsonl") if t["won"] and len(t["actions"]) > 3)
-    graded = tmp_path / "graded"  # the training goal, graded as if held out (paper's goals file or a2rl's)
+    graded = tmp_path / "graded"
     graded.mkdir()
     shutil.copy(train / "products.jsonl", graded)
     goal = read_jsonl(train / "goals.jsonl")[int(traj["episode"])]
     write_jsonl(graded / get_task("webshop").evaluator.GOALS[protocol], [goal])
+    return traj, graded
+
+
+@pytest.mark.parametrize("protocol", ["paper", "a2rl"])
+def test_webshop_route_prompts_are_what_the_grader_sends(protocol, webshop, tok, tmp_path):
+    train, _ = webshop
+    traj, graded = webshop_graded(train, tmp_path, protocol)
     sft, grpo, sent, result = route_and_grader("webshop", train, graded, traj, protocol, tok, BIG)
     assert sent == sft == grpo and len(sft) == len(traj["actions"]) and result["reward_1_rate"] == 100.0
     if protocol == "paper":  # the chat template, the 5-step window numbered from the start
@@ -106,6 +116,21 @@ def test_webshop_route_prompts_are_what_the_grader_sends(protocol, webshop, tok,
         assert sft == full[:2]
     else:
         assert len(sft) == len(traj["actions"]) and len(sft[-1]) < len(full[-1])
+
+
+def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(webshop, tiny_model, tmp_path):
+    """WebShop's paper loop prompts in the chat format: with a preset that sets chat_template_kwargs
+    (qwen3-nothinking), the route's prompts are the grader's, rendered with them."""
+    from test_pipeline_protocols import THINKING
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok.chat_template = THINKING
+    train, _ = webshop
+    traj, graded = webshop_graded(train, tmp_path, "paper")
+    sft, grpo, sent, result = route_and_grader("webshop", train, graded, traj, "paper", tok, BIG,
+                                               preset=get_preset("qwen3-nothinking"))
+    assert sent == sft == grpo and result["reward_1_rate"] == 100.0
+    assert all("<think>" in p for p in sft)
 
 
 @pytest.mark.parametrize("task", ["alfworld", "webshop"])
@@ -183,7 +208,7 @@ def test_a_model_whose_context_no_expert_step_fits_stops_with_a_clear_error(alfw
     from a2rl.agents import interactive
 
     train, _ = alfworld
-    args = SimpleNamespace(protocol="paper", sft_steps=1, grpo_steps=1)
+    args = SimpleNamespace(protocol="paper", sft_steps=1, grpo_steps=1, template_kwargs={})
     assert interactive.run(args, tiny_model, train, tmp_path / "out") == 2
     assert "error: no expert step fits the model's context in protocol paper's prompts (512 tokens)" in \
         capsys.readouterr().out

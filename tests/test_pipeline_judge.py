@@ -16,7 +16,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator  # noqa: E402
 
-from a2rl.agents.pipeline import STATIC_FORMATS, check_rows  # noqa: E402
+from a2rl.agents.pipeline import STATIC_FORMATS, Chat, check_rows  # noqa: E402
 
 JUDGED = STATIC_FORMATS["instruction_reference"].routes["paper"]  # both protocols prompt alike
 from a2rl.grading.inference import Generator  # noqa: E402
@@ -40,7 +40,7 @@ def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_
     tok = AutoTokenizer.from_pretrained(tiny_model)
     rows = read_jsonl(data.train_dir / "train.jsonl")[:50]
     assert JUDGED.reward is None  # a judge task: no rule reward
-    pairs = JUDGED.sft_pairs(rows, tok)
+    pairs = JUDGED.sft_pairs(rows, Chat(tok))
     policy = FakeGenerator("4", tokenizer=tok)  # it remembers the prompts the judge protocol feeds the policy
     compare_to_references(policy, [r["instruction"] for r in rows], [r["reference"] for r in rows], AlwaysA(),
                           max_new_tokens=64, batch_size=64)

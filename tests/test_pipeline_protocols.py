@@ -56,7 +56,7 @@ def test_sft_and_grpo_prompts_are_what_the_grader_sends(task, protocol, prepared
     data = prepared[task]
     rows = read_jsonl(data.train_dir / "train.jsonl")
     route = P.check_rows(get_task(task).spec.train_format, rows).routes[protocol]
-    pairs, grpo = route.sft_pairs(rows, tok), route.grpo_rows(rows, tok)
+    pairs, grpo = route.sft_pairs(rows, P.Chat(tok)), route.grpo_rows(rows, P.Chat(tok))
     items = rows[-N:]  # past gsm8k's exemplars
     reply = {p["prompt"]: p["completion"].removesuffix(tok.eos_token) for p in pairs[-N:]}
     grader = FakeGenerator(script=lambda prompt: reply[prompt], cut=True, tokenizer=tok)
@@ -77,7 +77,47 @@ def test_instruction_prompts_are_what_the_grader_sends_under_both_protocols(prep
     assert routes["paper"] is routes["a2rl"]  # alpacaeval's evaluate answers with generate_answers under both
     policy = FakeGenerator("ok", tokenizer=tok)
     generate_answers(policy, [r["instruction"] for r in rows], max_new_tokens=8, batch_size=8)
-    assert [p["prompt"] for p in routes["paper"].sft_pairs(rows, tok)] == policy.prompts
+    assert [p["prompt"] for p in routes["paper"].sft_pairs(rows, P.Chat(tok))] == policy.prompts
+
+
+THINKING = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}"
+            "<|assistant|>\n{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n{% endif %}"
+            "{% endif %}")  # as Qwen3's: thinking off opens the reply with an empty think block
+
+
+@pytest.mark.parametrize("fmt, task", [("qa_numeric", "gsm8k"), ("code_with_tests", "humaneval"),
+                                       ("instruction_reference", "alpacaeval")])
+def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(fmt, task, prepared, tiny_model, tmp_path,
+                                                                       monkeypatch):
+    """A model graded with a preset that sets chat_template_kwargs (qwen3-nothinking) trains on the prompts the
+    grader renders with them, as run_meta.json tells them."""
+    from a2rl.spec.generation import get_preset
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok.chat_template = THINKING
+    preset = get_preset("qwen3-nothinking")
+    monkeypatch.setenv("WORKSPACE", str(tmp_path))
+    (tmp_path / "run_meta.json").write_text(json.dumps({"chat_template_kwargs": preset.chat_template_kwargs}))
+    chat = P.Chat(tok, P.template_kwargs())
+    rows = read_jsonl(prepared[task].train_dir / "train.jsonl")[-N:]
+    rows = [{k: v for k, v in r.items() if k != "input"} for r in rows]  # alpacaeval: as the test rows
+    prompts = [p["prompt"] for p in P.STATIC_FORMATS[fmt].routes["paper"].sft_pairs(rows, chat)]
+    assert all("<think>" in p for p in prompts)
+    grader = FakeGenerator("ok", tokenizer=tok, preset=preset)
+    if task == "alpacaeval":
+        generate_answers(grader, [r["instruction"] for r in rows], max_new_tokens=8, batch_size=8)
+    else:
+        get_task(task).evaluator.evaluate(grader, graded_as_heldout(task, prepared[task], rows, tmp_path),
+                                          {**get_task(task).spec.eval, **OPTIONS[task], "protocol": "paper"})
+    assert grader.prompts == prompts
+
+
+def test_chat_template_kwargs_default_to_none_and_must_be_a_mapping(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKSPACE", str(tmp_path))
+    assert P.template_kwargs() == {}  # no run_meta.json
+    (tmp_path / "run_meta.json").write_text(json.dumps({"chat_template_kwargs": ["enable_thinking"]}))
+    with pytest.raises(ValueError, match="chat_template_kwargs must be a mapping"):
+        P.template_kwargs()
 
 
 def test_the_protocol_comes_from_the_workspaces_run_meta(tmp_path, monkeypatch):

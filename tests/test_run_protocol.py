@@ -27,12 +27,15 @@ def test_the_workspace_and_environment_name_the_protocol(tmp_path, tiny_model):
 
 
 @pytest.mark.slow  # whole sweeps
-@pytest.mark.parametrize("protocols, expected", [(None, "paper"), (["a2rl"], "a2rl")])
-def test_a_run_sees_its_protocol(tmp_path, protocols, expected):
+@pytest.mark.parametrize("protocols, expected, preset", [(None, "paper", None), (["a2rl"], "a2rl", "qwen3-nothinking")])
+def test_a_run_sees_its_protocol_and_chat_template_kwargs(tmp_path, protocols, expected, preset):
     fields = {"agents": ["informed"]} | ({"protocols": protocols} if protocols else {})
+    if preset:  # the model's generation preset: its chat_template_kwargs are how the grader renders chat prompts
+        fields["models"] = [{"name": "tiny-llama", "path": "builtin:tiny-llama", "generation": preset}]
     proc = a2rl("launch", str(write_sweep(tmp_path, **fields)), "--sweep-dir", str(tmp_path / "sd"), "--wait")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (told_file,) = (tmp_path / "sd").rglob("output/told.json")
     told = json.loads(told_file.read_text())
     assert told["env"]["EVAL_PROTOCOL"] == expected and told["run_meta"]["protocol"] == expected
     assert f"scored under the `{expected}`\nprotocol" in told["instructions"]
+    assert told["run_meta"]["chat_template_kwargs"] == ({"enable_thinking": False} if preset else {})

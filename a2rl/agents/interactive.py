@@ -45,20 +45,22 @@ class GraderLoop:
     inside the context as the grader does for this model (a2rl.tasklib.envs.generator_policy)."""
 
     def __init__(self, env_module: ModuleType, data_path: Path, protocol: str, tokenizer: PreTrainedTokenizerBase,
-                 context: int):
+                 context: int, template_kwargs: dict | None = None):
         self.env_module, self.data_path, self.protocol = env_module, data_path, protocol
         self.tokenizer, self.context = tokenizer, context
+        self.template_kwargs = template_kwargs or {}  # the run's chat_template_kwargs, as the grader renders with
 
     @classmethod
-    def for_model(cls, env_module: ModuleType, data_path: Path, protocol: str, model_dir: Path) -> "GraderLoop":
+    def for_model(cls, env_module: ModuleType, data_path: Path, protocol: str, model_dir: Path,
+                  template_kwargs: dict | None = None) -> "GraderLoop":
         context = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or 1 << 30)
-        return cls(env_module, data_path, protocol, AutoTokenizer.from_pretrained(model_dir), context)
+        return cls(env_module, data_path, protocol, AutoTokenizer.from_pretrained(model_dir), context, template_kwargs)
 
     def transcript(self, episode: str) -> Transcript:
         return self.env_module.transcript(self.data_path, episode, self.protocol)
 
     def render(self, messages: Messages) -> str:
-        return chat_prompt(self.tokenizer, messages)
+        return chat_prompt(self.tokenizer, messages, self.template_kwargs)
 
     def fits(self, transcript: Transcript) -> Fits:
         limit = self.context - transcript.max_new_tokens
@@ -174,7 +176,7 @@ def policy_states(model_dir: Path, loop: GraderLoop, episodes: list[str], max_st
 def run(args: argparse.Namespace, model_path: Path, data_path: Path, out: Path) -> int:
     env_module = load_task_env(data_path / "env.py")
     trajectories = load_trajectories(data_path)
-    loop = GraderLoop.for_model(env_module, data_path, args.protocol, model_path)
+    loop = GraderLoop.for_model(env_module, data_path, args.protocol, model_path, args.template_kwargs)
     pairs, expert_states = loop.expert_steps(trajectories)
     log(f"interactive task: {len(trajectories)} trajectories ({sum(t['won'] for t in trajectories)} won), "
         f"{len(pairs)} SFT pairs in protocol {args.protocol}'s prompts, base model {model_path}")

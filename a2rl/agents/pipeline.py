@@ -40,7 +40,7 @@ import time
 import typing
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -58,7 +58,7 @@ from a2rl.store.stages import STAGES_FILE, Stage, StageLog
 from a2rl.tasklib.answers import (GSM8K_STOP, HUMANEVAL_PAPER_NAME, cut_at_stop, extract_number, first_code_block,
                                   format_answer, gsm8k_paper_correct, gsm8k_paper_prediction, gsm8k_paper_reference,
                                   humaneval_paper_program, humaneval_program)
-from a2rl.tasklib.prompts import (GSM8K_SHOTS, gsm8k_paper_messages, gsm8k_paper_reply, gsm8k_prompt,
+from a2rl.tasklib.prompts import (GSM8K_SHOTS, Messages, gsm8k_paper_messages, gsm8k_paper_reply, gsm8k_prompt,
                                   humaneval_paper_messages, humaneval_paper_reply, instruction_messages)
 
 # Job logs are files: progress bars only add carriage-return noise.
@@ -421,13 +421,28 @@ Rows = list[dict[str, str]]
 
 
 @dataclass(frozen=True)
+class Chat:
+    """The base model's chat format as the grader renders it: the tokenizer's chat template with the run's
+    chat_template_kwargs (its generation preset's, from run_meta.json; Qwen3's enable_thinking changes the prompt)."""
+    tokenizer: PreTrainedTokenizerBase
+    template_kwargs: dict = field(default_factory=dict)
+
+    def prompt(self, messages: Messages) -> str:
+        return chat_prompt(self.tokenizer, messages, self.template_kwargs)
+
+    @property
+    def eos(self) -> str:
+        return self.tokenizer.eos_token
+
+
+@dataclass(frozen=True)
 class Route:
     """How one protocol's grader asks for a train.jsonl layout, so training sees that prompt: the SFT pairs
     (prompt, completion), the GRPO rows (a "prompt"; other columns reach the reward as kwargs) and the reward (None:
     no rule reward stands in for the grader's judge; GRPO then needs a judge for training, --train-judge). Chat
-    prompts are rendered with the base model's chat template, as the grader renders them."""
-    sft_pairs: Callable[[Rows, PreTrainedTokenizerBase], Rows]
-    grpo_rows: Callable[[Rows, PreTrainedTokenizerBase], Rows]
+    prompts are rendered as the grader renders them (Chat)."""
+    sft_pairs: Callable[[Rows, Chat], Rows]
+    grpo_rows: Callable[[Rows, Chat], Rows]
     reward: Callable[..., list[float]] | None = None
     max_length: int = 256  # SFT sequence tokens
     max_completion_length: int = 8  # GRPO default
@@ -450,55 +465,55 @@ def gsm8k_exemplars(rows: Rows) -> Rows:
     return rows[:GSM8K_SHOTS]
 
 
-def instruction_prompt(row: dict[str, str], tok: PreTrainedTokenizerBase) -> str:
-    return chat_prompt(tok, instruction_messages(instruction_text(row)))
+def instruction_prompt(row: dict[str, str], chat: Chat) -> str:
+    return chat.prompt(instruction_messages(instruction_text(row)))
 
 
 STATIC_FORMATS: dict[str, StaticFormat] = {
     "qa_short": StaticFormat(("prompt", "answer"), every_protocol(Route(
-        lambda rows, tok: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
-        lambda rows, tok: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward))),
+        lambda rows, chat: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
+        lambda rows, chat: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward))),
     "qa_numeric": StaticFormat(("question", "answer"), {
         # a2rl: the 4-shot completion prompt, answered by the rationale and where the grader stops generating
         "a2rl": Route(
-            lambda rows, tok: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]),
-                                "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}"} for r in rows],
-            lambda rows, tok: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]), "answer": r["answer"]}
-                               for r in rows],
+            lambda rows, chat: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]),
+                                 "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}"} for r in rows],
+            lambda rows, chat: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]), "answer": r["answer"]}
+                                for r in rows],
             final_number_reward, max_length=4096, max_completion_length=256),
         # paper: the chat over paper's four exemplars, answered as they answer ("The answer is N") and EOS: paper
         # generates with no stop string, and reads the last number before a "Question:" of the model's own
         "paper": Route(
-            lambda rows, tok: [{"prompt": chat_prompt(tok, gsm8k_paper_messages(r["question"])),
-                                "completion": gsm8k_paper_reply(r["answer"]) + tok.eos_token} for r in rows],
-            lambda rows, tok: [{"prompt": chat_prompt(tok, gsm8k_paper_messages(r["question"])),
-                                "answer": r["answer"]} for r in rows],
+            lambda rows, chat: [{"prompt": chat.prompt(gsm8k_paper_messages(r["question"])),
+                                 "completion": gsm8k_paper_reply(r["answer"]) + chat.eos} for r in rows],
+            lambda rows, chat: [{"prompt": chat.prompt(gsm8k_paper_messages(r["question"])), "answer": r["answer"]}
+                                for r in rows],
             paper_number_reward, max_length=4096, max_completion_length=256)}),
     "code_with_tests": StaticFormat(("prompt", "canonical_solution", "test", "entry_point"), {
         # a2rl: a raw continuation of the problem's prompt
         "a2rl": Route(
-            lambda rows, tok: [{"prompt": r["prompt"], "completion": r["canonical_solution"] + tok.eos_token}
-                               for r in rows],
-            lambda rows, tok: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
-                               for r in rows],
+            lambda rows, chat: [{"prompt": r["prompt"], "completion": r["canonical_solution"] + chat.eos}
+                                for r in rows],
+            lambda rows, chat: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
+                                for r in rows],
             unit_test_reward, max_length=1024, max_completion_length=256),
         # paper: the chat instruction, answered by the whole function in a code block
         "paper": Route(
-            lambda rows, tok: [{"prompt": chat_prompt(tok, humaneval_paper_messages(r["prompt"])),
-                                "completion": humaneval_paper_reply(r) + tok.eos_token} for r in rows],
-            lambda rows, tok: [{"prompt": chat_prompt(tok, humaneval_paper_messages(r["prompt"])),
-                                "problem_prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
-                               for r in rows],
+            lambda rows, chat: [{"prompt": chat.prompt(humaneval_paper_messages(r["prompt"])),
+                                 "completion": humaneval_paper_reply(r) + chat.eos} for r in rows],
+            lambda rows, chat: [{"prompt": chat.prompt(humaneval_paper_messages(r["prompt"])),
+                                 "problem_prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
+                                for r in rows],
             paper_unit_test_reward, max_length=1024, max_completion_length=512)}),
     # Both protocols: the instruction as the single user turn the grader prompts the policy with
     # (a2rl.grading.judge.generate_answers), answered by the reference and EOS: the grader's answer is everything
     # generated up to EOS. Alpaca's rows name the reference "output" and may add an "input" to the instruction.
     # GRPO's reward is the training judge's.
     "instruction_reference": StaticFormat(("instruction", "reference|output"), every_protocol(Route(
-        lambda rows, tok: [{"prompt": instruction_prompt(r, tok), "completion": reference_text(r) + tok.eos_token}
-                           for r in rows],
-        lambda rows, tok: [{"prompt": instruction_prompt(r, tok), "instruction": instruction_text(r),
-                            "reference": reference_text(r)} for r in rows],
+        lambda rows, chat: [{"prompt": instruction_prompt(r, chat), "completion": reference_text(r) + chat.eos}
+                            for r in rows],
+        lambda rows, chat: [{"prompt": instruction_prompt(r, chat), "instruction": instruction_text(r),
+                             "reference": reference_text(r)} for r in rows],
         max_completion_length=128))),
 }
 
@@ -596,6 +611,16 @@ def protocol(args: argparse.Namespace) -> str:
     return name
 
 
+def template_kwargs() -> dict:
+    """The chat_template_kwargs the grader renders this run's chat prompts with, as the workspace's run_meta.json
+    tells them ({} without one)."""
+    meta, told = run_meta()
+    kwargs = told.get("chat_template_kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{meta}: chat_template_kwargs must be a mapping, not {kwargs!r}")
+    return kwargs
+
+
 def deepspeed_config(args: argparse.Namespace) -> Path | None:
     if not args.deepspeed:
         return None
@@ -613,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fmt_name = train_format(args)
         args.protocol = graded_under = protocol(args)
+        args.template_kwargs = template_kwargs()
         ds = deepspeed_config(args)
         if args.qlora and not args.lora_r:
             raise ValueError("--qlora trains LoRA adapters: give --lora-r too")
@@ -660,8 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     start = model_path
     if args.sft_steps > 0:
         log(f"stage sft: {args.sft_steps} steps")
-        start = sft_stage(args, model_path, route.sft_pairs(rows, AutoTokenizer.from_pretrained(model_path)), out,
-                          max_length=route.max_length)
+        chat = Chat(AutoTokenizer.from_pretrained(model_path), args.template_kwargs)
+        start = sft_stage(args, model_path, route.sft_pairs(rows, chat), out, max_length=route.max_length)
         submit(start)
     if args.grpo_steps > 0 and not grpo:
         why = "these rows are scored by a judge model, no rule reward stands in for it, and no --train-judge is set"
@@ -672,8 +698,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"stage grpo: {args.grpo_steps} steps from {start}" + (f", rewards from the judge at {args.train_judge}"
                                                                   if reward_info else ""))
         try:
-            submit(grpo_stage(args, start, route.grpo_rows(rows, AutoTokenizer.from_pretrained(start)), reward, out,
-                              reward_info=reward_info))
+            chat = Chat(AutoTokenizer.from_pretrained(start), args.template_kwargs)
+            submit(grpo_stage(args, start, route.grpo_rows(rows, chat), reward, out, reward_info=reward_info))
         except JudgeError as e:  # the training judge is down or misconfigured: what SFT submitted stands
             SUBMITTER.wait()
             log(f"error: stage grpo: the training judge failed: {e}")

@@ -37,6 +37,7 @@ from a2rl.run.budget import Budget
 from a2rl.drivers.endpoint import wait_for_endpoint
 from a2rl.spec.clusters import SIGNAL_DELAY_S
 from a2rl.spec.models import resolve_model
+from a2rl.spec.generation import get_preset
 from a2rl.recording.archive import archive_workspace
 from a2rl.recording.transcripts import cli_failure, parse_usage, transcript_files
 from a2rl.records import atomic_write_text, now
@@ -182,7 +183,8 @@ class AgentRun:
                              uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
         self.setup_s = time.monotonic() - self.t0
         meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s,
-                       train_format=task.spec.train_format, protocol=run.protocol)
+                       train_format=task.spec.train_format, protocol=run.protocol,
+                       chat_template_kwargs=get_preset(run.model.generation).chat_template_kwargs)
         meta.dump(ws.meta_path)
         self.submitter = RunSubmitter(self.sweep, run, ws, self.budget, usage=self._usage)
 

@@ -8,8 +8,9 @@
                      sandbox binds read-only one by one: `linked_files`)
     models/base      link to the base model (read-only)
     description.md   the task, instructions.md the rules, run_meta.json the budget (paper-compatible), the
-                     train rows' format (the task's train_format: how agents such as `pipeline` read data/) and
-                     the protocol the run is graded under (also $EVAL_PROTOCOL)
+                     train rows' format (the task's train_format: how agents such as `pipeline` read data/),
+                     the protocol the run is graded under (also $EVAL_PROTOCOL) and the chat_template_kwargs
+                     its chat prompts are rendered with
 
 Nothing here is ever read back for scoring: results live in the sweep directory. What the agent made (code/,
 output/, and its own state in home/) is saved there when its job is interrupted and put back when a requeue lands
@@ -23,6 +24,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from a2rl.records import Record
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol, Task, TaskData
@@ -34,7 +36,8 @@ You have {budget} of wall time (time spent waiting for grading is not counted, u
 base model at `$MODEL_PATH` on the task described in description.md. The training data is in `$DATA_PATH`;
 the held-out evaluation data is not available to you. Your submissions are scored under the `{protocol}`
 protocol (description.md, "How you are scored", says how it prompts the model and reads its answers; the name
-is also in `$EVAL_PROTOCOL` and run_meta.json).
+is also in `$EVAL_PROTOCOL` and run_meta.json). Chat prompts are rendered with the base model's chat template
+and run_meta.json's `chat_template_kwargs`.
 
 - Work in `$WORKSPACE/code`. Save each model you want scored as a directory under `$OUTPUT_DIR` with full
   weights in safetensors (`model.save_pretrained(dir)`; merge LoRA adapters first) and the tokenizer.
@@ -59,6 +62,9 @@ class RunMeta(Record):
     timeout_s: float
     train_format: str | None = None  # the task's TrainFormat (a2rl.spec.tasks): what the rows in data/ are
     protocol: Protocol  # how the grader prompts and scores this run's submissions (tasks/*/description.md)
+    # what the grader passes to the model's chat template when it builds chat prompts: the model's generation
+    # preset's (configs/generation/; Qwen3: enable_thinking), so training can render the same prompts
+    chat_template_kwargs: dict[str, Any] = {}
     last_submit_time: float | None = None
     end_time: float | None = None
 
