@@ -129,7 +129,8 @@ def read_many(paths: list[Path], threads: int = 16, probe: int = 64) -> list[byt
     rest = paths[probe:]
     if not rest or time.perf_counter() - t <= SLOW_READ_S * len(first):
         return first + read(rest)
-    chunks = [rest[i::threads] for i in range(threads)]  # a chunk per thread: a future per file costs more than it reads
+    # a chunk per thread: a future per file costs more than it reads
+    chunks = [rest[i::threads] for i in range(threads)]
     with ThreadPoolExecutor(threads) as pool:
         done = list(pool.map(read, chunks))
     out: list[bytes | OSError] = [b""] * len(rest)

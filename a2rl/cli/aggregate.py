@@ -27,7 +27,8 @@ def table_options(p: argparse.ArgumentParser) -> None:
                    help="paper: one Table-2 block per base model")
     p.add_argument("--by", choices=["mode"], help="mode: mode × task mean improvement")
     p.add_argument("--pass-at", type=ks, metavar="K,K,...", help="expected best improvement over k runs")
-    p.add_argument("--scaling", action="store_true", help="best score at budget fractions, token counts and submission counts")
+    p.add_argument("--scaling", action="store_true",
+                   help="best score at budget fractions, token counts and submission counts")
     p.add_argument("--routes", action="store_true", help="training of each run's best submission")
     p.add_argument("--failures", action="store_true", help="failures by cause: infrastructure or agent")
     p.add_argument("--usage", action="store_true", help="tokens and cost per cell")

@@ -345,7 +345,8 @@ def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
 
 def scaling_table(sw: Sweeps) -> Table:
     with_tokens = any(t is not None for r in sw.runs if r.completed for t in r.result.submitted_tokens)
-    headers = ([f"@{f:.0%} budget" for f in FRACTIONS] + ([f"@{t:,} tokens" for t in TOKEN_POINTS] if with_tokens else [])
+    headers = ([f"@{f:.0%} budget" for f in FRACTIONS]
+               + ([f"@{t:,} tokens" for t in TOKEN_POINTS] if with_tokens else [])
                + [f"@{k} submission{'s' if k > 1 else ''}" for k in SUBMISSION_POINTS])
     rows = []
     for key in _cell_keys(sw):

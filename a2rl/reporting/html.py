@@ -52,7 +52,8 @@ def cell_data(sw: Sweeps, key: Key) -> CellPlot:
     runs = sw.cells[key]
     series = [(r.spec.seed, [(x, s) for x, s in r.scored("budget_s") if x is not None]) for r in runs if r.result]
     drawn = [(seed, pts) for seed, pts in series if pts]
-    title = f"{' / '.join(key)} ({len(series)} runs" + (f", {len(drawn)} with a scored submission)" if len(drawn) < len(series) else ")")
+    scored = f", {len(drawn)} with a scored submission" if len(drawn) < len(series) else ""
+    title = f"{' / '.join(key)} ({len(series)} runs{scored})"
     return title, runs[0].spec.budget_s, runs[0].base_score, drawn
 
 
@@ -141,7 +142,8 @@ def heatmap_plot(sw: Sweeps, path: Path) -> None:
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=8)
-    ax.set_title("mean improvement over the baseline", fontsize=9)  # not the colorbar's label: one mode leaves it too short
+    # a title, not the colorbar's label: with one mode the figure is too short for it
+    ax.set_title("mean improvement over the baseline", fontsize=9)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(path)
