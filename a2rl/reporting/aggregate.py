@@ -24,6 +24,7 @@ import io
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,16 +109,16 @@ class Run:
         s, b = self.score, self.base_score
         return None if s is None or b is None else s - b
 
+    def _best(self, scores: Iterable[float]) -> float | None:
+        """The best of `scores` and the baseline (a run scores its baseline until it beats it)."""
+        return max([*scores, *([self.base_score] if self.base_score is not None else [])], default=None)
+
     def best_after(self, ks: list[int]) -> list[float | None]:
         """The run's score counting only its first k graded submissions (all of them when it made fewer), for
         each k; None when the run has no score."""
         if self.score is None:
             return [None] * len(ks)
-        out = []
-        for k in ks:
-            valid = [s for s in self.result.scores[:k] if s is not None]
-            out.append(max(valid + ([self.base_score] if self.base_score is not None else []), default=None))
-        return out
+        return [self._best(s for s in self.result.scores[:k] if s is not None) for k in ks]
 
     def scored(self, at: str) -> list[tuple[float | None, float]]:
         """(when, score) of each valid submission; `at`: "budget_s" (budget clock) or "tokens" (the agent's)."""
@@ -128,17 +129,12 @@ class Run:
     def best_within(self, at: str, limits: list[float]) -> list[float | None]:
         """The run's score by each limit (budget seconds or tokens), counting only the submissions made by then;
         None when the run has no score or a submission does not say when it was made."""
-        scored = self.scored(at) if self.score is not None else []
-        if self.score is None or any(when is None for when, _ in scored):
+        if self.score is None:
             return [None] * len(limits)
-        out = []
-        for limit in limits:
-            best = self.base_score
-            for when, score in scored:
-                if when <= limit:
-                    best = score if best is None else max(best, score)
-            out.append(best)
-        return out
+        scored = self.scored(at)
+        if any(when is None for when, _ in scored):
+            return [None] * len(limits)
+        return [self._best(s for when, s in scored if when <= limit) for limit in limits]
 
 
 @dataclass
@@ -170,18 +166,21 @@ class Sweeps:
                     raise SpecError([f"conflicting specs for {' / '.join(key)}: budget {cell[0].spec.budget_s:g} s "
                                      f"in {cell[0].sweep.root}, {spec.budget_s:g} s in {sweep.root}"])
                 cell.append(run)
-        runs = self.runs
-        for run, raw in zip(runs, read_many([r.dir / "result.json" for r in runs])):
+        for run, raw in self._read("result.json"):
             run.result = load_result(run.sweep, run.spec.run_id, self.problems, raw)
         self._metrics_read = False
         self._modes = list(dict.fromkeys(k[4] for k in self.cells))
         self._protocols = list(dict.fromkeys(k[5] for k in self.cells))
 
+    def _read(self, name: str) -> Iterator[tuple[Run, bytes | OSError]]:
+        """Every run with the bytes of its file `name` (under runs/<id>/), read ahead (records.read_many)."""
+        runs = self.runs
+        return zip(runs, read_many([r.dir / name for r in runs]))
+
     def with_metrics(self) -> "Sweeps":
         """Read the runs' report metrics (once), for the tables that need them."""
         if not self._metrics_read:
-            runs = self.runs
-            for run, raw in zip(runs, read_many([r.dir / "report/metrics.json" for r in runs])):
+            for run, raw in self._read("report/metrics.json"):
                 run.load_metrics(raw)
             self._metrics_read = True
         return self
