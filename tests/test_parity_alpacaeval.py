@@ -1,6 +1,7 @@
 """alpacaeval's `paper` protocol against alpaca_eval 0.6.6 (tests/fixtures/parity/alpacaeval.json, written by
 tools/parity/alpacaeval.py from alpaca_eval's own code): the same LC win rate (to 1e-6 points) and raw win rate on
-every made-up model, and, on every made-up judge reply, the same order switch, prompt messages and preference.
+every made-up model, and, on every made-up judge reply, the same order switch, prompt messages and preference
+(alpaca_eval's PairwiseAnnotator run end to end with a recording judge), and its order coin on 400 more prompts.
 The published per-model annotations and the real df_gamed.csv were not available offline: the inputs are made up
 (tests/fixtures/parity/alpacaeval_df_gamed.csv). Where `a2rl` differs, and why, is listed."""
 
@@ -51,6 +52,13 @@ def test_a2rl_lc_differs_as_listed(name: str) -> None:
     assert lc - model["upstream"]["length_controlled_winrate"] == pytest.approx(A2RL_DIFFERS[name], abs=1e-3)
 
 
+def test_paper_order_coin_is_alpaca_eval_annotators() -> None:
+    """The order alpaca_eval's annotator, built as alpaca_eval.evaluate builds it, shows its judge."""
+    coins = PARITY["annotator"]["coins"]
+    assert len(coins) >= 400 and 0.4 < sum(coins.values()) / len(coins) < 0.6
+    assert {i: EVAL.is_switched(i) for i in coins} == coins
+
+
 def test_paper_annotator_agrees_with_alpaca_eval() -> None:
     """Each case through paper_preferences, the judge a real HTTP server replying with the case's logprobs."""
     assert {c["switched"] for c in JUDGED} == {False, True}
@@ -58,7 +66,8 @@ def test_paper_annotator_agrees_with_alpaca_eval() -> None:
     for case in JUDGED:
         assert EVAL.is_switched(case["instruction"]) is case["switched"]
         shown = (case["output"], case["baseline"]) if case["switched"] else (case["baseline"], case["output"])
-        assert EVAL.paper_messages(case["instruction"], *shown) == case["messages"]
+        if case["messages"] is not None:  # None: alpaca_eval did not ask its judge (identical outputs)
+            assert EVAL.paper_messages(case["instruction"], *shown) == case["messages"]
 
     def reply(body: dict, headers: dict) -> tuple[int, dict]:
         case = next(c for c in JUDGED if body["messages"] == c["messages"])

@@ -5,7 +5,7 @@ under one of two protocols. Both answer each prompt the same way (generate_answe
 `length_controlled_v1` GLM):
 - Judge. One request per prompt with alpaca_eval's ranking prompt (alpaca_eval_clf.txt, checked in as data: see
   its licence note in description.md), the baseline as output_1 ("m") and the policy as output_2 ("M"), the two
-  swapped where alpaca_eval's seeded coin (`is_switched_outputs` + instruction + "123") says so; placeholders are
+  swapped where alpaca_eval's seeded coin (`is_switched_outputs` + instruction + "0") says so; placeholders are
   filled one after another, first occurrence each, as alpaca_eval does. At most 1 token, top 5 logprobs;
   preference = 2 − P(m)/(P(m)+P(M)) from the first token's top logprobs (1 = baseline better, 2 = policy),
   mirrored back after a swap; neither token among them: no preference (NaN upstream). Fallback, where the endpoint
@@ -48,7 +48,10 @@ LC_METHOD = {"paper": "alpaca_eval glm length_controlled_v1 (instruction difficu
 PAPER_TEMPLATE = Path(__file__).with_name("alpaca_eval_clf.txt")  # alpaca_eval's alpaca_eval_clf_gpt4_turbo prompt
 GAMED_CSV = "df_gamed.csv"  # under heldout/, from tatsu-lab/alpaca_eval (prepare.py)
 GAMED_COLUMNS = ("index", "preference", "std_delta_len", "instruction_difficulty", "not_gamed_baseline")
-PAPER_SEED = "123"  # alpaca_eval's processor seed, which decides the order the judge sees
+# The seed of alpaca_eval's order coin, which decides the order the judge sees: the annotator's, which its
+# processors inherit. alpaca_eval.evaluate (as the reference calls it) builds PairwiseAnnotator with its default
+# seed 0; the 123 in SingleAnnotator's and the processors' signatures is overridden by it.
+PAPER_SEED = "0"
 PAPER_TOP_LOGPROBS = 5
 PAPER_IDENTIFIERS = ("m", "M")  # output_1, output_2
 GAMED_WEIGHT = 0.2 / 2  # regularize_to_baseline_lambda, split over the two gamed baselines

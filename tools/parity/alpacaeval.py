@@ -10,8 +10,9 @@ reachable here, so the inputs are made up (a fixed seed) and checked in:
   the lengths of its and the baseline's outputs on each instruction.
 For each model the script runs `alpaca_eval.metrics.glm_winrate.get_length_controlled_winrate` (its hub download
 pointed at the file above) and records the LC win rate, its weights and the raw win rate. It also records, for a
-few judge replies, what the weighted_alpaca_eval_gpt4_turbo annotator does: the order switch, the prompt as chat
-messages, and the preference `logprob_parser` reads from the first token's top logprobs.
+few judge replies, what the weighted_alpaca_eval_gpt4_turbo annotator, built and run as alpaca_eval.evaluate runs
+it (its completion function replaced), does: the order switch, the prompt as chat messages (None where it does
+not ask: identical outputs), and the preference; and the order switch of more made-up instructions.
 
 Run: /tmp/parity-venv/bin/python tools/parity/alpacaeval.py
 """
@@ -99,11 +100,24 @@ JUDGE_CASES = [
      [("m", -0.7), ("M", -0.7)], "m"),
     ("Say hi.", "Hi!", "Hi!", [("m", -0.3), ("M", -1.4)], "m"),
     ("List two prime numbers.", "2 and 3.", "3 and 5 are prime.", [("m", -1.1), ("M", -0.4), ("m", -2.0)], "M"),
+    # shown to the judge in the other order (alpaca_eval's coin), as none of the above is
+    ("Spell cat backwards.", "tac", "It is tac.", [("m", -0.3), ("M", -1.4)], "m"),
+    ("Count to three.", "1, 2, 3", "One, two, three.", [("M", -0.2), ("m", -1.7)], "M"),
+    ("Name a planet.", "Mars.", "Jupiter, the largest.", [("Both", -0.1), ("The", -2.5)], "Both"),
+    ("What is 3*3?", "9", "3*3 = 9", [("m", -0.9), ("M", -0.5)], "M"),
 ]
 
 
+N_COINS = 400  # made-up instructions whose order coin is recorded too (a wrong seed agrees on ~half of them)
+
+
 def upstream_annotator() -> dict:
-    from alpaca_eval import completion_parsers, utils
+    """Each judge case through alpaca_eval's own annotator, built as `alpaca_eval.evaluate` (what the reference
+    calls) builds it: PairwiseAnnotator(annotators_config=ANNOTATOR) with every other argument at its default, so
+    the order coin's seed is whatever alpaca_eval passes down. Only the completion function is replaced: it records
+    the prompt the judge would get and replies with the case's first-token logprobs. The order (switched or not) of
+    every case and of N_COINS more instructions comes from the annotator's own preprocessing."""
+    from alpaca_eval import annotators, utils
 
     package = Path(importlib.util.find_spec("alpaca_eval").origin).parent
     config = yaml.safe_load((package / "evaluators_configs" / ANNOTATOR / "configs.yaml").read_text())[ANNOTATOR]
@@ -112,24 +126,44 @@ def upstream_annotator() -> dict:
     assert config["prompt_template"] == "alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt", config
     assert (REPO / "tasks" / "alpacaeval" / "alpaca_eval_clf.txt").read_text() == template, \
         "tasks/alpacaeval/alpaca_eval_clf.txt differs from the installed alpaca_eval's prompt"
+    annotator = annotators.PairwiseAnnotator(annotators_config=ANNOTATOR, caching_path=None)  # no cache file
+    single = annotator.annotators[ANNOTATOR]
+    by_instruction = {c[0]: c for c in JUDGE_CASES}
+    asked: dict[str, list] = {}
+
+    def judge(prompts, **kwargs):  # stands for openai_completions: what it returns, for these prompts
+        completions_all = []
+        for prompt in prompts:
+            instruction = next(i for i in by_instruction if f"\"instruction\": \"\"\"{i}\"\"\"" in prompt)
+            asked[instruction] = utils.prompt_to_chatml(prompt)
+            _, _, _, top, text = by_instruction[instruction]
+            completions_all.append({"logprobs": {"content": [{"token": text, "logprob": 0.0, "top_logprobs": [
+                {"token": t, "logprob": lp} for t, lp in top]}]}, "text": text})
+        return {"completions": [c["text"] for c in completions_all], "completions_all": completions_all,
+                "price_per_example": [0.0] * len(prompts), "time_per_example": [0.0] * len(prompts)}
+
+    single.fn_completions = judge
+    annotated = annotator.annotate_head2head(
+        outputs_1=[{"instruction": i, "output": b} for i, b, *_ in JUDGE_CASES],
+        outputs_2=[{"instruction": i, "output": o} for i, _, o, *_ in JUDGE_CASES])
+    preference = {a["instruction"]: a["preference"] for a in annotated}
+
+    def switched(instructions: list[str]) -> list[bool]:
+        rows = pd.DataFrame({"instruction": instructions, "output_1": "baseline", "output_2": "output"})
+        for processor in single.processors:  # RandomSwitchTwoColumnsProcessor, seeded by the annotator
+            rows = processor.preprocess(rows)
+        return [bool(s) for s in rows["is_switched_outputs"]]
+
+    coins = [f"made-up instruction {i}: {'why ' * (i % 5)}{i * 7919 % 1000}" for i in range(N_COINS)]
     cases = []
-    for instruction, baseline, output, top, text in JUDGE_CASES:
-        # as RandomSwitchTwoColumnsProcessor (seed 123) and PairwiseAnnotator._preprocess do
-        switched = utils.random_seeded_choice(seed="is_switched_outputs" + instruction + "123", choices=[False, True])
-        row = {"instruction": instruction, "output_1": output if switched else baseline,
-               "output_2": baseline if switched else output}
-        prompts, _ = utils.make_prompts(pd.DataFrame([row]), template)
-        if baseline == output:
-            preference = 1.5  # the annotator does not ask the judge about identical outputs
-        else:
-            raw = {"logprobs": {"content": [{"token": text, "logprob": 0.0,
-                                             "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top]}]}}
-            preference = completion_parsers.logprob_parser(raw, **config["completion_parser_kwargs"])[0]
-            preference = 3 - preference if switched else preference
+    for (instruction, baseline, output, top, text), is_switched in zip(JUDGE_CASES, switched(
+            [c[0] for c in JUDGE_CASES])):
+        p = preference[instruction]
         cases.append({"instruction": instruction, "baseline": baseline, "output": output, "top_logprobs": top,
-                      "text": text, "switched": switched, "messages": utils.prompt_to_chatml(prompts[0]),
-                      "preference": None if math.isnan(preference) else float(preference)})
-    return {"completions_kwargs": config["completions_kwargs"], "cases": cases}
+                      "text": text, "switched": is_switched, "messages": asked.get(instruction),
+                      "preference": None if p is None or math.isnan(p) else float(p)})
+    return {"completions_kwargs": config["completions_kwargs"], "seed": single.seed, "cases": cases,
+            "coins": dict(zip(coins, switched(coins)))}
 
 
 def main() -> None:
@@ -145,7 +179,7 @@ def main() -> None:
     write_fixture("alpacaeval", {
         "upstream": f"alpaca_eval {importlib.metadata.version('alpaca_eval')} (scikit-learn {sklearn.__version__}): "
                     "metrics/glm_winrate.py get_length_controlled_winrate (length_controlled_v1), "
-                    f"evaluators_configs/{ANNOTATOR}, completion_parsers.logprob_parser",
+                    f"annotators.PairwiseAnnotator(annotators_config={ANNOTATOR!r}).annotate_head2head",
         "gamed_csv": GAMED_CSV.name, "models": models, "annotator": upstream_annotator(),
         "cases": list(models)})
 
