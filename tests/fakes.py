@@ -138,7 +138,7 @@ class RecordingVLLM:
     def _completion(self, text: str, kwargs: dict) -> SimpleNamespace:
         """With `logprobs` asked for, the first token of the reply gets probability 1 (vLLM's Logprob records)."""
         if not kwargs.get("logprobs"):
-            return SimpleNamespace(text=text)
+            return SimpleNamespace(text=text, finish_reason="stop")
         first = self._tokenizer(text, add_special_tokens=False)["input_ids"][0]
         return SimpleNamespace(text=text, logprobs=[{first: SimpleNamespace(
             logprob=0.0, decoded_token=self._tokenizer.decode([first]))}])

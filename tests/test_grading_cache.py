@@ -105,3 +105,16 @@ def test_one_engine_serves_submissions_of_one_architecture(tmp_path, tiny_model)
     assert (grader.engine.starts, grader.engine.reloads) == (2, 2)
     submit(grader, make_variant(tiny_model, ws.output / "other", score=60, salt=9))  # other config.json
     assert grader.engine.starts == 3
+
+
+@pytest.mark.slow  # ~8 s: decodes to the end of the tiny model's context for the baseline and the submission
+def test_the_ledger_says_when_new_tokens_were_capped_at_the_context(tmp_path, tiny_model):
+    """A prompt 12 positions short of the tiny model's 512, and 8,192 new tokens asked (the paper protocol's
+    HumanEval limit): generation stops at the context and the ledger entry says so."""
+    sweep, ws, submit = make_run(tmp_path, tiny_model, grader={
+        "poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 120,
+        "task_options": {"echo": {"room": 12, "max_new_tokens": 8192}}})
+    entry = submit(GradingDaemon(sweep), make_variant(tiny_model, ws.output / "a", score=40, salt=5))
+    assert entry.status == "scored" and entry.score == 40
+    assert entry.details["context_cap"] == {"context": 512, "max_new_tokens": 8192, "capped": 1, "filled": 1,
+                                            "no_room": 0}

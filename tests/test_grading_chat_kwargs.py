@@ -30,9 +30,12 @@ MESSAGES = [{"role": "user", "content": "What is 6*7?"}]
 
 @pytest.fixture(scope="module")
 def thinking_model(tiny_model, tmp_path_factory) -> Path:
-    """The tiny model with a chat template that reads enable_thinking."""
+    """The tiny model with a chat template that reads enable_thinking, and 4,096 positions (RoPE: no weights
+    change), so GSM8K's 4-shot paper prompt fits its context and is generated from on every backend."""
     dest = tmp_path_factory.mktemp("m") / "model"
     shutil.copytree(tiny_model, dest)
+    model_config = json.loads((dest / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps({**model_config, "max_position_embeddings": 4096}))
     config = json.loads((dest / "tokenizer_config.json").read_text())
     (dest / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
     (dest / "chat_template.jinja").unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from a2rl.grading.contextcap import ContextCap
 from a2rl.grading.inference import Generator
 from a2rl.spec.tinymodel import build_tiny_model
 
@@ -115,3 +116,62 @@ def test_tokenizer_falls_back_to_tokenizer_dir(model_dir, tmp_path):
     gen = Generator.load(tmp_path, tokenizer_dir=model_dir)
     assert gen.tokenizer.padding_side == "left"
     assert len(gen.generate(PROMPTS[:3], max_new_tokens=2)) == 3
+
+
+def near_context(generator, room: int) -> str:
+    """A prompt that leaves `room` positions of the model's context."""
+    context = generator.config.max_position_embeddings
+    words = "apple " * (context - room)
+    while len(generator.tokenizer(words)["input_ids"]) > context - room:
+        words = words[:-6]
+    assert len(generator.tokenizer(words)["input_ids"]) == context - room
+    return words
+
+
+def sequence_lengths(generator, call) -> list[int]:
+    """The positions of each model.generate output (prompt and new tokens) while `call()` runs."""
+    seen, real = [], generator.model.generate
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append(out.shape[1])
+        return out
+
+    generator.model.generate = spy
+    try:
+        call()
+    finally:
+        del generator.model.generate
+    return seen
+
+
+def test_generation_stops_at_the_models_context(generator):
+    """The paper protocol's 8,192 new tokens for a prompt 12 positions short of the tiny model's 512: it stops at
+    512, and the cap says so (what evaluate_model puts in the ledger entry)."""
+    generator.context_cap = ContextCap()
+    prompt = near_context(generator, 12)
+    out = []
+    assert sequence_lengths(generator, lambda: out.extend(
+        generator.generate([prompt], max_new_tokens=8192, stop=None))) == [512]
+    assert out[0]
+    assert generator.context_cap.record() == {"context": 512, "max_new_tokens": 8192, "capped": 1, "filled": 1,
+                                              "no_room": 0}
+
+
+def test_each_prompt_of_a_batch_gets_its_own_room(generator, unstopped):
+    """A short prompt beside one near the context: the long one stops at the context, the short one goes on to
+    max_new_tokens, as it would alone; a prompt that fills the context gets "" without a forward."""
+    generator.context_cap = ContextCap()
+    long_prompt, full = near_context(generator, 5), near_context(generator, 0)
+    together = generator.generate([PROMPTS[0], long_prompt, full], max_new_tokens=12, batch_size=3, stop=None)
+    assert generator.context_cap.record() == {"context": 512, "max_new_tokens": 12, "capped": 2, "filled": 1,
+                                              "no_room": 1}
+    assert together[0] == unstopped[0]  # 12 new tokens, as alone
+    assert together[1] == generator.generate([long_prompt], max_new_tokens=5, stop=None)[0] and together[1]
+    assert together[2] == ""
+
+
+def test_the_cap_does_not_bite_inside_the_context(generator):
+    generator.context_cap = ContextCap()
+    generator.generate(PROMPTS[:4], max_new_tokens=12, stop=None)
+    assert generator.context_cap.record() is None

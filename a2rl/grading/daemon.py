@@ -39,6 +39,7 @@ from a2rl.spec.tasks import DEFAULT_PROTOCOL, Task, get_task
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 from a2rl.grading.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
+from a2rl.grading.contextcap import ContextCap
 from a2rl.spec.generation import GenerationPreset, get_preset
 
 log = logging.getLogger("a2rl.grader")
@@ -58,12 +59,16 @@ def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_roo
     preset = preset or get_preset()
     engine = engine or Engine(CPU_SETTINGS)
     generator = engine.get(model_dir, tokenizer_dir, preset)
+    cap = generator.context_cap = ContextCap()  # this evaluation's: the generator serves many
     extra = {"engine": engine} if "engine" in inspect.signature(task.evaluator.evaluate).parameters else {}
     result = task.evaluator.evaluate(generator, task.data(data_root).heldout_dir, options, **extra)
     score = float(result["score"])
     if not 0.0 <= score <= 100.0:
         raise ValueError(f"evaluator of {task.name!r} returned score {score}, outside 0–100")
-    return score, {k: v for k, v in result.items() if k != "score"}
+    details = {k: v for k, v in result.items() if k != "score"}
+    if (bit := cap.record()) is not None:  # new tokens were capped at the model's context: the ledger says so
+        details["context_cap"] = bit
+    return score, details
 
 
 def grading_key(digest: str, model: EngineKey, task: Task, protocol: str, settings: BackendSettings,

@@ -7,6 +7,7 @@ is executed. Thread count comes from the environment (OMP_NUM_THREADS), set by t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from a2rl.grading.contextcap import ContextCap, context_length
 from a2rl.spec.generation import GenerationPreset
 from a2rl.tasklib.answers import cut_at_stop, stop_strings  # noqa: F401 (cut_at_stop: drivers use it from here)
 
@@ -48,6 +50,16 @@ class StopOnString(StoppingCriteria):
                             device=input_ids.device)
 
 
+class StopAtLimit(StoppingCriteria):
+    """Marks each sequence done once it has its own number of new tokens (its room left in the context)."""
+
+    def __init__(self, limits: list[int], prompt_len: int):
+        self.limits, self.prompt_len = limits, prompt_len
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        return torch.tensor(self.limits, device=input_ids.device) <= input_ids.shape[1] - self.prompt_len
+
+
 def pick_device(gpus: int | None = None) -> str:
     """cuda when the job was given GPUs (None: whenever CUDA is visible) and CUDA works, else cpu."""
     return "cuda" if (gpus is None or gpus > 0) and torch.cuda.is_available() else "cpu"
@@ -65,6 +77,7 @@ class Generator:
         self.tokenizer = tokenizer
         self.preset = preset or GenerationPreset(name="greedy")
         self.auto_batch = auto_batch
+        self.context_cap = ContextCap()
 
     @property
     def config(self):
@@ -117,7 +130,8 @@ class Generator:
         stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True,
     ) -> list[str]:
         """Completions (greedy unless the preset samples), each cut at the earliest of the stop strings; a batch
-        stops decoding once every sequence in it has produced one (or EOS). A prompt rendered by a chat template
+        stops decoding once every sequence in it has produced one (or EOS) or filled the model's context (each
+        prompt gets at most context − its length new tokens: ContextCap). A prompt rendered by a chat template
         already holds its special tokens: pass add_special_tokens=False, or a BOS is doubled."""
         stops = stop_strings(stop)
         # A fresh config, so sampling settings shipped with a submission cannot change grading.
@@ -133,16 +147,19 @@ class Generator:
         )
         if not p.greedy:
             torch.manual_seed(p.seed)
-        # Batching similar lengths together wastes less compute on padding.
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        lengths = [len(ids) for ids in self.tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]]
+        limits = self.context_cap.limits(lengths, max_new_tokens, context_length(self.config))
+        # Batching similar lengths together wastes less compute on padding. A prompt with no room: "".
+        order = sorted((i for i in range(len(prompts)) if limits[i] > 0), key=lambda i: lengths[i])
         outputs: list[str] = [""] * len(prompts)
         lo = 0
         while lo < len(order):
-            size = self._auto_batch_size(prompts[order[min(len(order), lo + batch_size) - 1]], max_new_tokens) \
+            size = self._auto_batch_size(prompts[order[min(len(order), lo + batch_size) - 1]], max(limits)) \
                 if self.auto_batch else batch_size
             idx = order[lo : lo + size]
             for i, text in zip(idx, self._generate_batch([prompts[i] for i in idx], config, stops,
-                                                         add_special_tokens)):
+                                                         add_special_tokens, [limits[i] for i in idx],
+                                                         max_new_tokens)):
                 outputs[i] = text
             lo += len(idx)
         return outputs
@@ -175,14 +192,23 @@ class Generator:
 
     @torch.inference_mode()
     def _generate_batch(self, prompts: list[str], config: GenerationConfig, stops: tuple[str, ...],
-                        add_special_tokens: bool) -> list[str]:
+                        add_special_tokens: bool, limits: list[int], asked: int) -> list[str]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
         enc = enc.to(self.model.device)
         prompt_len = enc["input_ids"].shape[1]
         criteria = StoppingCriteriaList([StopOnString(self.tokenizer, stops, prompt_len)] if stops else [])
+        if min(limits) < max(limits):
+            criteria.append(StopAtLimit(limits, prompt_len))
+        config = copy.deepcopy(config)
+        config.max_new_tokens = max(limits)
         out = self.model.generate(**enc, generation_config=config, stopping_criteria=criteria)
-        texts = self.tokenizer.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
-        return [cut_at_stop(t, stops) for t in texts]
+        new = [row[prompt_len:prompt_len + limit] for row, limit in zip(out, limits)]
+        raw = self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        texts = [cut_at_stop(t, stops) for t in raw]
+        ended = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}  # EOS, or the padding after a stop
+        self.context_cap.filled += sum(limit < asked and len(ids) == limit and ended.isdisjoint(ids.tolist())
+                                       and text == whole for ids, limit, text, whole in zip(new, limits, texts, raw))
+        return texts
 
 
 def tokenizer_source(model_dir: Path, tokenizer_dir: Path | None) -> Path:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from a2rl.grading.contextcap import ContextCap, context_length
 from a2rl.grading.inference import cut_at_stop, stop_strings, tokenizer_source
 from a2rl.spec.generation import GenerationPreset
 
@@ -29,9 +30,12 @@ def vllm_api() -> tuple[Any, Any]:
 class VLLMGenerator:
     backend = "vllm"
 
-    def __init__(self, llm: Any, sampling_params: Any, preset: GenerationPreset, config: Any):
+    def __init__(self, llm: Any, sampling_params: Any, preset: GenerationPreset, config: Any,
+                 context: int | None = None):
         self.llm, self._sampling_params, self.preset, self.config = llm, sampling_params, preset, config
         self.tokenizer = llm.get_tokenizer()
+        self.context = context or context_length(config)  # vLLM's max_model_len (default: the model's)
+        self.context_cap = ContextCap()
 
     @classmethod
     def load(cls, model_dir: Path, *, tokenizer_dir: Path | None = None, gpus: int = 1,
@@ -46,7 +50,7 @@ class VLLMGenerator:
                   max_model_len=max_model_len, dtype="bfloat16", trust_remote_code=False, seed=preset.seed,
                   load_format="safetensors")  # never unpickle a submitted pytorch_model.bin
         config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False, local_files_only=True)
-        return cls(llm, SamplingParams, preset, config)
+        return cls(llm, SamplingParams, preset, config, max_model_len)
 
     def load_weights(self, model_dir: Path) -> None:
         self.llm.collective_rpc("update_config", args=({"model_config": {"model": str(model_dir)}},))
@@ -57,14 +61,24 @@ class VLLMGenerator:
                  stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True) -> list[str]:
         """The engine schedules its own batches (batch_size is the transformers backend's knob). A prompt rendered
         by a chat template holds its special tokens already: with add_special_tokens=False it goes in as token ids
-        (vLLM's TokensPrompt), since vLLM would add a BOS to text."""
+        (vLLM's TokensPrompt), since vLLM would add a BOS to text. vLLM ends each request at max_model_len; what
+        that cap did is counted (ContextCap) and a prompt with no room left gets "" (vLLM would refuse it)."""
         stops = stop_strings(stop)
         p = self.preset
         sampling = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or -1, seed=p.seed) \
             if not p.greedy else dict(temperature=0.0)
         params = self._sampling_params(max_tokens=max_new_tokens, stop=list(stops), **sampling)
-        outputs = self.llm.generate(self._inputs(prompts, add_special_tokens), params, use_tqdm=False)
-        return [cut_at_stop(o.outputs[0].text, stops) for o in outputs]
+        lengths = [len(self.tokenizer(x, add_special_tokens=add_special_tokens)["input_ids"]) for x in prompts]
+        limits = self.context_cap.limits(lengths, max_new_tokens, self.context)
+        room = [i for i, limit in enumerate(limits) if limit > 0]
+        outputs = self.llm.generate(self._inputs([prompts[i] for i in room], add_special_tokens), params,
+                                    use_tqdm=False)
+        self.context_cap.filled += sum(limits[i] < max_new_tokens and o.outputs[0].finish_reason == "length"
+                                       for i, o in zip(room, outputs))
+        texts = [""] * len(prompts)
+        for i, o in zip(room, outputs):
+            texts[i] = cut_at_stop(o.outputs[0].text, stops)
+        return texts
 
     def first_token_logprobs(self, prompts: list[str], *, top: int, batch_size: int = 16,
                              add_special_tokens: bool = True) -> list[list[tuple[str, float]]]:
