@@ -175,3 +175,7 @@ def test_the_cap_does_not_bite_inside_the_context(generator):
     generator.context_cap = ContextCap()
     generator.generate(PROMPTS[:4], max_new_tokens=12, stop=None)
     assert generator.context_cap.record() is None
+
+
+def test_no_prompts_no_answers(generator):
+    assert generator.generate([], max_new_tokens=8) == []

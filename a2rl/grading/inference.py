@@ -147,7 +147,7 @@ class Generator:
         )
         if not p.greedy:
             torch.manual_seed(p.seed)
-        lengths = [len(ids) for ids in self.tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]]
+        lengths = [len(self.tokenizer(x, add_special_tokens=add_special_tokens)["input_ids"]) for x in prompts]
         limits = self.context_cap.limits(lengths, max_new_tokens, context_length(self.config))
         # Batching similar lengths together wastes less compute on padding. A prompt with no room: "".
         order = sorted((i for i in range(len(prompts)) if limits[i] > 0), key=lambda i: lengths[i])

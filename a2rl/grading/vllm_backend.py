@@ -72,7 +72,7 @@ class VLLMGenerator:
         limits = self.context_cap.limits(lengths, max_new_tokens, self.context)
         room = [i for i, limit in enumerate(limits) if limit > 0]
         outputs = self.llm.generate(self._inputs([prompts[i] for i in room], add_special_tokens), params,
-                                    use_tqdm=False)
+                                    use_tqdm=False) if room else []
         self.context_cap.filled += sum(limits[i] < max_new_tokens and o.outputs[0].finish_reason == "length"
                                        for i, o in zip(room, outputs))
         texts = [""] * len(prompts)
