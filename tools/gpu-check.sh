@@ -7,7 +7,7 @@
 # internet. What else it needs comes with the checkout as wheels in .whl/ (git-ignored), installed into a
 # temporary folder on PYTHONPATH, before a2rl itself, which runs from this checkout (PYTHONPATH too):
 #   tools/gpu-check.sh --fetch   here, with the package index: downloads those wheels for CPython 3.12 manylinux
-#                                x86-64 into .whl/ (~25 MiB), at the versions in .venv (tools/setup-env.sh)
+#                                x86-64 into .whl/ (~7 MiB), at the versions in .venv (tools/setup-env.sh)
 #   tools/gpu-check.sh           there. Without CUDA it checks that the gpu tests are collected, says so, and
 #                                exits 3 (nothing ran on a GPU).
 # Knobs: PYTHON (default python3), GPU_CHECK_SITE (default /tmp/a2rl-gpu-site), A2RL_VENV (for --fetch, default .venv).
@@ -27,23 +27,20 @@ if [ "${1:-}" = --fetch ]; then
   [ -x "$VPY" ] || { echo "gpu-check: no $VPY (run tools/setup-env.sh first)" >&2; exit 1; }
   pins=$("$VPY" - "${PKGS[@]}" deepspeed <<'EOF'
 import importlib.metadata as m, sys
-missing = []
-for name in sys.argv[1:]:
+for name in sys.argv[1:]:  # the venv's version; the index's newest where the venv has none
     try:
         print(f"{name}=={m.version(name)}")
     except m.PackageNotFoundError:
-        missing.append(name)
-if missing:
-    sys.exit(f"gpu-check: not installed in the venv: {' '.join(missing)}")
+        print(name)
 EOF
 ) || exit 1
   rm -rf "$WHL" && mkdir -p "$WHL"
   # shellcheck disable=SC2086
   "$VPY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHL" $(grep -v '^deepspeed==' <<<"$pins") \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHL" $(grep -v '^deepspeed' <<<"$pins") \
     || { echo "gpu-check: pip download failed" >&2; exit 1; }
-  "$VPY" -m pip wheel -q --no-deps -w "$WHL" "$(grep '^deepspeed==' <<<"$pins")" \
+  "$VPY" -m pip wheel -q --no-deps -w "$WHL" "$(grep '^deepspeed' <<<"$pins")" \
     || { echo "gpu-check: building the deepspeed wheel failed" >&2; exit 1; }
   ls "$WHL"
   echo "gpu-check: $(ls "$WHL" | wc -l) wheels, $(du -sh "$WHL" | cut -f1) in $WHL"
@@ -72,9 +69,9 @@ if ! "$PY" -c 'import trl, datasets, pydantic, submitit' 2>/dev/null; then
 fi
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 "$PY" -c 'import a2rl, sys; sys.exit(0 if a2rl.__file__.startswith(sys.argv[1]) else f"a2rl imports from {a2rl.__file__}, not this checkout")' "$ROOT" || exit 1
-"$PY" -c 'import torch, transformers, trl, peft, accelerate
+"$PY" -c 'import torch, transformers, trl, peft, accelerate, datasets, pyarrow
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, trl {trl.__version__}, "
-      f"peft {peft.__version__}, accelerate {accelerate.__version__}")
+      f"peft {peft.__version__}, accelerate {accelerate.__version__}, datasets {datasets.__version__}, pyarrow {pyarrow.__version__}")
 try:
     import deepspeed; print(f"deepspeed {deepspeed.__version__}")
 except Exception as e:
