@@ -84,6 +84,9 @@ def test_more_processes_than_gpus_is_a_one_line_error(tmp_path, monkeypatch, cap
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert P.main(["--train-format", "qa_short", "--processes", "3"]) == 2
     assert "--processes 3: between 1 and the job's GPUs (2)" in capsys.readouterr().out
+    monkeypatch.setattr(P.torch.cuda, "is_available", lambda: False)
+    assert P.main(["--train-format", "qa_short", "--processes", "0"]) == 2
+    assert "--processes 0: at least 1" in capsys.readouterr().out
 
 
 def test_bf16_on_gpu_fp32_on_cpu():

@@ -670,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus = gpu_count(dict(os.environ), torch.cuda.is_available(), torch.cuda.device_count())
         if args.qlora and gpus == 0:
             raise ValueError("--qlora needs the run's GPUs; this job has none")
-        processes = args.processes or max(gpus, 1)
+        processes = max(gpus, 1) if args.processes is None else args.processes
         if processes < 1 or (gpus and processes > gpus):
             raise ValueError(f"--processes {processes}: between 1 and the job's GPUs ({gpus})" if gpus else
                              f"--processes {processes}: at least 1")
