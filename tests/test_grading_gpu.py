@@ -1,11 +1,11 @@
-"""Grading on a GPU (marker `gpu`; skipped where CUDA is absent). On any GPU machine:
-
-    A2RL_SLURM=1 .venv/bin/python -m pytest -m gpu tests/test_grading_gpu.py -q
+"""Grading on a GPU (marker `gpu`; skipped where CUDA is absent). On any GPU machine, with the other gpu tests and
+the benches: `bash tools/gpu-check.sh` (README "GPU check").
 
 The tiny model is first trained on arith for a few hundred steps on the GPU, so it answers part of the held-out split
-and the score comparison means something. transformers on CUDA must give the score transformers on CPU gives
-(greedy, exact on arith); bf16 is used; several submissions in a row reuse the loaded engine; vLLM the same where it
-is installed. These tests have NOT run on a GPU yet (none was at hand where they were written).
+and the score comparison means something. transformers on CUDA must give the score transformers on CPU gives (greedy
+on arith; within 2% of the items, as bf16 may flip near-tied tokens); bf16 is used; several submissions in a row
+reuse the loaded engine; vLLM the same where it is installed. These tests have NOT run on a GPU yet (none was at
+hand where they were written).
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ def test_transformers_gpu_equals_cpu_on_arith_in_bf16_reusing_the_engine(arith, 
     assert max(cpu) > 0, "training did not teach the tiny model any arith: the comparison would be empty"
     engine = Engine(CUDA)
     gpu = scores(task, root, trained, tiny_model, engine)
-    assert gpu == cpu
+    print(f"arith scores, transformers CPU fp32: {cpu}; CUDA bf16: {gpu}")
+    # bf16 rounds the logits, so greedy decoding may flip where two tokens are all but tied: at most 2% of the
+    # 200 held-out items each (the CPU run, in fp32, is the reference)
+    assert all(abs(g - c) <= 0.02 for g, c in zip(gpu, cpu)), (gpu, cpu)
     assert engine.generator.model.dtype == torch.bfloat16 and engine.generator.model.device.type == "cuda"
     assert (engine.starts, engine.reloads) == (1, len(trained) - 1)
 

@@ -64,14 +64,29 @@ def test_gpus_come_from_the_job_and_each_gets_a_process(monkeypatch):
     assert P.gpu_count({}, True, 2) == 2
     assert P.gpu_count({"CUDA_VISIBLE_DEVICES": "0,1"}, False, 0) == 0
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    cmd = P.launch_command(["--sft-steps", "3"], 3, None)
-    assert cmd[1:] == ["-m", "accelerate.commands.launch", "--num_processes", "3", "--mixed_precision", "bf16",
-                       "--multi_gpu", "--module", "a2rl.agents.pipeline", "--sft-steps", "3"]
+    cmd = P.launch_command(["--sft-steps", "3"], 3, True, None, port=29600)
+    assert cmd[1:] == ["-m", "accelerate.commands.launch", "--num_processes", "3", "--num_machines", "1",
+                       "--main_process_port", "29600", "--mixed_precision", "bf16", "--multi_gpu",
+                       "--module", "a2rl.agents.pipeline", "--sft-steps", "3"]
     zero3 = HOME / "configs" / "agents" / "deepspeed" / "zero3.json"
-    assert ["--use_deepspeed", "--deepspeed_config_file", str(zero3)] == P.launch_command([], 2, zero3)[8:11]
-    assert P.launch_command([], 1, None) is None and P.launch_command([], 0, None) is None
+    ds = P.launch_command([], 2, True, zero3)
+    assert ds[11:14] == ["--use_deepspeed", "--deepspeed_config_file", str(zero3)] and "--multi_gpu" not in ds
+    cpu = P.launch_command([], 2, False, None)  # CPU processes: fp32, torchrun's workers in a gloo group
+    assert cpu[9:13] == ["--mixed_precision", "no", "--multi_gpu", "--module"] and int(cpu[8]) > 0  # a free port
+    assert P.launch_command([], 1, True, None) is None and P.launch_command([], 1, False, None) is None
     monkeypatch.setenv("LOCAL_RANK", "0")  # a launched worker trains itself
-    assert P.launch_command([], 4, None) is None
+    assert P.launch_command([], 4, True, None) is None
+
+
+def test_more_processes_than_gpus_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(P.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(P.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert P.main(["--train-format", "qa_short", "--processes", "3"]) == 2
+    assert "--processes 3: between 1 and the job's GPUs (2)" in capsys.readouterr().out
+    monkeypatch.setattr(P.torch.cuda, "is_available", lambda: False)
+    assert P.main(["--train-format", "qa_short", "--processes", "0"]) == 2
+    assert "--processes 0: at least 1" in capsys.readouterr().out
 
 
 def test_bf16_on_gpu_fp32_on_cpu():

