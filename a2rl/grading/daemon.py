@@ -201,7 +201,8 @@ class GradingDaemon:
                       model_path=entry.model_path, task=task.name, protocol=run.protocol,
                       evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt,
                       generation=self.preset(run.model.name).record(),
-                      budget_used_s=entry.budget_used_s, tokens=entry.tokens, cost_usd=entry.cost_usd)
+                      budget_used_s=entry.budget_used_s, tokens=entry.tokens, cost_usd=entry.cost_usd,
+                      snapshot_error=entry.snapshot_error)
         t0 = now()
         self._state = "grading"
         renewing = threading.Event()
