@@ -127,7 +127,7 @@ def test_a_fifo_in_code_at_the_budgets_end_delays_no_result(tmp_path, monkeypatc
     result (first without that submission, then with it)."""
     from a2rl.recording.snapshots import load_snapshots
 
-    sweep = new_sweep(tmp_path, agents=["saver"], budget=20)
+    sweep = new_sweep(tmp_path, agents=["saver"], budget=20, grader={"max_wait_s": 120})
     (run,) = sweep.runs()
     ws = sweep.workspace(run.run_id)
     written: list[int] = []

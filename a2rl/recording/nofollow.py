@@ -162,14 +162,16 @@ def copy_exact(src: int, dst: int, size: int) -> None:
 
 def walk(root_fd: int, *, skip: Callable[[str, str], bool], max_depth: int = 64,
          max_entries: int = 100_000) -> Iterator[tuple[str, str, int, os.stat_result | str]]:
-    """Every non-directory entry under the directory descriptor `root_fd`, in path order, as (relative path,
-    name, its directory's descriptor, lstat result) — or, for what cannot be visited, (path, name, -1, why).
-    Directories are opened without following links; `skip(rel, name)` prunes entries. The descriptor is valid
-    until the next item."""
+    """Every non-directory entry under the directory descriptor `root_fd` (a directory's own, by name, before
+    its subdirectories') as (relative path, name, its directory's descriptor, lstat result), or, for what
+    cannot be visited, (path, name, -1, why). Directories are opened without following links; `skip(rel,
+    name)` prunes entries; at most `max_depth` levels and `max_entries` entries. The descriptor is valid until
+    the next item."""
     seen = 0
 
     def visit(fd: int, prefix: str, depth: int) -> Iterator[tuple[str, str, int, os.stat_result | str]]:
         nonlocal seen
+        dirs = []
         for name in sorted(os.listdir(fd)):
             rel = prefix + name
             if skip(rel, name):
@@ -183,9 +185,12 @@ def walk(root_fd: int, *, skip: Callable[[str, str], bool], max_depth: int = 64,
             except OSError as e:
                 yield rel, name, -1, f"unreadable ({e.strerror})"
                 continue
-            if not stat.S_ISDIR(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                dirs.append(name)
+            else:
                 yield rel, name, fd, st
-                continue
+        for name in dirs:  # a directory's files before its subdirectories' (os.walk's order)
+            rel = prefix + name
             if depth >= max_depth:
                 yield rel, name, -1, f"deeper than {max_depth} directories"
                 continue
