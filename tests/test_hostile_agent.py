@@ -79,7 +79,8 @@ def check_code_record(sweep: SweepDir, entries: list) -> None:
     assert [s.seq for s in snaps] == [e.seq for e in entries]
     for snap in snaps:
         skipped = {(k.path, k.reason) for k in snap.skipped}
-        assert {("pipe", "fifo"), ("sock", "socket"), ("loop-a", "symlink"), ("sparse.dat", "over max_file_mb")} <= skipped
+        assert {("pipe", "fifo"), ("sock", "socket"), ("loop-a", "symlink"),
+                ("sparse.dat", "over max_file_mb")} <= skipped
         assert "caf\\xe9-\\xff.py" in {f.path for f in snap.files}
     heldout = (sweep.data_root() / "echo" / "heldout" / "test.jsonl").read_text().splitlines()
     blobs = [p.read_bytes() for p in (sweep.root / "blobs").rglob("*") if p.is_file()]

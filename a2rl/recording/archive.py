@@ -44,8 +44,9 @@ def archive_workspace(ws_root: Path, dest: Path, run_id: str, settings: Recordin
             os.close(out)
         return sha256_file(target), size
 
-    files, skipped = collect(ws_root.resolve(), settings.exclude, settings.workspace_max_file_mb, settings.workspace_max_mb,
-                             ("workspace_max_file_mb", "workspace_max_mb"), keep, WORKSPACE_SKIP)
+    files, skipped = collect(ws_root.resolve(), settings.exclude, settings.workspace_max_file_mb,
+                             settings.workspace_max_mb, ("workspace_max_file_mb", "workspace_max_mb"), keep,
+                             WORKSPACE_SKIP)
     archive = WorkspaceArchive(run_id=run_id, source=str(ws_root), archived_at=now(), files=files, skipped=skipped,
                                total_bytes=sum(f.size for f in files))
     archive.dump(tmp / "manifest.json")
