@@ -146,11 +146,13 @@ def test_a_fifo_in_code_at_the_budgets_end_delays_no_result(tmp_path, monkeypatc
 
     planter = threading.Thread(target=plant, daemon=True)
     planter.start()
-    grader = threading.Thread(target=GradingDaemon(sweep).run, daemon=True)
-    grader.start()
     ended: list[RunResult] = []
     job = threading.Thread(target=lambda: ended.append(AgentRun(sweep, run.run_id).execute()), daemon=True)
     job.start()
+    log = sweep.run_dir(run.run_id) / "agent.log"  # the grader after the job's set-up: no two threads import torch
+    until(lambda: log.exists() and "attempt 1 on" in log.read_text(), timeout=300, what="the agent's start")
+    grader = threading.Thread(target=GradingDaemon(sweep).run, daemon=True)
+    grader.start()
     job.join(600)  # a fail-safe: a job hung on the FIFO fails here instead of stalling the suite
     assert not job.is_alive(), "the job hung in its wrap-up"
     assert ended[0].status == "timeout" and written == [1, 2]
