@@ -163,9 +163,13 @@ def _odd_workspace(tmp_path: Path) -> tuple[Path, bytes]:
     with open(os.path.join(os.fsencode(code), bad), "wb") as f:
         f.write(b"print('odd name')\n")
     os.mkfifo(code / "pipe")
-    sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(code / "sock"))
-    sock.close()
+    cwd = os.getcwd()
+    os.chdir(code)  # a relative name: a socket's path is limited to 107 bytes
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind("sock")
+    finally:
+        os.chdir(cwd)
     (code / "loop-a").symlink_to("loop-b")
     (code / "loop-b").symlink_to("loop-a")
     (code / "sub").mkdir()
