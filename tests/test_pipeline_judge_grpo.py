@@ -109,7 +109,7 @@ def test_sft_then_grpo_with_rewards_from_the_training_judge(data_root, data, tin
     assert stages.stages[1].hyperparameters["judge"] == {"base_url": url, "model": "train-judge"}
 
     # The GRPO model as the grader takes it: a valid artifact, scored on the held-out split by the grader's judge.
-    check_artifact(out / "grpo", out, Limits(64, 1 << 30, 1 << 30))
+    check_artifact(out / "grpo", out, Limits(64, 1 << 30, 1 << 30)).close()
     with stub_llm(shorter_wins) as (grader_url, graded):
         score, details = evaluate_model(TASK, out / "grpo", out / "grpo", data_root=data_root, protocol="a2rl",
                                         options={"max_new_tokens": 8, "judge": {"base_url": grader_url,

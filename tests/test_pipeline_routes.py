@@ -169,7 +169,7 @@ def scored(task_name: str, data_root: Path, model: Path, out: Path, protocol: st
     """The model as the grader takes it: a valid artifact, scored by the task's evaluator under `protocol`."""
     from a2rl.grading.inference import Generator
 
-    check_artifact(model, out, Limits(64, 1 << 30, 1 << 30))  # raises for what the grader would refuse
+    check_artifact(model, out, Limits(64, 1 << 30, 1 << 30)).close()  # raises for what the grader would refuse
     task = get_task(task_name)
     return task.evaluator.evaluate(Generator.load(model), task.data(data_root).heldout_dir,
                                    {**task.spec.eval, **options, "protocol": protocol})["score"]
@@ -201,7 +201,7 @@ def test_instruction_rows_get_sft_only(tmp_path, tiny_model):
     proc = run_pipeline(data.train_dir, tiny_model, out, "instruction_reference", "--sft-steps", "2",
                         "--sft-batch-size", "2")
     assert "stage grpo skipped" in proc.stdout and not (out / "grpo").exists()
-    check_artifact(out / "sft", out, Limits(64, 1 << 30, 1 << 30))
+    check_artifact(out / "sft", out, Limits(64, 1 << 30, 1 << 30)).close()
     assert StageLog.load(out / "stages.json").route() == "SFT"
 
 

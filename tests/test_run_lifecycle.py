@@ -120,6 +120,48 @@ def test_result_is_written_before_the_wait_and_the_grader_completes_it(tmp_path,
         assert (done.status, done.failure_reason) == ("ok", None)
 
 
+@pytest.mark.slow
+def test_a_fifo_in_code_at_the_budgets_end_delays_no_result(tmp_path, monkeypatch):
+    """At the budget's end the saver's v1 is submitted for it, and its code snapshotted, while code/ holds a FIFO
+    no one will ever write to: the snapshot lists it as skipped without opening it and the job writes its
+    result (first without that submission, then with it)."""
+    from a2rl.recording.snapshots import load_snapshots
+
+    sweep = new_sweep(tmp_path, agents=["saver"], budget=20, grader={"max_wait_s": 120})
+    (run,) = sweep.runs()
+    ws = sweep.workspace(run.run_id)
+    written: list[int] = []
+    real_write = AgentRun._write_result
+
+    def write(self, *args):
+        result = real_write(self, *args)
+        written.append(result.submissions)
+        return result
+
+    monkeypatch.setattr(AgentRun, "_write_result", write)
+
+    def plant() -> None:
+        until(lambda: (ws / "output" / "v1" / "config.json").exists(), timeout=300, what="v1 saved")
+        os.mkfifo(ws / "code" / "pipe")
+
+    planter = threading.Thread(target=plant, daemon=True)
+    planter.start()
+    ended: list[RunResult] = []
+    job = threading.Thread(target=lambda: ended.append(AgentRun(sweep, run.run_id).execute()), daemon=True)
+    job.start()
+    log = sweep.run_dir(run.run_id) / "agent.log"  # the grader after the job's set-up: no two threads import torch
+    until(lambda: log.exists() and "attempt 1 on" in log.read_text(), timeout=300, what="the agent's start")
+    grader = threading.Thread(target=GradingDaemon(sweep).run, daemon=True)
+    grader.start()
+    job.join(600)  # a fail-safe: a job hung on the FIFO fails here instead of stalling the suite
+    assert not job.is_alive(), "the job hung in its wrap-up"
+    assert ended[0].status == "timeout" and written == [1, 2]
+    grader.join(300)
+    snap = load_snapshots(sweep.root, run.run_id)[-1]
+    assert snap.seq == 2 and ("pipe", "fifo") in {(s.path, s.reason) for s in snap.skipped}
+    assert [(e.seq, e.score) for e in sweep.ledger.entries(run.run_id)] == [(1, 10.0), (2, 25.0)]
+
+
 # ---------------------------------------------------------------- set-up is not the agent's time
 @pytest.mark.slow
 def test_setup_is_recorded_apart_and_not_charged_to_the_budget(tmp_path, monkeypatch):

@@ -196,3 +196,30 @@ def test_a_judge_outage_is_retried_not_recorded_invalid(run, tiny_model, monkeyp
     again = sweep.queue.claim(grader.holder, 60, sweep.ledger.has)
     assert again.entry.submission_id == sid and again.lease.attempt == 1  # the outage used no attempt
     assert grader.grade(again).score == 40.0
+
+
+def test_a_code_record_that_cannot_be_taken_is_itself_recorded(run, tiny_model, tmp_path):
+    """code/ swapped for a symlink out of the workspace: the snapshot refuses to follow it, and the submission's
+    queue entry, ledger entry and run report say that its code record is missing and why; it is graded as usual."""
+    from a2rl.recording.snapshots import load_snapshots
+    from a2rl.reporting.runreport import write_run_report
+    from a2rl.records import now
+    from a2rl.store.results import write_result
+
+    sweep, ws, _, submit = run
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "heldout.py").write_text("HELD-OUT\n")
+    shutil.rmtree(ws.code)
+    ws.code.symlink_to(outside, target_is_directory=True)
+    answer = submit(str(make_variant(tiny_model, ws.output / "v", score=40, salt=3)))
+    assert answer["score"] == 40.0
+    run_id = answer["submission_id"].rsplit(".", 1)[0]
+    why = sweep.queue.entry(answer["submission_id"]).snapshot_error
+    assert why.startswith("code snapshot failed: ") and "symlink" in why
+    assert sweep.ledger.get(answer["submission_id"]).snapshot_error == why
+    assert load_snapshots(sweep.root, run_id) == [] and not (sweep.root / "blobs").exists()
+    write_result(sweep, run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
+                 started_at=now(), ended_at=now())
+    report = write_run_report(sweep, run_id)
+    assert f"**no code record**: {why}" in (report / "summary.md").read_text()

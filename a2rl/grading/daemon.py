@@ -159,7 +159,10 @@ class GradingDaemon:
         log.warning("lock %s held for %g s; skipping this round", e.lock_file, self.settings.lock_timeout_s)
 
     def sweep_finished(self) -> bool:
-        return self.finished_runs.all() and not self.queue.pending_ids()
+        """Every run has its result, nothing is pending, and no job still waits to complete its result (a run
+        stopped at its budget's end writes its result before its wrap-up submission is enqueued)."""
+        return self.finished_runs.all() and not self.queue.pending_ids() and not any(
+            (s := self.sweep.status(r)) is not None and s.waiting_for_scores() for r in self.run_ids)
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -206,7 +209,8 @@ class GradingDaemon:
                       model_path=entry.model_path, task=task.name, protocol=run.protocol,
                       evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt,
                       generation=self.preset(run.model.name).record(),
-                      budget_used_s=entry.budget_used_s, tokens=entry.tokens, cost_usd=entry.cost_usd)
+                      budget_used_s=entry.budget_used_s, tokens=entry.tokens, cost_usd=entry.cost_usd,
+                      snapshot_error=entry.snapshot_error)
         t0 = now()
         self._state = "grading"
         renewing = threading.Event()

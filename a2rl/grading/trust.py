@@ -6,7 +6,10 @@ at once; the grader repeats them on the copy it is about to load.
 from __future__ import annotations
 
 import json
+import os
+from contextlib import ExitStack
 from pathlib import Path
+from typing import BinaryIO
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 
@@ -15,50 +18,52 @@ class UntrustedArtifact(ValueError):
     pass
 
 
-def inside(path: Path, root: Path) -> bool:
-    """Whether `path` (resolved) lies strictly under `root` (resolved)."""
-    return Path(root).resolve() in Path(path).resolve().parents
-
-
-def check_safetensors(path: Path) -> None:
+def check_safetensors(name: str, f: BinaryIO, size: int) -> None:
     """The header must be JSON whose tensors end exactly where the file does (a lying header could make a
-    loader read past the file or allocate what the file does not hold)."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if size < 8 or n > min(MAX_HEADER_BYTES, size - 8):
-            raise UntrustedArtifact(f"{path.name}: safetensors header claims {n} bytes in a file of {size} bytes")
-        try:
-            header = json.loads(f.read(n))
-            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
-            raise UntrustedArtifact(f"{path.name}: unreadable safetensors header ({type(e).__name__})") from None
+    loader read past the file or allocate what the file does not hold). Read from the open file `f`, whose
+    first `size` bytes are what is loaded."""
+    f.seek(0)
+    n = int.from_bytes(f.read(8), "little")
+    if size < 8 or n > min(MAX_HEADER_BYTES, size - 8):
+        raise UntrustedArtifact(f"{name}: safetensors header claims {n} bytes in a file of {size} bytes")
+    try:
+        header = json.loads(f.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        raise UntrustedArtifact(f"{name}: unreadable safetensors header ({type(e).__name__})") from None
     if 8 + n + max(ends, default=0) != size:
-        raise UntrustedArtifact(f"{path.name}: safetensors header describes {8 + n + max(ends, default=0)} bytes, "
+        raise UntrustedArtifact(f"{name}: safetensors header describes {8 + n + max(ends, default=0)} bytes, "
                                 f"the file has {size}")
 
 
-def check_model_files(model_dir: Path, files: list[Path] | None = None) -> None:
-    """No symlinks, safetensors headers that fit their files, and shard indexes that name files among `files`
-    (default: everything in the directory, which must all be regular files)."""
-    model_dir = Path(model_dir)
-    if files is None:
-        files = list(model_dir.iterdir())
-        if bad := [p.name for p in files if p.is_symlink() or not p.is_file()]:
-            raise UntrustedArtifact(f"{bad[0]}: only regular files are loaded (no symlinks or directories)")
-    names = {p.name for p in files}
-    for p in files:
-        if p.suffix == ".safetensors":
-            check_safetensors(p)
-    for index in (p for p in files if p.name.endswith(".index.json")):
+def check_files(files: dict[str, BinaryIO], sizes: dict[str, int]) -> None:
+    """Safetensors headers that fit their files, and shard indexes that name files among `files` (name: the
+    file, open for reading; checked on that descriptor, the one the caller copies or loads from, and never read
+    past its size in `sizes`)."""
+    for name, f in files.items():
+        if name.endswith(".safetensors"):
+            check_safetensors(name, f, sizes[name])
+    for name, f in files.items():
+        if not name.endswith(".index.json"):
+            continue
         try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
+            f.seek(0)
+            shards = set(json.loads(f.read(sizes[name]))["weight_map"].values())
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise UntrustedArtifact(f"{index.name}: unreadable shard index ({type(e).__name__})") from None
+            raise UntrustedArtifact(f"{name}: unreadable shard index ({type(e).__name__})") from None
         for shard in shards:
-            if not isinstance(shard, str) or shard not in names or not inside(model_dir / shard, model_dir):
-                raise UntrustedArtifact(f"{index.name} names {shard!r}, not a weights file of the submitted "
-                                        f"directory")
+            if not isinstance(shard, str) or shard not in files:
+                raise UntrustedArtifact(f"{name} names {shard!r}, not a weights file of the submitted directory")
+
+
+def check_model_files(model_dir: Path) -> None:
+    """Every entry of `model_dir` a regular file (no symlinks or directories), checked by check_files."""
+    paths = sorted(Path(model_dir).iterdir())
+    if bad := [p.name for p in paths if p.is_symlink() or not p.is_file()]:
+        raise UntrustedArtifact(f"{bad[0]}: only regular files are loaded (no symlinks or directories)")
+    with ExitStack() as stack:
+        files = {p.name: stack.enter_context(open(p, "rb")) for p in paths}
+        check_files(files, {name: os.fstat(f.fileno()).st_size for name, f in files.items()})
 
 
 def frozen_dir(artifact: str, submissions: Path) -> Path:

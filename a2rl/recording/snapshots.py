@@ -8,15 +8,18 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import fnmatch
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pydantic import BaseModel
 
+from a2rl.recording import nofollow
 from a2rl.records import Record, atomic_write_text, now
 from a2rl.spec.sweep import RecordingSettings
 
@@ -24,18 +27,23 @@ MB = 1 << 20
 
 
 class SnapshotFile(BaseModel):
-    path: str  # relative to code/
+    path: str  # relative to code/; bytes that are not UTF-8 shown as \xNN
+    raw_path: str | None = None  # the path's bytes in hex, when they are not UTF-8
     sha256: str
     size: int
 
 
 class SkippedFile(BaseModel):
     path: str
+    raw_path: str | None = None
     size: int
-    reason: str  # "over <cap>" (max_file_mb, max_total_mb, workspace_max_*), "symlink", "unreadable"
+    # "over <cap>" (max_file_mb, max_total_mb, workspace_max_*), "symlink", "fifo", "socket", "device",
+    # "unreadable (...)", "changed while read (...)", "deeper than ...", "over ... entries ..."
+    reason: str
 
 
 class CodeSnapshot(Record):
+    SCHEMA = 2  # 2 raw_path; non-regular files listed as skipped by type
     run_id: str
     submission_id: str
     seq: int
@@ -61,35 +69,56 @@ def load_snapshots(sweep_root: Path, run_id: str) -> list[CodeSnapshot]:
     return [CodeSnapshot.load(p) for p in sorted(snapshot_dir(sweep_root, run_id).glob("[0-9]*.json"))]
 
 
-def walk(root: Path, exclude: list[str], max_file_mb: float, max_total_mb: float, caps: tuple[str, str],
-          skip_top: frozenset[str] = frozenset()) -> tuple[list[tuple[str, Path, int]], list[SkippedFile]]:
-    """Files under root to keep, in path order, within the caps (`caps` names them in skip reasons)."""
-    excluded = lambda name: any(fnmatch.fnmatch(name, g) for g in exclude)  # noqa: E731
-    keep, skipped, total = [], [], 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        top = Path(dirpath) == root
-        dirnames[:] = sorted(d for d in dirnames if not excluded(d) and not (top and d in skip_top))
-        for name in sorted(filenames):
-            full = Path(dirpath) / name
-            rel = str(full.relative_to(root))
-            if excluded(name) or (top and name in skip_top):
+def collect(root: Path, exclude: list[str], max_file_mb: float, max_total_mb: float, caps: tuple[str, str],
+            keep: Callable[[str, int, int], tuple[str, int]], skip_top: frozenset[str] = frozenset(),
+            ) -> tuple[list[SnapshotFile], list[SkippedFile]]:
+    """Each regular file under root, in path order, within the caps (`caps` names them in skip reasons), handed
+    to `keep(path, fd, size)` on the descriptor its size was checked on (it returns the sha256 and the bytes
+    kept); everything else is listed as skipped with why, unopened (symlinks, FIFOs, sockets, devices). Nothing
+    here blocks or follows a link (nofollow.py). OSError when root itself cannot be opened as a directory."""
+    excluded = lambda rel, name: any(fnmatch.fnmatch(name, g) for g in exclude) or (  # noqa: E731
+        "/" not in rel and name in skip_top)
+    files, skipped, total = [], [], 0
+
+    def skip(rel: str, size: int, reason: str) -> None:
+        skipped.append(SkippedFile(path=nofollow.shown(rel), raw_path=nofollow.raw_name(rel), size=size,
+                                   reason=reason))
+
+    root_fd = nofollow.open_last(root)
+    try:
+        for rel, name, dir_fd, st in nofollow.walk(root_fd, skip=excluded):
+            if isinstance(st, str):
+                skip(rel, 0, st)
                 continue
-            if full.is_symlink():  # could point anywhere (the base model, outside the workspace)
-                skipped.append(SkippedFile(path=rel, size=0, reason="symlink"))
+            if not stat.S_ISREG(st.st_mode):  # never opened: a FIFO would block, a link could lead anywhere
+                skip(rel, 0, nofollow.kind(st.st_mode))
                 continue
             try:
-                size = full.stat().st_size
-            except OSError:
-                skipped.append(SkippedFile(path=rel, size=0, reason="unreadable"))
+                fd, st = nofollow.open_regular(name, dir_fd)
+            except nofollow.Changed as e:
+                skip(rel, 0, e.strerror)
                 continue
-            if size > max_file_mb * MB:
-                skipped.append(SkippedFile(path=rel, size=size, reason=f"over {caps[0]}"))
-            elif total + size > max_total_mb * MB:
-                skipped.append(SkippedFile(path=rel, size=size, reason=f"over {caps[1]}"))
-            else:
-                keep.append((rel, full, size))
-                total += size
-    return keep, skipped
+            except OSError as e:
+                skip(rel, 0, f"unreadable ({e.strerror})")
+                continue
+            try:
+                size = st.st_size  # apparent size: a sparse file counts in full
+                if size > max_file_mb * MB:
+                    skip(rel, size, f"over {caps[0]}")
+                elif total + size > max_total_mb * MB:
+                    skip(rel, size, f"over {caps[1]}")
+                else:
+                    sha, size = keep(rel, fd, size)
+                    files.append(SnapshotFile(path=nofollow.shown(rel), raw_path=nofollow.raw_name(rel),
+                                              sha256=sha, size=size))
+                    total += size
+            except OSError as e:  # changed by the agent meanwhile
+                skip(rel, size, f"changed while read ({e.strerror})")
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+    return files, skipped
 
 
 def _store_blob(sweep_root: Path, data: bytes) -> str:
@@ -134,16 +163,15 @@ def unified_diff(sweep_root: Path, before: dict[str, str], after: dict[str, str]
 def snapshot_code(sweep_root: Path, run_id: str, code: Path, *, submission_id: str, seq: int,
                   settings: RecordingSettings) -> CodeSnapshot:
     """Record code/ as it is at submission `seq`, and its diff to the run's previous snapshot."""
-    keep, skipped = walk(code, settings.exclude, settings.max_file_mb, settings.max_total_mb,
-                          ("max_file_mb", "max_total_mb"))
-    files = []
-    for rel, full, size in keep:
-        try:
-            data = full.read_bytes()
-        except OSError:  # removed or made unreadable by the agent meanwhile
-            skipped.append(SkippedFile(path=rel, size=size, reason="unreadable"))
-            continue
-        files.append(SnapshotFile(path=rel, sha256=_store_blob(sweep_root, data), size=len(data)))
+
+    def keep(rel: str, fd: int, size: int) -> tuple[str, int]:
+        data = nofollow.read_capped(fd, size)
+        if data is None:
+            raise nofollow.Changed(errno.EFBIG, f"grew past {size} bytes")
+        return _store_blob(sweep_root, data), len(data)
+
+    files, skipped = collect(code, settings.exclude, settings.max_file_mb, settings.max_total_mb,
+                             ("max_file_mb", "max_total_mb"), keep)
     prev = [s for s in load_snapshots(sweep_root, run_id) if s.seq < seq]
     before = {f.path: f.sha256 for f in prev[-1].files} if prev else {}
     after = {f.path: f.sha256 for f in files}

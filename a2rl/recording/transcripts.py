@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from a2rl.recording import nofollow
 from a2rl.store.results import AgentUsage
 
 
@@ -116,10 +117,11 @@ TRANSCRIPT_FILE_MAX = 16 << 20
 
 def transcript_files(home: Path, globs: list[str]) -> str:
     """The text of a stack's transcript_files under the agent's HOME, to parse with its log: regular files only
-    (a link the agent planted is not followed out of its workspace), each up to TRANSCRIPT_FILE_MAX bytes."""
-    files = sorted({p for g in globs for p in home.glob(g)
-                    if p.is_file() and not p.is_symlink() and home.resolve() in p.resolve().parents})
-    return "".join("\n" + p.read_bytes()[:TRANSCRIPT_FILE_MAX].decode(errors="replace") + "\n" for p in files)
+    (a link the agent planted is not followed out of its workspace, a FIFO never opened), each up to
+    TRANSCRIPT_FILE_MAX bytes; read while the agent may still change them (nofollow.py)."""
+    rels = sorted({p.relative_to(home) for g in globs for p in home.glob(g)})
+    texts = (nofollow.read_head(home, rel, TRANSCRIPT_FILE_MAX) for rel in rels)
+    return "".join("\n" + t.decode(errors="replace") + "\n" for t in texts if t is not None)
 
 
 def parse_usage(parser: str, transcript: str) -> AgentUsage | None:

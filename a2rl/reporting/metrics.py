@@ -35,7 +35,7 @@ TrainTypeSource = Literal["code", "self-reported"]
 
 class SubmissionRow(Record):
     """One line of summary.jsonl."""
-    SCHEMA = 2  # 2 added train_type_source
+    SCHEMA = 3  # 2 added train_type_source; 3 snapshot_error
     iteration: int  # the submission's seq (1-based)
     submission_id: str
     at_s: float  # seconds from the run's start (wall clock)
@@ -51,6 +51,7 @@ class SubmissionRow(Record):
     files_modified: list[str] = []
     files_removed: list[str] = []
     error: str | None = None
+    snapshot_error: str | None = None  # the code record of this submission is missing, and why
 
 
 class RunMetrics(Record):
@@ -183,7 +184,7 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
             score=e.score, improvement=None if e.score is None or base is None else e.score - base,
             delta_prev=None if e.score is None or prev_valid is None else e.score - prev_valid,
             copy_of_base=e.copy_of_base, train_type="+".join(types) or "none", train_type_source=source,
-            failure_type=submission_failure(e, base, types), error=e.error,
+            failure_type=submission_failure(e, base, types), error=e.error, snapshot_error=e.snapshot_error,
             files_added=snap.added if snap else [], files_modified=snap.modified if snap else [],
             files_removed=snap.removed if snap else []))
         prev_valid = e.score if e.score is not None else prev_valid

@@ -53,7 +53,8 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
         changed = [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + \
                   [f"-{p}" for p in r.files_removed]
         out.append(f"- files changed: {', '.join(changed) or 'none'} "
-                   f"(diff: {snapshots / f'{r.iteration:03d}.diff'})")
+                   f"(diff: {snapshots / f'{r.iteration:03d}.diff'})" if r.snapshot_error is None
+                   else f"- **no code record**: {r.snapshot_error}")
     return "\n".join(out) + "\n"
 
 

@@ -4,8 +4,11 @@ A submission is a directory inside the run's output/ holding full weights in saf
 Everything else gets a clear error that is recorded as an invalid submission: paths or symlinks that leave
 output/, missing or empty directories, LoRA adapters, pickle-only checkpoints, code that needs
 trust_remote_code, safetensors headers that do not fit their file, shard indexes naming files elsewhere, and
-directories past the sweep's limits (file count, per-file and total size). The accepted files are copied into the sweep directory before grading, so the agent cannot
-change the weights while (or after) they are scored.
+directories past the sweep's limits (file count, per-file and total size). The accepted files are copied into the
+sweep directory before grading, so the agent cannot change the weights while (or after) they are scored. Every
+file is opened once, walking from output/'s directory descriptor without following a link, and checked and
+copied on that descriptor (recording/nofollow.py): a symlink the agent swaps in during a submission is refused,
+never followed, so no file from outside its sandbox can be frozen as its own.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from a2rl.grading.trust import UntrustedArtifact, check_model_files
+from a2rl.grading.trust import UntrustedArtifact, check_files
+from a2rl.recording import nofollow
 
 # Files a model directory needs for loading; anything else (optimizer state, trainer checkpoints) stays behind.
 KEEP_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja", ".tiktoken")
@@ -59,13 +64,17 @@ def check_model_path(model_path: object) -> None:
 
 
 def resolve_submission(model_path: str, workspace: Path) -> Path:
-    """The real directory a submitted path names; it must lie inside <workspace>/output."""
+    """The real directory a submitted path names; it must lie inside <workspace>/output. Only where to look:
+    check_artifact opens it without following any link, so a path changed since is refused, never followed."""
     if not isinstance(model_path, str) or not model_path.strip():
         raise ArtifactError("model_path is required: the directory under $OUTPUT_DIR holding your model")
     check_model_path(model_path)
-    output = (workspace / "output").resolve()
+    output = workspace.resolve() / "output"  # not resolved: an output/ the agent made a symlink holds nothing
     given = Path(model_path)
-    path = (given if given.is_absolute() else workspace / given).resolve()
+    try:
+        path = (given if given.is_absolute() else workspace / given).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise ArtifactError(f"model_path {model_path!r} does not resolve: {e}") from None
     if path != output and output not in path.parents:
         raise ArtifactError(f"model_path {model_path!r} resolves to {path}, outside the run's output directory "
                             f"{output}: submit a directory under $OUTPUT_DIR (symlinks out of it are refused)")
@@ -76,42 +85,132 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
     return path
 
 
-def check_artifact(path: Path, output: Path, limits: Limits) -> list[Path]:
-    """The files to freeze, or ArtifactError saying what is wrong with the directory."""
-    output = output.resolve()
-    with os.scandir(path) as it:  # counted lazily: a directory of a million files costs max_files+1 entries
-        entries = sorted(Path(e.path) for e in itertools.islice(it, limits.max_files + 1))
-    if len(entries) > limits.max_files:
+class Artifact:
+    """A submitted directory's files, each opened once without following a link: what check_artifact checked
+    (type, size, content) is read from the same descriptors by freeze(), never past the sizes checked. Close
+    it (or use `with`)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.files: dict[str, BinaryIO] = {}  # every regular file (or link inside output/ to one), by name
+        self.sizes: dict[str, int] = {}  # as checked: apparent sizes (a sparse file counts in full)
+        self.kept: list[str] = []  # what freeze() copies
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    def __enter__(self) -> "Artifact":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _changed(name: str) -> ArtifactError:
+    return ArtifactError(f"{nofollow.shown(name)} changed while it was submitted (a symlink swapped in): refused")
+
+
+def _open_entry(name: str, dir_fd: int, path: Path, out_fd: int, output: Path) -> tuple[int, int] | None:
+    """The regular file `name` in the submitted directory, open, and its size. A symlink is followed only as
+    far as a path check says it stays inside output/, and its target then opened from output/'s descriptor
+    without following any link: one swapped in meanwhile is refused. None for what is not a regular file
+    (a directory, a FIFO: never opened) or is gone."""
+    try:
+        try:
+            fd, st = nofollow.open_regular(name, dir_fd)
+            return fd, st.st_size
+        except nofollow.Changed as e:
+            if e.strerror != "symlink":
+                return None
+        real = (path / name).resolve()
+        if output not in real.parents:
+            raise ArtifactError(f"{nofollow.shown(name)} is a symlink to {real}, outside the output directory: "
+                                f"refused")
+        try:  # resolve() saw no link on the way to `real`: a link there now was swapped in since
+            d = nofollow.open_dir(real.parent.relative_to(output).parts, out_fd)
+        except nofollow.Changed:
+            raise _changed(name) from None
+        try:
+            fd, st = nofollow.open_regular(real.name, d)
+            return fd, st.st_size
+        except nofollow.Changed as e:
+            if e.strerror == "symlink":
+                raise _changed(name) from None
+            return None
+        finally:
+            os.close(d)
+    except (FileNotFoundError, RuntimeError):  # removed meanwhile, a dangling link, a link loop
+        return None
+
+
+def check_artifact(path: Path, output: Path, limits: Limits) -> Artifact:
+    """The directory's files, opened, within the limits and checked, ready to freeze; or ArtifactError saying
+    what is wrong with the directory. Nothing is read through a link the agent could change meanwhile."""
+    output = output.parent.resolve() / output.name
+    path = path.resolve()
+    if path != output and output not in path.parents:
+        raise ArtifactError(f"{path} is outside the run's output directory {output}: refused")
+    artifact = Artifact(path.name)
+    try:
+        out_fd = nofollow.open_last(output)
+        try:
+            with nofollow.opened_dir(path.relative_to(output).parts, out_fd) as dir_fd:
+                _check(artifact, path, dir_fd, out_fd, output, limits)
+        finally:
+            os.close(out_fd)
+    except nofollow.Changed:
+        artifact.close()
+        raise _changed(f"{path.name}/") from None
+    except OSError as e:
+        artifact.close()
+        raise ArtifactError(f"{path.name}/ could not be read: {e.strerror}") from None
+    except BaseException:
+        artifact.close()
+        raise
+    return artifact
+
+
+def _check(artifact: Artifact, path: Path, dir_fd: int, out_fd: int, output: Path, limits: Limits) -> None:
+    with os.scandir(dir_fd) as it:  # counted lazily: a directory of a million files costs max_files+1 entries
+        names = sorted(e.name for e in itertools.islice(it, limits.max_files + 1))
+    if len(names) > limits.max_files:
         raise ArtifactError(f"{path.name}/ holds more than {limits.max_files} entries: submit only the model "
                             f"files (weights, config, tokenizer)")
-    if not entries:
+    if not names:
         raise ArtifactError(f"{path.name}/ is empty: save the model with model.save_pretrained(dir) and the "
                             f"tokenizer with tokenizer.save_pretrained(dir)")
-    names = {p.name for p in entries}
-    for p in entries:
-        real = p.resolve()
-        if real != output and output not in real.parents:
-            raise ArtifactError(f"{p.name} is a symlink to {real}, outside the output directory: refused")
+    for name in names:
+        if (opened := _open_entry(name, dir_fd, path, out_fd, output)) is not None:
+            artifact.files[name], artifact.sizes[name] = os.fdopen(opened[0], "rb"), opened[1]
     if "adapter_config.json" in names or any(n.startswith("adapter_model") for n in names):
         raise ArtifactError("this is a LoRA/PEFT adapter, not a full model: merge it first "
                             "(model = model.merge_and_unload(); model.save_pretrained(dir)) and submit that")
-    weights = [p for p in entries if p.suffix == ".safetensors" and p.is_file()]
-    if not weights:
-        if any(p.suffix in PICKLE_SUFFIXES for p in entries):
+    if not any(n.endswith(".safetensors") for n in artifact.files):
+        if any(Path(n).suffix in PICKLE_SUFFIXES for n in names):
             raise ArtifactError("only pickle checkpoints (.bin/.pt) found; they are never loaded: save with "
                                 "model.save_pretrained(dir, safe_serialization=True) to write .safetensors")
-        raise ArtifactError(f"no *.safetensors weights in {path.name}/ (found: {', '.join(sorted(names))})")
-    sizes = {p: p.stat().st_size for p in entries if p.is_file()}  # apparent sizes: sparse files count in full
+        raise ArtifactError(f"no *.safetensors weights in {path.name}/ (found: "
+                            f"{', '.join(map(nofollow.shown, names))})")
+    sizes = artifact.sizes
     if (big := max(sizes, key=sizes.get, default=None)) is not None and sizes[big] > limits.max_file_bytes:
-        raise ArtifactError(f"{big.name} is {sizes[big] / 2**30:.2f} GiB, over the limit of "
+        raise ArtifactError(f"{nofollow.shown(big)} is {sizes[big] / 2**30:.2f} GiB, over the limit of "
                             f"{limits.max_file_bytes / 2**30:.2f} GiB per file")
     if sum(sizes.values()) > limits.max_total_bytes:
         raise ArtifactError(f"{path.name}/ holds {sum(sizes.values()) / 2**30:.2f} GiB, over the limit of "
                             f"{limits.max_total_bytes / 2**30:.2f} GiB")
-    if "config.json" not in names:
+    if "config.json" not in artifact.files:
         raise ArtifactError("config.json is missing: save with model.save_pretrained(dir)")
+    artifact.kept = [n for n in sorted(artifact.files) if Path(n).suffix in KEEP_SUFFIXES]
+    check_content({n: artifact.files[n] for n in artifact.kept}, sizes)
+
+
+def check_content(files: dict[str, BinaryIO], sizes: dict[str, int]) -> None:
+    """config.json (a JSON object, no custom code) and the weights' headers and shard indexes, read from
+    the open files, never past their `sizes`."""
     try:
-        config = json.loads((path / "config.json").read_text())
+        files["config.json"].seek(0)
+        config = json.loads(files["config.json"].read(sizes["config.json"]))
     except ValueError as e:
         raise ArtifactError(f"config.json is not valid JSON: {e}") from None
     if not isinstance(config, dict):
@@ -119,20 +218,33 @@ def check_artifact(path: Path, output: Path, limits: Limits) -> list[Path]:
     if "auto_map" in config:
         raise ArtifactError("config.json has auto_map (custom model code): models are loaded without "
                             "trust_remote_code; use a standard transformers architecture")
-    kept = [p for p in entries if p.is_file() and p.suffix in KEEP_SUFFIXES]
     try:
-        check_model_files(path, kept)
+        check_files(files, sizes)
     except UntrustedArtifact as e:
         raise ArtifactError(str(e)) from None
-    return kept
 
 
-def freeze(files: list[Path], dest: Path) -> Path:
-    """Copy the accepted files into `dest` (in the sweep directory), which then belongs to the grader."""
+def freeze(artifact: Artifact, dest: Path) -> Path:
+    """Copy the checked files into `dest` (in the sweep directory), which then belongs to the grader: from the
+    descriptors that were checked, exactly the sizes that were checked; the copy's content is checked again,
+    as the agent could still write into the files it submitted."""
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for f in files:
-        shutil.copyfile(f, tmp / f.name)
+    copies: dict[str, BinaryIO] = {}
+    try:
+        for name in artifact.kept:
+            copies[name] = f = open(tmp / name, "w+b")
+            try:
+                nofollow.copy_exact(artifact.files[name].fileno(), f.fileno(), artifact.sizes[name])
+            except nofollow.Changed as e:
+                raise ArtifactError(f"{nofollow.shown(name)} {e.strerror}: refused") from None
+        check_content(copies, artifact.sizes)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        for f in copies.values():
+            f.close()
     tmp.rename(dest)
     return dest

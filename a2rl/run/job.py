@@ -104,7 +104,7 @@ class AgentRun:
             self.beat()
 
     def _log(self, msg: str) -> None:
-        with open(self.dir / "agent.log", "a") as f:
+        with open(self.dir / "agent.log", "a", errors="backslashreplace") as f:  # any file name the agent chose
             f.write(f"[a2rl {time.strftime('%H:%M:%S')}] {msg}\n")
 
     # ---------------------------------------------------------------- signals
@@ -135,6 +135,8 @@ class AgentRun:
         self.beat()
         run_id = self.run.run_id
         result = self._write_result(status, reason, exit_code)  # before any wait: the job may be killed in it
+        if status == "timeout" and self._auto_submit():  # after it: nothing in the workspace delays the result
+            result = self._write_result(status, reason, exit_code)
         shutil.rmtree(self.sweep.resume_dir(run_id), ignore_errors=True)  # a run with a result never resumes
         rebuild_run_report(self.sweep, run_id, result)
         self._archive_workspace()
@@ -223,8 +225,6 @@ class AgentRun:
             meta.dump(ws.meta_path)
             if stack.stage_records:
                 collect_stage_log(ws.output / STAGES_FILE, self.dir / STAGES_FILE)
-            if status == "timeout":
-                self._auto_submit(ws)
         return status, code
 
     def _scratch_workspace(self) -> Path | None:
@@ -306,18 +306,26 @@ class AgentRun:
         (ws.root / "WRAP_UP").write_text(message + "\n")
         self._log(f"wrap-up warning: {message}")
 
-    def _auto_submit(self, ws: Workspace) -> None:
-        """Submit the newest saved model that was not scored since it was last written (MLGym-style)."""
-        candidate = last_saved_model(ws.output)
-        if candidate is None:
-            return
-        newest = max(f.stat().st_mtime for f in candidate.iterdir())
-        for entry in self.sweep.queue.entries(self.run.run_id):
-            given = Path(entry.model_path)
-            if (given if given.is_absolute() else ws.root / given).resolve() == candidate and entry.submitted_at >= newest:
-                return
-        self._log(f"auto-submitting {candidate} (saved, not yet scored)")
-        self.submitter.submit(str(candidate), wait=False, force=True)
+    def _auto_submit(self) -> bool:
+        """Submit the newest saved model that was not scored since it was last written (MLGym-style); whether
+        it did. Whatever the agent left in its workspace (link loops, FIFOs) is logged, never the job's end."""
+        ws = self.submitter.ws
+        try:
+            candidate = last_saved_model(ws.output)
+            if candidate is None:
+                return False
+            newest = max(f.stat().st_mtime for f in candidate.iterdir())
+            for entry in self.sweep.queue.entries(self.run.run_id):
+                given = Path(entry.model_path)
+                if (given if given.is_absolute() else ws.root / given).resolve() == candidate and entry.submitted_at >= newest:
+                    return False
+            self._log(f"auto-submitting {candidate} (saved, not yet scored)")
+            self.submitter.submit(str(candidate), wait=False, force=True)
+            return True
+        except Exception as e:
+            log.exception("the wrap-up submission of %s failed", self.run.run_id)
+            self._log(f"wrap-up submission failed: {type(e).__name__}: {e}")
+            return False
 
     def _graded(self) -> bool:
         """Every submission of the run and its baseline are recorded."""

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.run.budget import Budget
-from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, check_model_path, freeze, resolve_submission
+from a2rl.run.artifacts import (Artifact, ArtifactError, Limits, check_artifact, check_model_path, freeze,
+                                resolve_submission)
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import AgentUsage
 from a2rl.recording.snapshots import snapshot_code
@@ -50,14 +51,14 @@ class RunSubmitter:
 
     def _submit(self, model_path: str, wait: bool) -> dict[str, Any]:
         try:
-            path = resolve_submission(model_path, self.ws.root)
-            files, error = check_artifact(path, self.ws.output, self.limits), None
+            artifact, error = check_artifact(resolve_submission(model_path, self.ws.root), self.ws.output,
+                                             self.limits), None
         except ArtifactError as e:
-            files, error = [], str(e)
-        entry = self.queue.submit(self.run.run_id, str(model_path),
-                                  lambda sid: str(freeze(files, self.sweep.submissions / sid)), error,
-                                  **self.at_submit())
-        self.snapshot(entry.submission_id, entry.seq)
+            artifact, error = Artifact(""), str(e)
+        with artifact:
+            entry = self.queue.submit(self.run.run_id, str(model_path),
+                                      lambda sid: str(freeze(artifact, self.sweep.submissions / sid)), error,
+                                      self.snapshot, **self.at_submit())
         if not wait:
             return {"submission_id": entry.submission_id, "queued": True}
         recorded = self.wait_for(entry.submission_id, self.settings.max_wait_s)
@@ -82,14 +83,16 @@ class RunSubmitter:
             out["cost_usd"] = usage.cost_usd
         return out
 
-    def snapshot(self, sid: str, seq: int) -> None:
+    def snapshot(self, sid: str, seq: int) -> str | None:
         """The code behind the submission, recorded while the clock is stopped; a failure to record it is
-        logged, never the agent's loss of a submission."""
+        logged and returned (for its queue and ledger entries), never the agent's loss of a submission."""
         try:
             snapshot_code(self.sweep.root, self.run.run_id, self.ws.code, submission_id=sid, seq=seq,
                           settings=self.sweep.spec.recording)
-        except Exception:
+            return None
+        except Exception as e:
             log.exception("code snapshot for %s failed", sid)
+            return f"code snapshot failed: {type(e).__name__}: {e}"
 
     def wait_for(self, sid: str, timeout_s: float) -> LedgerEntry | None:
         deadline = time.monotonic() + timeout_s

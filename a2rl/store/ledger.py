@@ -22,7 +22,8 @@ log = logging.getLogger("a2rl.ledger")
 
 
 class LedgerEntry(SignedRecord):
-    SCHEMA = 6  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s, tokens, cost_usd
+    SCHEMA = 7  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s, tokens, cost_usd
+    # 7 snapshot_error
     submission_id: str
     run_id: str
     seq: int
@@ -53,6 +54,7 @@ class LedgerEntry(SignedRecord):
     budget_used_s: float | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+    snapshot_error: str | None = None  # from the QueueEntry: the code record of this submission is missing, and why
 
 
 class Ledger:

@@ -37,8 +37,8 @@ WATCH_S = 0.05  # how often an idle grader stats pending/: one stat is cheap, th
 
 
 class QueueEntry(SignedRecord):
-    SCHEMA = 3  # 2 added hmac: the run's job signs, the grader verifies before grading; 3 budget_used_s, tokens
-    # (the grader copies them into the ledger entry)
+    SCHEMA = 4  # 2 added hmac: the run's job signs, the grader verifies before grading; 3 budget_used_s, tokens
+    # (the grader copies them into the ledger entry); 4 snapshot_error
     submission_id: str
     run_id: str
     seq: int
@@ -49,6 +49,7 @@ class QueueEntry(SignedRecord):
     budget_used_s: float | None = None  # the run's budget clock at submission
     tokens: int | None = None  # the agent's input + output tokens so far (None: its transcript does not say)
     cost_usd: float | None = None
+    snapshot_error: str | None = None  # why the code behind it could not be recorded (None: it was)
 
 
 class Lease(Record):
@@ -78,10 +79,12 @@ class SubmissionQueue:
         self._lock = FileLock(str(self.root / ".lock"), timeout=lock_timeout_s)
 
     def submit(self, run_id: str, model_path: str, artifact_for: Callable[[str], str | None],
-               error: str | None = None, **at_submit: float | int | None) -> QueueEntry:
+               error: str | None = None, record: Callable[[str, int], str | None] = lambda sid, seq: None,
+               **at_submit: float | int | None) -> QueueEntry:
         """Enqueue a submission. `artifact_for(submission_id)` freezes the artifact (outside the lock) and
-        returns its path; the entry becomes visible to graders only after that. `at_submit`: the run's
-        budget_used_s, tokens and cost_usd at this moment."""
+        returns its path, then `record(submission_id, seq)` records the code behind it and returns why it
+        could not (kept in the entry, so a missing record is never silent); the entry becomes visible to
+        graders only after both. `at_submit`: the run's budget_used_s, tokens and cost_usd at this moment."""
         with self._lock:
             seq = self.count(run_id) + 1
             atomic_write_text(self.seq / run_id, str(seq))
@@ -92,8 +95,9 @@ class SubmissionQueue:
                 artifact = artifact_for(sid)
             except Exception as e:  # a failed snapshot is the agent's invalid submission, not our crash
                 error = f"could not snapshot the model directory: {e}"
-        entry = QueueEntry(submission_id=sid, run_id=run_id, seq=seq, submitted_at=now(),
-                           model_path=model_path, artifact=artifact, error=error, **at_submit).sign(self.key)
+        snapshot_error = record(sid, seq)
+        entry = QueueEntry(submission_id=sid, run_id=run_id, seq=seq, submitted_at=now(), model_path=model_path,
+                           artifact=artifact, error=error, snapshot_error=snapshot_error, **at_submit).sign(self.key)
         entry.dump(self.pending / f"{sid}.json")  # atomic rename: graders never see half an entry
         return entry
 
