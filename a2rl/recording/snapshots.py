@@ -32,7 +32,7 @@ class SnapshotFile(BaseModel):
 class SkippedFile(BaseModel):
     path: str
     size: int
-    reason: str  # "over <cap>" (max_file_mb, max_total_mb, workspace_max_*), "symlink", "unreadable"
+    reason: str  # "over <cap>" (max_file_mb, max_total_mb, max_run_mb, workspace_max_*), "symlink", "unreadable"
 
 
 class CodeSnapshot(Record):
@@ -136,6 +136,9 @@ def snapshot_code(sweep_root: Path, run_id: str, code: Path, *, submission_id: s
     """Record code/ as it is at submission `seq`, and its diff to the run's previous snapshot."""
     keep, skipped = walk(code, settings.exclude, settings.max_file_mb, settings.max_total_mb,
                           ("max_file_mb", "max_total_mb"))
+    earlier = load_snapshots(sweep_root, run_id)
+    stored = {f.sha256: f.size for s in earlier for f in s.files}  # what the run's snapshots hold already
+    run_bytes = sum(stored.values())
     files = []
     for rel, full, size in keep:
         try:
@@ -143,8 +146,15 @@ def snapshot_code(sweep_root: Path, run_id: str, code: Path, *, submission_id: s
         except OSError:  # removed or made unreadable by the agent meanwhile
             skipped.append(SkippedFile(path=rel, size=size, reason="unreadable"))
             continue
+        sha = hashlib.sha256(data).hexdigest()
+        if sha not in stored:  # new content counts against the run's cap
+            if run_bytes + len(data) > settings.max_run_mb * MB:
+                skipped.append(SkippedFile(path=rel, size=len(data), reason="over max_run_mb"))
+                continue
+            stored[sha] = len(data)
+            run_bytes += len(data)
         files.append(SnapshotFile(path=rel, sha256=_store_blob(sweep_root, data), size=len(data)))
-    prev = [s for s in load_snapshots(sweep_root, run_id) if s.seq < seq]
+    prev = [s for s in earlier if s.seq < seq]
     before = {f.path: f.sha256 for f in prev[-1].files} if prev else {}
     after = {f.path: f.sha256 for f in files}
     snap = CodeSnapshot(run_id=run_id, submission_id=submission_id, seq=seq, taken_at=now(), files=files,
