@@ -1,9 +1,13 @@
 import importlib.util
+import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from a2rl.spec.sweep import default_agent_python
 from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator
 
@@ -37,10 +41,11 @@ def test_task_yaml_points_at_existing_files(prepared):
         assert (prepared / "train" / name).is_file()
 
 
-def test_prepare_is_deterministic_and_splits_are_disjoint(prepared, tmp_path):
+def test_train_is_the_same_everywhere_heldout_is_each_data_roots_own(prepared, tmp_path):
     prepare(tmp_path / "train", tmp_path / "heldout")
-    for rel in ("train/train.jsonl", "heldout/test.jsonl"):
-        assert (tmp_path / rel).read_bytes() == (prepared / rel).read_bytes()
+    assert (tmp_path / "train/train.jsonl").read_bytes() == (prepared / "train/train.jsonl").read_bytes()
+    assert (tmp_path / "heldout/test.jsonl").read_bytes() != (prepared / "heldout/test.jsonl").read_bytes()
+    assert not list((prepared / "train").rglob("SEED"))  # the secret stays with the held-out split
     train = read_jsonl(prepared / "train" / "train.jsonl")
     test = read_jsonl(prepared / "heldout" / "test.jsonl")
     assert len(train) == 2000 and len(test) == 200
@@ -86,3 +91,40 @@ def test_untrained_tiny_model_scores_about_zero(prepared, tmp_path):
     result = evaluator.evaluate(generator, prepared / "heldout", spec["eval"])
     assert result["n"] == 200
     assert result["score"] <= 5.0
+
+
+ATTACK = """
+import importlib.util, json, random, sys
+spec = importlib.util.spec_from_file_location("p", sys.argv[1])
+p = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(p)
+def rows(seed, n):
+    return [r["prompt"] for r in p.distinct_rows(random.Random(seed), p.make_problem, "prompt", n)]
+print(json.dumps({"train": rows(p.SEED, p.N_HELDOUT + p.N_TRAIN),
+                  "neighbours": [rows(s, p.N_HELDOUT) for s in range(p.SEED - 300, p.SEED + 300)],
+                  "secret": rows(int(sys.argv[2]), p.N_HELDOUT) if len(sys.argv) > 2 else []}))
+"""
+
+
+def attack(*args: str) -> dict:
+    """The agent's environment with the public source: every split the public seed, and the 600 seeds
+    around it, make; `args` may add a seed to try."""
+    agent_python = default_agent_python()
+    if not agent_python.is_file():
+        pytest.skip(f"no agents' environment at {agent_python}")
+    out = subprocess.run([str(agent_python), "-c", ATTACK, str(TASK_DIR / "prepare.py"), *args], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(TASK_DIR.parents[1])}, check=True)
+    return json.loads(out.stdout)
+
+
+def test_the_public_generator_cannot_rebuild_the_heldout_split(prepared):
+    """Given the public prepare script and every train row, the agent's Python regenerates the train split
+    (the attack works) but, from the public seed or any seed near it, no more held-out rows than chance; the
+    data root's secret seed (heldout/SEED, out of the agent's reach) is what makes them."""
+    heldout = {r["prompt"] for r in read_jsonl(prepared / "heldout" / "test.jsonl")}
+    train = [r["prompt"] for r in read_jsonl(prepared / "train" / "train.jsonl")]
+    got = attack((prepared / "heldout" / "SEED").read_text().strip())
+    assert set(train) <= set(got["train"])  # the attacker has the generator right
+    assert set(got["secret"][: len(heldout)]) & heldout  # the secret seed is what would rebuild it
+    # a random split of 200 of the ~87,000 problems shares about 0.5 with the held-out one
+    assert max(len(heldout & set(rows)) for rows in [got["train"], *got["neighbours"]]) <= 10

@@ -4,10 +4,17 @@ metrics.json and summary.md say where."""
 
 from __future__ import annotations
 
+import base64
+import bz2
+import gzip
+import io
 import json
+import lzma
+import os
 import re
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -95,11 +102,13 @@ def with_metadata(model: Path, **metadata: str) -> Path:
 def test_canary_and_items_are_flagged_where_they_turn_up(run, tiny_model):
     run_dir, ws, submit, report, canary = run
     (ws.code / "train.py").write_text(f"ROWS = ['{ITEM}']\n")  # an item in the code
+    (ws.code / "rows.gz").write_bytes(gzip.compress(f"{ITEM}\n".encode()))  # and gzipped, a binary file
     clean = make_variant(tiny_model, ws.output / "v1", score=20, salt=1)
     submit(clean)
     (ws.code / "notes.py").write_text(f"# {canary}\n")  # the canary in the code, from submission 2 on
     leaky = with_metadata(make_variant(tiny_model, ws.output / "v2", score=30, salt=2), note=canary)
     (leaky / "notes.txt").write_text(f"copied: {ITEM}\n")  # an item in a submitted text file
+    (leaky / "extra.json").write_text(json.dumps({"b64": base64.b64encode(ITEM.encode()).decode()}))  # encoded
     submit(leaky)
     (run_dir / "agent.log").write_text(json.dumps({"type": "tool_result", "content": ITEM}) + "\n"
                                        + f"[a2rl] cat heldout/CANARY\n{canary}\n")
@@ -107,10 +116,82 @@ def test_canary_and_items_are_flagged_where_they_turn_up(run, tiny_model):
     m, md = report()
     assert m.leaks == [
         "transcript: canary", "transcript: held-out item test.jsonl:1",
-        "snapshot 1 train.py: held-out item test.jsonl:1", "snapshot 2 notes.py: canary",
+        "snapshot 1 rows.gz: held-out item test.jsonl:1 (gzip)", "snapshot 1 train.py: held-out item test.jsonl:1",
+        "snapshot 2 notes.py: canary", "submission 2: held-out item test.jsonl:1 (base64) in extra.json",
         "submission 2: canary in model.safetensors", "submission 2: held-out item test.jsonl:1 in notes.txt"]
     assert m.score_trajectory == [20.0, 30.0]  # flagged, still graded
     assert "**LEAK**: held-out data found: transcript: canary; " in md and "submission 2: canary in model" in md
+
+
+def _zip(name: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(name, data)
+    return buf.getvalue()
+
+
+B = f"rows = {ITEM!r}\n".encode()
+ENCODED = {  # how an agent might hide the item → how it is reported
+    "upper case, spaces doubled": (ITEM.upper().replace(" ", "  "), "normalised"),
+    "punctuation dropped, one word per line": ("\n".join(re.findall(r"\w+", ITEM)), "normalised"),
+    "JSON-escaped twice": (json.dumps(json.dumps({"q": ITEM})), "normalised"),
+    "Python \\x escapes": ("".join(f"\\x{b:02x}" for b in ITEM.encode()), "normalised"),
+    "base64": (f"blob = '{base64.b64encode(B).decode()}'", "base64"),
+    "URL-safe base64, no padding": (base64.urlsafe_b64encode(B).decode().rstrip("="), "base64"),
+    "base64 in 76-column lines": (base64.encodebytes(B * 3).decode(), "base64"),
+    "hex": (f"h = bytes.fromhex('{B.hex()}')", "hex"),
+    "gzip": (gzip.compress(B), "gzip"),
+    "bzip2": (bz2.compress(B), "bzip2"),
+    "xz": (lzma.compress(B), "xz"),
+    "a zip member": (_zip("data/rows.txt", B), "zip member data/rows.txt"),
+    "base64 of a gzip": (base64.b64encode(gzip.compress(B)).decode(), "base64, gzip"),
+    "a gzip in a zip": (_zip("x.gz", gzip.compress(B)), "zip member x.gz, gzip"),
+}
+
+
+@pytest.fixture
+def heldout(tmp_path) -> Path:
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    (heldout / CANARY).write_text("a2rl-canary-0123456789abcdef0123456789abcdef\n")
+    (heldout / "test.jsonl").write_text(json.dumps({"prompt": ITEM, "answer": "24"}) + "\n")
+    return heldout
+
+
+@pytest.mark.parametrize("how", ENCODED)
+def test_encoded_items_are_flagged_and_say_how(heldout, tmp_path, how):
+    data, label = ENCODED[how]
+    found = leaks.markers(heldout)
+    expected = ["held-out item test.jsonl:1" + (f" ({label})" if label else "")]
+    raw = data.encode() if isinstance(data, str) else data
+    assert found.find_bytes(raw) == expected  # a code snapshot's file, a submitted file
+    if isinstance(data, str):
+        assert found.find(f"noise before {data} noise after") == expected  # a transcript
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "notes.bin").write_bytes(raw)
+    assert leaks.scan_files(model, found) == [f"{expected[0]} in notes.bin"]
+
+
+def test_the_canary_is_flagged_encoded_too(heldout):
+    canary = (heldout / CANARY).read_text().strip().encode()
+    found = leaks.markers(heldout)
+    assert found.find_bytes(gzip.compress(canary)) == ["canary (gzip)"]
+    assert found.find(base64.b64encode(b"x" * 30 + canary).decode()) == ["canary (base64)"]
+    assert found.find(canary.decode().upper()) == ["canary (normalised)"]
+
+
+def test_innocent_text_and_archives_are_not_flagged(heldout):
+    """Clean negatives: the train row, near misses of the item, and encodings of other text."""
+    found = leaks.markers(heldout)
+    near = ITEM.replace("48", "49")  # one number changed: another problem
+    other = ("The quick brown fox jumps over the lazy dog, " * 40).encode()
+    cut = ITEM[: len(ITEM) // 2] + " ... " + ITEM[len(ITEM) // 2 + 5:]  # a piece left out
+    for text in ["1+1= 2", near, near.upper(), base64.b64encode(near.encode()).decode(), other.hex(),
+                 base64.b64encode(os.urandom(3000)).decode(), cut]:
+        assert found.find(text) == [], text
+    for data in [gzip.compress(other), _zip("a.txt", other), lzma.compress(near.encode()), os.urandom(1 << 20)]:
+        assert found.find_bytes(data) == []
 
 
 def test_a_clean_run_has_no_flags(run, tiny_model):

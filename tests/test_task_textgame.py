@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
+import shutil
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,9 +14,11 @@ import pytest
 
 from fakes import FakeGenerator  # noqa: E402
 from a2rl.tasklib.envs import load_module  # noqa: E402
+from a2rl.spec.sweep import default_agent_python  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "textgame"  # tw-make output for seeds 1000, 1001, 2000, 2001
+# (the held-out pair from the public seeds of an earlier prepare: tests pass them as a `source`)
 TASK = get_task("textworld")
 
 
@@ -42,6 +47,49 @@ def test_split_is_disjoint_and_heldout_stays_out_of_train(prepared):
     assert len(identities) == 4  # four different games (walkthroughs may repeat: there are four directions)
     assert not list(prepared.train.rglob("heldout_*"))
     assert all((prepared.train / f).exists() for f in TASK.spec.train_files)
+
+
+ATTACK = """
+import hashlib, json, sys
+import textworld
+from textworld.challenges import coin_collector
+out = {}
+for seed, level in json.loads(sys.argv[1]):
+    options = textworld.GameOptions()
+    options.seeds = seed
+    data = coin_collector.make({"level": level}, options).serialize()
+    world = json.dumps([data["world"], data["infos"]], sort_keys=True)
+    out[f"{seed}/{level}"] = hashlib.sha256(world.encode()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # builds a held-out game with tw-make, and nine more in the agents' environment
+def test_the_agents_textworld_cannot_regenerate_heldout_games(tmp_path):
+    """Prepared from the train games alone, the held-out game comes from a secret seed. The agents' own
+    textworld, with the public code and the train games' names, makes the train games again (the attack
+    works: same identity as prepare's), but none of the held-out one from seeds around the train range or the
+    range held-out games came from before; only the secret seed (heldout/SEED, out of reach) makes it."""
+    agent_python = default_agent_python()
+    if not agent_python.is_file():
+        pytest.skip(f"no agents' environment at {agent_python}")
+    prep = load_module(TASK.folder / "prepare.py", "a2rl_task_textworld_prepare_secret")
+    prep.N_TRAIN, prep.N_HELDOUT = 2, 1
+    source = tmp_path / "source"  # the train games only: the held-out one is generated
+    source.mkdir()
+    for game in FIXTURES.glob("train_*"):
+        shutil.copyfile(game, source / game.name)
+    prep.prepare(tmp_path / "train", tmp_path / "heldout", source=source)
+    (heldout,) = [prep._identity(g) for g in (tmp_path / "heldout" / "games").glob("*.z8")]
+    train = {g.stem: prep._identity(g) for g in (tmp_path / "train" / "games").glob("*.z8")}
+    secret_seed = random.Random(int((tmp_path / "heldout" / "SEED").read_text())).randrange(2**31)
+    guesses = [(s, prep.LEVELS[s % 5]) for s in [*range(1000, 1006), 2000, 2001]] + [(secret_seed, prep.LEVELS[0])]
+    out = subprocess.run([str(agent_python), "-c", ATTACK, json.dumps(guesses)], capture_output=True, text=True,
+                         timeout=600, check=True)
+    made = json.loads(out.stdout)
+    assert {f"train_{s}": made[f"{s}/{prep.LEVELS[s % 5]}"] for s in (1000, 1001)} == train
+    assert made.pop(f"{secret_seed}/{prep.LEVELS[0]}") == heldout
+    assert heldout not in made.values()
 
 
 @pytest.mark.slow  # > 5 s: builds a game

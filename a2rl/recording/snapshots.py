@@ -37,7 +37,7 @@ class SkippedFile(BaseModel):
     path: str
     raw_path: str | None = None
     size: int
-    # "over <cap>" (max_file_mb, max_total_mb, workspace_max_*), "symlink", "fifo", "socket", "device",
+    # "over <cap>" (max_file_mb, max_total_mb, max_run_mb, workspace_max_*), "symlink", "fifo", "socket", "device",
     # "unreadable (...)", "changed while read (...)", "deeper than ...", "over ... entries ..."
     reason: str
 
@@ -67,6 +67,10 @@ def snapshot_dir(sweep_root: Path, run_id: str) -> Path:
 
 def load_snapshots(sweep_root: Path, run_id: str) -> list[CodeSnapshot]:
     return [CodeSnapshot.load(p) for p in sorted(snapshot_dir(sweep_root, run_id).glob("[0-9]*.json"))]
+
+
+class Skip(Exception):
+    """Raised by a `keep` callback to list the file as skipped, with this reason."""
 
 
 def collect(root: Path, exclude: list[str], max_file_mb: float, max_total_mb: float, caps: tuple[str, str],
@@ -112,6 +116,8 @@ def collect(root: Path, exclude: list[str], max_file_mb: float, max_total_mb: fl
                     files.append(SnapshotFile(path=nofollow.shown(rel), raw_path=nofollow.raw_name(rel),
                                               sha256=sha, size=size))
                     total += size
+            except Skip as e:
+                skip(rel, size, str(e))
             except OSError as e:  # changed by the agent meanwhile
                 skip(rel, size, f"changed while read ({e.strerror})")
             finally:
@@ -163,16 +169,26 @@ def unified_diff(sweep_root: Path, before: dict[str, str], after: dict[str, str]
 def snapshot_code(sweep_root: Path, run_id: str, code: Path, *, submission_id: str, seq: int,
                   settings: RecordingSettings) -> CodeSnapshot:
     """Record code/ as it is at submission `seq`, and its diff to the run's previous snapshot."""
+    earlier = load_snapshots(sweep_root, run_id)
+    stored = {f.sha256: f.size for s in earlier for f in s.files}  # what the run's snapshots hold already
+    run_bytes = sum(stored.values())
 
     def keep(rel: str, fd: int, size: int) -> tuple[str, int]:
+        nonlocal run_bytes
         data = nofollow.read_capped(fd, size)
         if data is None:
             raise nofollow.Changed(errno.EFBIG, f"grew past {size} bytes")
+        sha = hashlib.sha256(data).hexdigest()
+        if sha not in stored:  # new content counts against the run's cap
+            if run_bytes + len(data) > settings.max_run_mb * MB:
+                raise Skip("over max_run_mb")
+            stored[sha] = len(data)
+            run_bytes += len(data)
         return _store_blob(sweep_root, data), len(data)
 
     files, skipped = collect(code, settings.exclude, settings.max_file_mb, settings.max_total_mb,
                              ("max_file_mb", "max_total_mb"), keep)
-    prev = [s for s in load_snapshots(sweep_root, run_id) if s.seq < seq]
+    prev = [s for s in earlier if s.seq < seq]
     before = {f.path: f.sha256 for f in prev[-1].files} if prev else {}
     after = {f.path: f.sha256 for f in files}
     snap = CodeSnapshot(run_id=run_id, submission_id=submission_id, seq=seq, taken_at=now(), files=files,

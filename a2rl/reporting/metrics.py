@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from a2rl.records import Record, RecordError
-from a2rl.recording.snapshots import CodeSnapshot, load_snapshots, snapshot_text
+from a2rl.recording.snapshots import CodeSnapshot, blob_path, load_snapshots, snapshot_text
 from a2rl.spec.tasks import task_data
 from a2rl.tasklib.leaks import HeldoutMarkers, markers
 from a2rl.store.ledger import LedgerEntry
@@ -157,11 +157,11 @@ def find_leaks(sweep_root: Path, found_in: HeldoutMarkers, log_text: str, snaps:
     out = [f"transcript: {what}" for what in found_in.find(log_text)]
     seen: set[tuple[str, str]] = set()
     for snap in snaps:
-        shas = {f.path: f.sha256 for f in snap.files}
-        for path, text in snapshot_text(sweep_root, snap):
-            if (path, shas[path]) not in seen:
-                seen.add((path, shas[path]))
-                out += [f"snapshot {snap.seq} {path}: {what}" for what in found_in.find(text)]
+        for f in snap.files:  # every file, text or not: archives and compressed files are looked into
+            if (f.path, f.sha256) not in seen:
+                seen.add((f.path, f.sha256))
+                found = found_in.find_bytes(blob_path(sweep_root, f.sha256).read_bytes())
+                out += [f"snapshot {snap.seq} {f.path}: {what}" for what in found]
     return out + [f"submission {e.seq}: {what}" for e in entries for what in e.leaks]
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from a2rl.spec.agents import AgentStack, agent_registry, mode_text
+from a2rl.run.caps import RunCaps
 from a2rl.run.process import AgentProcess
 from a2rl.run.sandbox import AgentSandbox, choose, with_link_targets
 from a2rl.store.baselines import baseline_path
@@ -84,7 +85,8 @@ class AgentRun:
         self._time_limit_at: float | None = None  # monotonic time the scheduler's USR2 arrived
         self._terminated = threading.Event()
         self.stack = None  # the AgentStack, once the run is set up
-        self.recorded: dict = {}  # RunResult's agent_started_at, agent_ended_at, cpu_seconds
+        self.recorded: dict = {}  # RunResult's agent_started_at, agent_ended_at, cpu_seconds, caps_hit
+        self.quota_reason: str | None = None  # why the run was stopped past a cap
 
     # ---------------------------------------------------------------- status
     def beat(self) -> None:
@@ -122,6 +124,8 @@ class AgentRun:
         status, reason, exit_code = "failed", None, None
         try:
             status, exit_code = self._run_agent()
+            if status == "quota":
+                reason = self.quota_reason
         except Exception:
             reason = "run set-up or supervision failed:\n" + traceback.format_exc(limit=6)
             log.exception("run %s failed", self.run.run_id)
@@ -197,11 +201,14 @@ class AgentRun:
         choice = choose(spec.isolation)
         self._log(f"isolation: {choice.mode} ({choice.reason}); network: {spec.network}")
         python = agent_python(spec)
+        caps = RunCaps(spec.limits, name=f"a2rl-{run.run_id}-{os.getpid()}", workspace=ws.root,
+                       gpus=spec.resources.gpus, mem_gb=spec.resources.mem_gb, sandboxed=choice.trusted)
+        self._log(caps.describe())
         with GradingAPI(self.submitter, self.budget, on_submit=on_submit,
                         wrap_up=lambda: (ws.root / "WRAP_UP").exists()) as api, \
                 AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
-                             allow_hosts=spec.allow_hosts,
-                             on_refused=lambda t: self._log(f"network: refused {t} (not in allow_hosts)")) as box:
+                             allow_hosts=spec.allow_hosts, max_connections=spec.limits.relay_connections,
+                             limit=caps.inner_argv, on_refused=lambda t: self._refused(t, caps)) as box:
             stack_dir = agents.path(run.agent.name).parent
             env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
                                     python=python, endpoint_env=endpoint_env, stack_dir=stack_dir)
@@ -218,8 +225,17 @@ class AgentRun:
                                  files=logins)
             cpu0 = _children_cpu()
             self.recorded["agent_started_at"] = now()
-            proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log", sandboxed=choice.trusted)
-            status, code = self._supervise(proc, ws)
+            try:
+                proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log", sandboxed=choice.trusted,
+                                    preexec=caps.preexec, log_cap=int(spec.limits.agent_log_mb * 2**20))
+                status, code = self._supervise(proc, ws, caps)
+            finally:
+                for line in caps.new_hits():  # hit in the agent's last moments
+                    self._log(f"cap hit: {line}")
+                caps.close()
+            if proc.log_cut:
+                caps.note(f"agent_log: cut at limits.agent_log_mb={spec.limits.agent_log_mb:g}")
+            self.recorded["caps_hit"] = caps.hit
             self.recorded.update(agent_ended_at=now(), cpu_seconds=round(_children_cpu() - cpu0, 3))
             meta.end_time = now()
             meta.dump(ws.meta_path)
@@ -275,10 +291,19 @@ class AgentRun:
         driver, env = stack.openai_compatible.render(model=endpoint.model, base_url=base_url, api_key=endpoint.api_key)
         return driver, env, [server]
 
-    def _supervise(self, proc: AgentProcess, ws: Workspace) -> tuple[str, int | None]:
+    def _supervise(self, proc: AgentProcess, ws: Workspace, caps: RunCaps) -> tuple[str, int | None]:
         warn_before = min(WRAP_UP_S, 0.05 * self.run.budget_s)
         stop_at: float | None = None  # monotonic deadline set by a time-limit signal
+        measure_at = time.monotonic()  # the workspace's next measurement
         while (code := proc.poll()) is None:
+            for line in caps.new_hits():
+                self._log(f"cap hit: {line}")
+            if time.monotonic() >= measure_at:
+                measure_at = time.monotonic() + self.sweep.spec.limits.workspace_check_s
+                if (why := caps.over_quota()) is not None:
+                    self._log(f"{why}: stopping the agent (its graded submissions stand)")
+                    self.quota_reason = why
+                    return "quota", proc.stop(STOP_GRACE_S)
             if self._terminated.is_set():
                 self._log("SIGTERM (preemption, requeue or cancel): stopping the agent; the run resumes if requeued")
                 proc.stop(grace_s=3.0)
@@ -301,6 +326,14 @@ class AgentRun:
             return "interrupted", None
         proc.reap_strays()
         return "ok", code
+
+    def _refused(self, what: str, caps: RunCaps) -> None:
+        """A relay turned a connection away: a host not in allow_hosts, or one past the cap."""
+        if "limits.relay_connections" in what:
+            caps.note(f"relay_connections: {what}")
+            self._log(f"cap hit: relay refused {what}")
+        else:
+            self._log(f"network: refused {what} (not in allow_hosts)")
 
     def _warn(self, ws: Workspace, message: str) -> None:
         (ws.root / "WRAP_UP").write_text(message + "\n")

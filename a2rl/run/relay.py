@@ -39,35 +39,52 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
-def _serve(listener: socket.socket, connect: Callable[[socket.socket], socket.socket | None]) -> None:
-    """Accept until the listener closes; `connect` returns the far side for a client, or None to drop it."""
+def _serve(listener: socket.socket, connect: Callable[[socket.socket], socket.socket | None],
+           max_connections: int | None = None, on_refused: Callable[[str], None] = lambda what: None) -> None:
+    """Accept until the listener closes; `connect` returns the far side for a client, or None to drop it. At
+    most `max_connections` are relayed at once (two threads each): one past that is closed at once."""
+    slots = threading.BoundedSemaphore(max_connections) if max_connections else None
+    refused = 0
+
     def handle(client: socket.socket) -> None:
         try:
-            far = connect(client)
-        except OSError:
-            far = None
-        if far is None:
-            client.close()
-            return
-        _pump(client, far)
+            try:
+                far = connect(client)
+            except OSError:
+                far = None
+            if far is None:
+                client.close()
+                return
+            _pump(client, far)
+        finally:
+            if slots is not None:
+                slots.release()
 
     while True:
         try:
             client, _ = listener.accept()
         except OSError:
             return
+        if slots is not None and not slots.acquire(blocking=False):
+            client.close()
+            refused += 1
+            if refused & (refused - 1) == 0:  # 1st, 2nd, 4th, ...: a flood of them cannot flood the log
+                on_refused(f"{refused} connection(s) past limits.relay_connections={max_connections}")
+            continue
         threading.Thread(target=handle, args=(client,), daemon=True).start()
 
 
 class _Server:
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, max_connections: int | None = None,
+                 on_refused: Callable[[str], None] = lambda what: None):
+        self.path, self.max_connections, self.on_refused = path, max_connections, on_refused
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(64)
 
     def start(self, connect: Callable[[socket.socket], socket.socket | None]) -> None:
-        threading.Thread(target=_serve, args=(self.listener, connect), daemon=True).start()
+        threading.Thread(target=_serve, args=(self.listener, connect, self.max_connections, self.on_refused),
+                         daemon=True).start()
 
     def close(self) -> None:
         try:
@@ -82,10 +99,11 @@ class _Server:
 
 
 class UnixToTCP(_Server):
-    """A unix socket at `path` whose connections go to host:port."""
+    """A unix socket at `path` whose connections go to host:port (at most `max_connections` at once)."""
 
-    def __init__(self, path: str, host: str, port: int):
-        super().__init__(path)
+    def __init__(self, path: str, host: str, port: int, max_connections: int | None = None,
+                 on_refused: Callable[[str], None] = lambda what: None):
+        super().__init__(path, max_connections, on_refused)
         self.start(lambda _: socket.create_connection((host, port)))
 
 
@@ -93,10 +111,10 @@ class ConnectProxy(_Server):
     """A unix socket at `path` speaking HTTP CONNECT, relaying only to `allowed` host:port pairs ('host' alone
     means port 443); anything else gets 403 and is logged through `on_refused`."""
 
-    def __init__(self, path: str, allowed: list[str], on_refused: Callable[[str], None] = lambda target: None):
-        super().__init__(path)
+    def __init__(self, path: str, allowed: list[str], on_refused: Callable[[str], None] = lambda target: None,
+                 max_connections: int | None = None):
+        super().__init__(path, max_connections, on_refused)
         self.allowed = {a if ":" in a else f"{a}:443" for a in allowed}
-        self.on_refused = on_refused
         self.start(self._connect)
 
     def _connect(self, client: socket.socket) -> socket.socket | None:

@@ -5,8 +5,9 @@ CLI's directories read-only; the run's GPUs; the unix sockets that carry its net
 argv of the chosen isolation:
 
     bwrap      bubblewrap: new user, PID, IPC, UTS (and, unless `network: full`, network) namespaces, no
-               capabilities; system directories read-only with /etc's secrets masked; a private /tmp; a /proc
-               that lists only the agent's own processes; every process ends with the sandbox
+               capabilities; system directories read-only with /etc's secrets masked; /tmp and /var/tmp on
+               the workspace's tmp/ (disk, not host memory); a /proc that lists only the agent's own
+               processes; every process ends with the sandbox
     apptainer  the same binds through `apptainer exec --containall --no-home` (not run on this machine)
     none       the command as is: the agent runs as the launcher's user and sees what that user sees (untrusted)
 
@@ -143,6 +144,11 @@ class View:
     sockets: dict[str, Path] = field(default_factory=dict)  # name → host path, appearing under SOCKET_DIR
     relays: dict[int, str] = field(default_factory=dict)  # loopback port inside → socket name
     files: dict[Path, Path] = field(default_factory=dict)  # read-only file binds: path inside → host file (logins)
+    limit: Callable[[list[str]], list[str]] = lambda argv: argv  # the command as run inside (caps.py's rlimits)
+
+    @property
+    def tmp(self) -> Path:
+        return self.workspace / "tmp"
 
     def socket_path(self, name: str) -> str:
         return f"{SOCKET_DIR}/{name}.sock"
@@ -150,9 +156,9 @@ class View:
     def relayed(self, argv: list[str]) -> list[str]:
         """argv behind the in-sandbox relays (none: argv as is)."""
         if not self.relays:
-            return argv
+            return self.limit(argv)
         pairs = [f"{port}={self.socket_path(name)}" for port, name in sorted(self.relays.items())]
-        return [str(self.python), "-m", "a2rl.run.relay", *pairs, "--", *argv]
+        return self.limit([str(self.python), "-m", "a2rl.run.relay", *pairs, "--", *argv])
 
 
 def _ro_paths(view: View) -> list[Path]:
@@ -182,17 +188,19 @@ def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") 
     a += _system_links()
     for secret in ETC_SECRETS:
         if os.path.isdir(secret):
-            a += ["--tmpfs", secret]
+            a += ["--tmpfs", secret, "--remount-ro", secret]
         elif os.path.lexists(secret):
             a += ["--ro-bind", "/dev/null", secret]
-    a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var",
-          "--dir", "/var/tmp"]
+    # /tmp and /var/tmp are the workspace's tmp/ (disk, under the workspace cap), never a tmpfs of host memory;
+    # /var and /run are read-only (/dev/shm stays: torch needs it; only a memory cgroup bounds it, caps.py)
+    a += ["--proc", "/proc", "--dev", "/dev", "--bind", str(view.tmp), "/tmp", "--tmpfs", "/run", "--tmpfs", "/var",
+          "--dir", "/var/tmp", "--remount-ro", "/var", "--bind", str(view.tmp), "/var/tmp"]
     for dev in view.devices:
         a += ["--dev-bind", dev, dev]
     for p in _ro_paths(view):
         a += ["--ro-bind", str(p), str(p)]
     for sp in _base_site_packages(view):
-        a += ["--tmpfs", sp]
+        a += ["--tmpfs", sp, "--remount-ro", sp]
     a += ["--bind", str(view.workspace), str(view.workspace)]
     for inside, host in view.files.items():  # over the workspace: what the agent writes there cannot reach them
         a += ["--ro-bind", str(host), str(inside)]
@@ -200,6 +208,7 @@ def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") 
         a += ["--dir", SOCKET_DIR]
         for name, host in view.sockets.items():
             a += ["--bind", str(host), view.socket_path(name)]
+    a += ["--remount-ro", "/run"]  # its sockets still connect; nothing is written into host memory there
     a += ["--chdir", str(cwd), "--", *view.relayed(argv)]
     return a
 
@@ -212,6 +221,7 @@ def apptainer_argv(view: View, argv: list[str], *, cwd: Path, image: str = "/",
     if view.network != "full":
         a += ["--net", "--network", "none"]
     binds = [f"{p}:{p}:ro" for p in _ro_paths(view)] + [f"{view.workspace}:{view.workspace}:rw"]
+    binds += [f"{view.tmp}:/tmp:rw", f"{view.tmp}:/var/tmp:rw"]
     binds += [f"{host}:{inside}:ro" for inside, host in view.files.items()]
     binds += [f"{dev}:{dev}" for dev in view.devices]
     binds += [f"{host}:{view.socket_path(name)}" for name, host in view.sockets.items()]
@@ -236,9 +246,11 @@ class AgentSandbox:
     the same port. Under `network: api`, HTTPS_PROXY leads to a proxy that relays only to `allow_hosts`."""
 
     def __init__(self, choice: Choice, network: str, *, forwards: list[tuple[str, int]], allow_hosts: list[str],
-                 on_refused: Callable[[str], None] = lambda target: None):
+                 on_refused: Callable[[str], None] = lambda target: None, max_connections: int = 64,
+                 limit: Callable[[list[str]], list[str]] = lambda argv: argv):
         self.choice, self.network = choice, network
         self.forwards, self.allow_hosts, self.on_refused = forwards, allow_hosts, on_refused
+        self.max_connections, self.limit = max_connections, limit
         self.sockets: dict[str, Path] = {}
         self.relays: dict[int, str] = {}
         self.env: dict[str, str] = {}
@@ -259,11 +271,13 @@ class AgentSandbox:
         for i, (host, port) in enumerate(self.forwards):
             name = f"fwd{i}"
             self.sockets[name] = Path(self._dir) / f"{name}.sock"
-            self._servers.append(UnixToTCP(str(self.sockets[name]), host, port))
+            self._servers.append(UnixToTCP(str(self.sockets[name]), host, port, self.max_connections,
+                                           self.on_refused))
             self.relays[port] = name
         if self.network == "api":
             self.sockets["proxy"] = Path(self._dir) / "proxy.sock"
-            self._servers.append(ConnectProxy(str(self.sockets["proxy"]), self.allow_hosts, self.on_refused))
+            self._servers.append(ConnectProxy(str(self.sockets["proxy"]), self.allow_hosts, self.on_refused,
+                                              self.max_connections))
             self.relays[PROXY_PORT] = "proxy"
             proxy = f"http://127.0.0.1:{PROXY_PORT}"
             self.env = {"HTTPS_PROXY": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy, "http_proxy": proxy,
@@ -280,10 +294,12 @@ class AgentSandbox:
                 environ: dict[str, str] | None = None, dev_names: list[str] | None = None,
                 files: dict[Path, Path] | None = None) -> list[str]:
         environ = os.environ if environ is None else environ
+        (workspace / "tmp").mkdir(exist_ok=True)  # its /tmp
         dev_names = sorted(os.listdir("/dev")) if dev_names is None else dev_names
         view = View(workspace=workspace, python=python, read_only=read_only,
                     devices=gpu_devices(dict(environ), dev_names), network=self.network,
-                    sockets=self.sockets, relays=self.relays, files=files or {})
+                    sockets=self.sockets, relays=self.relays, files=files or {},
+                    limit=self.limit if self.choice.trusted else (lambda a: a))
         return wrap(self.choice, view, argv, cwd=cwd)
 
 

@@ -24,6 +24,7 @@ class SweepState:
     total: int = 0
     ok: int = 0
     timeout: int = 0
+    quota: int = 0  # stopped past a cap (limits.workspace_gb)
     failed: int = 0
     running: int = 0
     waiting: int = 0  # submitted, not started yet
@@ -43,7 +44,7 @@ class SweepState:
 
     @property
     def finished(self) -> int:
-        return self.ok + self.timeout + self.failed
+        return self.ok + self.timeout + self.quota + self.failed
 
     def run_line(self, run_id: str) -> str:
         """One finished run: how it ended, its best score against its baseline, and its tokens and cost."""

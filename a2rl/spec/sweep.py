@@ -137,6 +137,22 @@ class RecordingSettings(_Strict):
     # an interrupted run's code/, output/ (weights included) and home/, saved in the sweep directory for a
     # requeue on another node; files past this total are skipped, output/ last
     resume_max_mb: float = Field(50_000, gt=0)
+    # new file contents all of a run's snapshots may store together; past it, files are skipped (listed)
+    max_run_mb: float = Field(500, gt=0)
+
+
+class RunLimits(_Strict):
+    """What one run may consume (run/caps.py), sized for the paper's 7-8B runs; a cap hit is named in agent.log
+    and in the run's result (`caps_hit`). README "Isolation" lists how each is enforced."""
+    processes: int = Field(4096, ge=16)  # tasks (processes and threads) in the agent's sandbox
+    workspace_gb: float = Field(256, gt=0)  # bytes under the workspace; past it the run stops with status quota
+    workspace_check_s: float = Field(30, gt=0)  # how often the workspace is measured
+    tmp_gb: float = Field(8, gt=0)  # the sandbox's private /tmp (a tmpfs: host memory)
+    agent_log_mb: float = Field(512, gt=0)  # agent.log past this is cut, with a marker
+    # memory of the agent's process tree (on Slurm the job's --mem cgroup holds it as well); default
+    # resources.mem_gb
+    mem_gb: float | None = Field(None, gt=0)
+    relay_connections: int = Field(64, ge=1)  # open connections per network relay of the sandbox
 
 
 class SweepSpec(_Strict):
@@ -155,6 +171,7 @@ class SweepSpec(_Strict):
     resources: Resources = Resources()
     grader: GraderSettings = GraderSettings()
     recording: RecordingSettings = RecordingSettings()
+    limits: RunLimits = RunLimits()
     local_drivers: dict[str, LocalDriver] = {}
     scratch_root: str | None = None  # workspaces: a path ($VARS expand in the job) or `sweep`; see SweepDir
     data_root: str | None = None  # prepared task data; default ~/.cache/a2rl/data

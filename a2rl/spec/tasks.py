@@ -125,6 +125,17 @@ class Task:
             return None
         return rec if rec is not None and rec.prepare_fingerprint == self.prepare_fingerprint() else None
 
+    def heldout_id(self, data_root: Path) -> str:
+        """Which held-out split the data under `data_root` holds (its files' checksums but the canary's and the
+        secret seed's): each data root draws its own split of a generated task, so scores of two data roots
+        compare only when these agree. "unprepared" without current prepared data."""
+        rec = self.prepared(data_root)
+        if rec is None:
+            return "unprepared"
+        split = {k: v for k, v in rec.checksums.items()
+                 if k.startswith("heldout/") and k not in (f"heldout/{CANARY}", "heldout/SEED")}
+        return hashlib.sha256(json.dumps(split, sort_keys=True).encode()).hexdigest()
+
     def ensure_prepared(self, data_root: Path, *, allow_network: bool = False, source: Path | None = None) -> TaskData:
         """Prepare once; racing preparers serialise on a lock and the loser finds the work done.
 

@@ -64,8 +64,8 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
                     retry_failed: bool = False) -> BaselineRecord:
     """The sweep's baseline record for (task, model, protocol), computing it at most once across graders.
 
-    The optional shared cache (grader.baseline_cache) is keyed by weights hash, evaluator version and protocol,
-    so other sweeps reuse it; the sweep's own copy is keyed by the names the run reports use. A grader that
+    The optional shared cache (grader.baseline_cache) is keyed by weights hash, evaluator version, protocol and
+    held-out split (Task.heldout_id), so other sweeps reuse it; the sweep's own copy is keyed by the names the run reports use. A grader that
     starts retries a failed baseline once (`retry_failed`), so fixing the cause and relaunching is enough.
     """
     own = baseline_path(sweep, task.name, model_name, protocol)
@@ -82,7 +82,8 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
             cache = Path(sweep.spec.grader.baseline_cache)
             create_key(cache)
             cache_key = read_key(cache)
-            shared = cache / f"{task.name}__{digest[:20]}__v{task.spec.evaluator_version}__{protocol}.json"
+            split = task.heldout_id(sweep.data_root())[:12]  # the split this sweep's data root drew
+            shared = cache / f"{task.name}__{digest[:20]}__v{task.spec.evaluator_version}__{protocol}__{split}.json"
             cached = _load(shared, cache_key)
             if cached is not None and cached.status == "ok":
                 cached.model, cached.model_path = model_name, str(model_dir)

@@ -37,7 +37,9 @@ class AgentUsage(BaseModel):
 
 
 class RunResult(SignedRecord):
-    SCHEMA = 4  # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol; 4: submitted_budget_s, submitted_tokens
+    # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol; 4: submitted_budget_s,
+    # submitted_tokens; 5: status quota, caps_hit
+    SCHEMA = 5
     run_id: str
     task: str
     protocol: Protocol  # how the submissions and the baseline were scored
@@ -46,8 +48,9 @@ class RunResult(SignedRecord):
     model: str
     seed: int
     # ok: the agent ended by itself within its budget; timeout: stopped at the budget's end;
+    # quota: stopped when its workspace outgrew limits.workspace_gb (failure_reason says by how much);
     # failed: the run could not complete (infrastructure or set-up error, or its job died)
-    status: Literal["ok", "timeout", "failed"]
+    status: Literal["ok", "timeout", "quota", "failed"]
     failure_reason: str | None = None
     agent_exit_code: int | None = None
     baseline: float | None = None
@@ -75,6 +78,7 @@ class RunResult(SignedRecord):
     agent_ended_at: float | None = None
     cpu_seconds: float | None = None  # user + system CPU of the agent's waited-for process tree (last attempt)
     usage: AgentUsage | None = None  # tokens and cost from the transcript (stacks with a parser)
+    caps_hit: list[str] = []  # the run's caps (sweep `limits`) it ran into, each named: "processes: ...", ...
 
 
 def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], baseline: BaselineRecord | None,
@@ -169,7 +173,7 @@ def write_result(sweep: SweepDir, run_id: str, **fields) -> RunResult:
 
 # what a refresh keeps of the result it replaces; the rest is rebuilt from the ledger and the baseline
 _KEPT = {"status", "agent_exit_code", "agent_seconds", "started_at", "ended_at", "agent_started_at", "agent_ended_at",
-         "cpu_seconds", "usage", "setup_seconds", "setup_seconds_by_attempt", "uncharged_seconds"}
+         "cpu_seconds", "usage", "setup_seconds", "setup_seconds_by_attempt", "uncharged_seconds", "caps_hit"}
 
 
 def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:

@@ -1,9 +1,11 @@
-"""Helpers for tasks' prepare and evaluator scripts: JSONL splits and distinct synthetic rows."""
+"""Helpers for tasks' prepare and evaluator scripts: JSONL splits, distinct synthetic rows and the secret seed
+of a generated held-out split."""
 
 from __future__ import annotations
 
 import json
 import random
+import secrets
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,10 +20,24 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+SEED_FILE = "SEED"  # under heldout/, beside the split it generated
+
+
+def heldout_seed(heldout_dir: Path) -> int:
+    """A seed for generating a held-out split, drawn from the OS's secret source and recorded only in
+    heldout/SEED: the public generator and its fixed train seed, which an agent may know, cannot rebuild the
+    held-out items (each data root draws its own)."""
+    seed = secrets.randbits(64)
+    Path(heldout_dir).mkdir(parents=True, exist_ok=True)
+    (Path(heldout_dir) / SEED_FILE).write_text(f"{seed}\n")
+    return seed
+
+
 def distinct_rows(rng: random.Random, make: Callable[[random.Random], dict[str, Any]], key: str,
-                  n: int) -> list[dict[str, Any]]:
-    """`n` generated rows, no two with the same `key`, so a held-out row never also appears in train."""
-    seen: set[str] = set()
+                  n: int, taken: set[str] = frozenset()) -> list[dict[str, Any]]:
+    """`n` generated rows, no two with the same `key` and none with a key in `taken` (a held-out row never
+    also appears in train)."""
+    seen: set[str] = set(taken)
     rows: list[dict[str, Any]] = []
     while len(rows) < n:
         row = make(rng)
