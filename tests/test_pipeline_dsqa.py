@@ -137,7 +137,7 @@ def test_interactive_route_trains_on_dsqa_and_the_grader_scores_it(data, tmp_pat
     heldout.mkdir(parents=True)
     rows = read_jsonl(data.heldout_dir / "test.jsonl")[:4]
     (heldout / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     with stub_llm(lambda body, headers: (200, completion("incorrect"))) as (url, _):
         options = {**TASK.spec.eval, "protocol": "a2rl", "max_steps": 3, "max_new_tokens": 24,

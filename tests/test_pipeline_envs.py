@@ -148,7 +148,7 @@ def run_pipeline(train: Path, out: Path, model: Path, *args: str) -> str:
 
 def grade(task, model: Path, heldout: Path, **options) -> dict:
     """The task's grader scoring function on its held-out split, with the grader's own generator."""
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     return task.evaluator.evaluate(Generator.load(model), heldout, {**task.spec.eval, **options})
 

@@ -17,7 +17,7 @@ from test_judge import completion, stub_llm  # noqa: E402
 
 from a2rl.agents import pipeline as P  # noqa: E402
 from a2rl.grading.daemon import evaluate_model  # noqa: E402
-from a2rl.grading.judge import ChatClient  # noqa: E402
+from a2rl.llm.judge import ChatClient  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 from a2rl.store.stages import StageLog  # noqa: E402

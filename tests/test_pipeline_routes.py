@@ -152,7 +152,7 @@ def run_pipeline(data: Path, model: Path, out: Path, fmt: str, *args: str) -> su
 
 def scored(task_name: str, data_root: Path, model: Path, out: Path, protocol: str = "a2rl", **options) -> float:
     """The model as the grader takes it: a valid artifact, scored by the task's evaluator under `protocol`."""
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     check_artifact(model, out, Limits(64, 1 << 30, 1 << 30))  # raises for what the grader would refuse
     task = get_task(task_name)

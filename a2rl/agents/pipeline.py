@@ -13,13 +13,13 @@ with the graders' own builders (a2rl.tasklib.prompts) and reward by the graders'
   read as paper's extraction does; a2rl: the 4-shot completion prompt over the first four train rows, replies
   ending "#### N" and the grader's stop string;
 - code_with_tests {"prompt", "canonical_solution", "test", "entry_point"} (HumanEval): SFT on the solutions,
-  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox).
+  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.tasklib.coderunner).
   paper: the chat instruction, the whole function in a code block (the block's code is what paper runs);
   a2rl: a raw continuation of the prompt;
 - instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction as the
   single user turn both protocols prompt with; then, only with --train-judge (an OpenAI-compatible endpoint for
   training, never the grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs
-  them pairwise (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
+  them pairwise (a2rl.llm.judge, a2rl.tasklib.pairwise); without one, SFT only (no rule reward stands in for a judge);
 - env_trajectories: a2rl.agents.interactive, which plays each episode through the task's env.py transcript of the
   run's protocol (the grader's own loop) for its prompts, replies and step rewards.
 Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
@@ -51,8 +51,10 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokeniz
                           TrainerCallback)
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
-from a2rl.grading.judge import ChatClient, JudgeError, chat_prompt, judge_against_references
-from a2rl.grading.sandbox import run_many
+from a2rl.llm.judge import ChatClient, JudgeError
+from a2rl.llm.chat import chat_prompt
+from a2rl.tasklib.pairwise import judge_against_references
+from a2rl.tasklib.coderunner import run_many
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
 from a2rl.store.stages import STAGES_FILE, Stage, StageLog
 from a2rl.tasklib.answers import (GSM8K_STOP, HUMANEVAL_PAPER_NAME, cut_at_stop, extract_number, first_code_block,
@@ -506,7 +508,7 @@ STATIC_FORMATS: dict[str, StaticFormat] = {
                                 for r in rows],
             paper_unit_test_reward, max_length=1024, max_completion_length=512)}),
     # Both protocols: the instruction as the single user turn the grader prompts the policy with
-    # (a2rl.grading.judge.generate_answers), answered by the reference and EOS: the grader's answer is everything
+    # (a2rl.tasklib.pairwise.generate_answers), answered by the reference and EOS: the grader's answer is everything
     # generated up to EOS. Alpaca's rows name the reference "output" and may add an "input" to the instruction.
     # GRPO's reward is the training judge's.
     "instruction_reference": StaticFormat(("instruction", "reference|output"), every_protocol(Route(

@@ -13,7 +13,6 @@ log line), never the daemon.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -36,9 +35,10 @@ from a2rl.store.results import FinishedRuns, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Task, get_task
+from a2rl.tasklib.evaluator import evaluate as run_evaluator
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
-from a2rl.grading.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
+from a2rl.llm.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
 from a2rl.spec.generation import GenerationPreset, get_preset
 
 log = logging.getLogger("a2rl.grader")
@@ -58,12 +58,7 @@ def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_roo
     preset = preset or get_preset()
     engine = engine or Engine(CPU_SETTINGS)
     generator = engine.get(model_dir, tokenizer_dir, preset)
-    extra = {"engine": engine} if "engine" in inspect.signature(task.evaluator.evaluate).parameters else {}
-    result = task.evaluator.evaluate(generator, task.data(data_root).heldout_dir, options, **extra)
-    score = float(result["score"])
-    if not 0.0 <= score <= 100.0:
-        raise ValueError(f"evaluator of {task.name!r} returned score {score}, outside 0–100")
-    return score, {k: v for k, v in result.items() if k != "score"}
+    return run_evaluator(task.evaluator, generator, task.data(data_root).heldout_dir, options, engine, task=task.name)
 
 
 def grading_key(digest: str, model: EngineKey, task: Task, protocol: str, settings: BackendSettings,

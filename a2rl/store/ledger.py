@@ -44,7 +44,7 @@ class LedgerEntry(SignedRecord):
     details: dict[str, Any] = {}
     leaks: list[str] = []  # held-out data found in the submitted files (tasklib/leaks.py)
     generation: dict[str, Any] = {}  # the generation preset it was graded with (name and every setting)
-    backend: dict[str, Any] = {}  # the grader's resolved backend settings (grading/backends.py BackendSettings)
+    backend: dict[str, Any] = {}  # the grader's resolved backend settings (llm/backends.py BackendSettings)
     # hash of (weights, task, evaluator version, backend settings, preset, task options): equal keys, equal scores
     grading_key: str | None = None
     cached_from: str | None = None  # the submission whose score this one reuses (same grading_key); not evaluated
