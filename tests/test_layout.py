@@ -8,8 +8,9 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "a2rl"
 # earlier layers never import later ones; a layer may import itself
-LAYERS = [{"errors", "records", "httpjson"}, {"spec"}, {"store"}, {"llm"}, {"tasklib"}, {"recording"}, {"reporting"},
-          {"grading"}, {"drivers"}, {"run"}, {"scheduling"}, {"agents"}, {"cli", "launch", "aggregate", "__main__"}]
+# (reporting reads what runs and graders recorded; they tell it through a result hook scheduling passes them)
+LAYERS = [{"errors", "records", "httpjson"}, {"spec"}, {"store"}, {"llm"}, {"tasklib"}, {"recording"}, {"grading"},
+          {"drivers"}, {"run"}, {"reporting"}, {"scheduling"}, {"agents"}, {"cli", "launch", "aggregate", "__main__"}]
 
 
 def layer(name: str) -> int:

@@ -79,8 +79,9 @@ def open_sweep_dir(path: Path):
 def cmd_grade(args: argparse.Namespace) -> int:
     """Run a grading daemon for a sweep in the foreground."""
     from a2rl.grading.daemon import run_grader
+    from a2rl.reporting.runreport import rebuild_run_report
 
-    return run_grader(str(open_sweep_dir(args.sweep_dir).root), args.index)
+    return run_grader(str(open_sweep_dir(args.sweep_dir).root), args.index, rebuild_run_report)
 
 
 def cmd_runreport(args: argparse.Namespace) -> int:

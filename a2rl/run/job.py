@@ -43,9 +43,8 @@ from a2rl.recording.transcripts import cli_failure, parse_usage, transcript_file
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.spec.registry import HOME
-from a2rl.store.results import AgentUsage, RunResult, load_result, refresh_result, write_result
+from a2rl.store.results import AgentUsage, ResultHook, RunResult, load_result, no_hook, refresh_result, write_result
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
-from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
 from a2rl.spec.sweep import agent_python, local_driver_name
@@ -67,8 +66,9 @@ class AgentRun:
     agent process in its sandbox against the run's grading API under the budget clock, then the result (written
     at once, completed while the job waits for the scores). SIGTERM interrupts it for a requeue to resume."""
 
-    def __init__(self, sweep: SweepDir, run_id: str):
+    def __init__(self, sweep: SweepDir, run_id: str, on_result: ResultHook = no_hook):
         self.sweep, self.run = sweep, sweep.run(run_id)
+        self.on_result = on_result  # told of the result as written, and again once the scores are in
         self.dir = sweep.run_dir(run_id)
         self.t0 = time.monotonic()  # the attempt's start: set-up lasts until the agent process starts
         prev = sweep.status(run_id)
@@ -136,7 +136,7 @@ class AgentRun:
         run_id = self.run.run_id
         result = self._write_result(status, reason, exit_code)  # before any wait: the job may be killed in it
         shutil.rmtree(self.sweep.resume_dir(run_id), ignore_errors=True)  # a run with a result never resumes
-        rebuild_run_report(self.sweep, run_id, result)
+        self.on_result(self.sweep, run_id, result)
         self._archive_workspace()
         why = wait_for_grading(self._graded, max_wait_s=self.sweep.spec.grader.max_wait_s,
                                poll_s=self.sweep.spec.grader.poll_s, kill_at=self._kill_at,
@@ -145,7 +145,7 @@ class AgentRun:
             self._log(f"stopped waiting for scores ({why}); the grader adds them to the result when they land")
         if (refreshed := refresh_result(self.sweep, run_id)) is not None:
             result = refreshed
-            rebuild_run_report(self.sweep, run_id, result)
+            self.on_result(self.sweep, run_id, result)
         self._last_beat(beater, "finished")
         return result
 
@@ -413,14 +413,14 @@ def last_saved_model(output: Path) -> Path | None:
     return max(dirs, key=lambda d: max(f.stat().st_mtime for f in d.iterdir()), default=None)
 
 
-def run_agent_job(sweep_dir: str, run_id: str) -> str:
-    """Job entry point (submitit pickles this). Returns the run's final status."""
+def run_agent_job(sweep_dir: str, run_id: str, on_result: ResultHook = no_hook) -> str:
+    """Job entry point (a2rl.scheduling.launcher.run_job wraps it for submitit). Returns the run's final status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sweep = SweepDir(Path(sweep_dir))
     done = load_result(sweep, run_id)
     if done is not None:  # a requeued job whose run already finished
         return done.status
-    run = AgentRun(sweep, run_id)
+    run = AgentRun(sweep, run_id, on_result)
     run.install_signal_handlers()
     result = run.execute()
     if result is None:  # interrupted: leave at once, so a requeue starts the job again from the top

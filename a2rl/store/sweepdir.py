@@ -95,6 +95,7 @@ class SweepDir:
         self.submissions = self.root / "submissions"
         self.graders = self.root / "graders"
         self.grader_jobs = self.graders / "jobs.json"
+        self.topup_jobs = self.root / "topup" / "jobs.json"  # the service job that submits deferred runs
         self.drivers = self.root / "drivers"
         self.jobs = self.root / "jobs"
         self._runs = self.root / "runs"
