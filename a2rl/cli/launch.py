@@ -1,4 +1,4 @@
-"""`python -m a2rl.launch sweep.yaml`: validate, freeze the sweep into its directory, and submit the grader(s)
+"""`a2rl launch sweep.yaml` (or `python -m a2rl.launch`): validate, freeze the sweep into its directory, and submit the grader(s)
 and every unfinished run through submitit (local processes, or Slurm). Returns at once unless `--wait`.
 
 Launching an existing sweep again (its yaml or its directory) submits only what has not finished.
@@ -25,9 +25,7 @@ def print_runs(runs: list[RunSpec]) -> None:
                     for r in runs], headers=["run", "task", "agent", "driver", "model", "seed", "budget s"]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m a2rl.launch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", type=Path, help="sweep.yaml, or an existing sweep directory to resume")
     p.add_argument("--sweep-dir", type=Path, help=f"where the sweep's records go (default {DEFAULT_SWEEPS}/<name>)")
     p.add_argument("--wait", action="store_true", help="follow progress until every run has finished")
@@ -37,7 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
     p.add_argument("--allow-leaks", action="store_true",
                    help="launch even where the sweep's audit finds a path to held-out data (recorded)")
-    args = p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m a2rl.launch`: the same as `a2rl launch`."""
+    from a2rl.cli.main import main as a2rl
+
+    return a2rl(["launch", *(sys.argv[1:] if argv is None else argv)])
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
             spec, runs, _ = read_target(args.target)
