@@ -5,7 +5,6 @@ reward comes from real environment steps, and the route trains and submits on te
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from test_task_webshop import FIXTURES, PREP, _prepare, il_zip

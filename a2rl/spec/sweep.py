@@ -113,7 +113,7 @@ class GraderSettings(_Strict):
 
 
 class LocalDriver(_Strict):
-    """An open-weight driver LLM served by a job of the sweep behind an OpenAI-compatible API (driver.py);
+    """An open-weight driver LLM served by a job of the sweep behind an OpenAI-compatible API (a2rl/drivers/);
     runs use it as driver `local:<name>`."""
     model: str  # a directory, or builtin:NAME
     backend: Literal["vllm", "transformers"] = "vllm"  # transformers: a2rl's own server (CPU, small models)
@@ -126,7 +126,7 @@ class LocalDriver(_Strict):
 
 
 class RecordingSettings(_Strict):
-    """Code snapshots taken at each submission, and the workspace archived after the run (see recording.py)."""
+    """Code snapshots taken at each submission, and the workspace archived after the run (see a2rl/recording/)."""
     max_file_mb: float = Field(1, gt=0)  # larger files are skipped (and listed as skipped)
     max_total_mb: float = Field(50, gt=0)  # per snapshot; files past it are skipped
     exclude: list[str] = [".git", "__pycache__", ".venv", "wandb", "*.safetensors", "*.bin", "*.pt"]
