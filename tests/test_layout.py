@@ -9,8 +9,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "a2rl"
 # earlier layers never import later ones; a layer may import itself
 # (reporting reads what runs and graders recorded; they tell it through a result hook scheduling passes them)
-LAYERS = [{"errors", "records", "httpjson"}, {"spec"}, {"store"}, {"llm"}, {"tasklib"}, {"recording"}, {"grading"},
-          {"drivers"}, {"run"}, {"reporting"}, {"scheduling"}, {"agents"}, {"cli", "launch", "aggregate", "__main__"}]
+LAYERS = [{"errors", "records", "httpjson", "weights"}, {"spec"}, {"store"}, {"llm"}, {"tasklib"}, {"recording"}, {"grading"},
+          {"drivers"}, {"run"}, {"reporting"}, {"scheduling"}, {"reference"}, {"cli", "launch", "aggregate", "__main__"}]
 
 
 def layer(name: str) -> int:

@@ -16,7 +16,7 @@ pytest.importorskip("trl")
 
 from transformers import AutoTokenizer  # noqa: E402
 
-from a2rl.agents import pipeline as P  # noqa: E402
+from a2rl.reference import pipeline as P  # noqa: E402
 from a2rl.tasklib.pairwise import generate_answers  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 from a2rl.store.stages import StageLog  # noqa: E402

@@ -17,7 +17,7 @@ import pytest
 
 import torch  # noqa: E402
 
-from a2rl.agents import pipeline as P  # noqa: E402
+from a2rl.reference import pipeline as P  # noqa: E402
 from a2rl.errors import SpecError  # noqa: E402
 from a2rl.reporting.metrics import typed  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
@@ -66,7 +66,7 @@ def test_gpus_come_from_the_job_and_each_gets_a_process(monkeypatch):
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     cmd = P.launch_command(["--sft-steps", "3"], 3, None)
     assert cmd[1:] == ["-m", "accelerate.commands.launch", "--num_processes", "3", "--mixed_precision", "bf16",
-                       "--multi_gpu", "--module", "a2rl.agents.pipeline", "--sft-steps", "3"]
+                       "--multi_gpu", "--module", "a2rl.reference.pipeline", "--sft-steps", "3"]
     zero3 = HOME / "configs" / "agents" / "deepspeed" / "zero3.json"
     assert ["--use_deepspeed", "--deepspeed_config_file", str(zero3)] == P.launch_command([], 2, zero3)[8:11]
     assert P.launch_command([], 1, None) is None and P.launch_command([], 0, None) is None
@@ -144,7 +144,7 @@ def run_pipeline(data: Path, model: Path, out: Path, fmt: str, *args: str) -> su
     env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out), OMP_NUM_THREADS="1")
     env.pop("GRADING_SERVER_URL", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", fmt, *args], env=env,
+    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", fmt, *args], env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -208,7 +208,7 @@ def test_lora_run_submits_a_merged_model_that_learned(tmp_path, tiny_model):
 def test_one_sft_and_one_grpo_step_in_bf16_on_a_gpu(tmp_path, tiny_model):
     env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(get_task("arith").ensure_prepared(
         tmp_path / "data").train_dir), OUTPUT_DIR=str(tmp_path / "out"), CUDA_VISIBLE_DEVICES="0")
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "qa_short",
+    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "qa_short",
                            "--sft-steps", "1", "--grpo-steps", "1", "--grpo-prompts", "2", "--num-generations", "2"],
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -224,7 +224,7 @@ def test_accelerate_launch_with_the_runs_gpus(tmp_path, tiny_model):
     env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(get_task("arith").ensure_prepared(
         tmp_path / "data").train_dir), OUTPUT_DIR=str(tmp_path / "out"),
         CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))))
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "qa_short",
+    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "qa_short",
                            "--sft-steps", "2", "--grpo-steps", "0", "--deepspeed", "zero2",
                            "--deepspeed-dir", str(HOME / "configs" / "agents" / "deepspeed")],
                           env=env, capture_output=True, text=True, timeout=900)

@@ -16,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from a2rl.errors import SpecError
     from a2rl.scheduling.launcher import read_target
-    from a2rl.spec.models import BUILTIN_PREFIX, builtin_dir, parameter_count
+    from a2rl.spec.models import BUILTIN_PREFIX, builtin_dir
+    from a2rl.weights import parameter_count
     from a2rl.spec.sizing import shape_problems
 
     try:

@@ -33,7 +33,7 @@ class BadRequest(ValueError):
 @lru_cache(maxsize=8)
 def _fingerprint(model_dir: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
     """The judge's weights hash; cached by file stamps since a long-lived grader serves the same judge often."""
-    from a2rl.spec.models import weights_hash
+    from a2rl.weights import weights_hash
 
     return "wh-" + weights_hash(model_dir)[:16]
 

@@ -28,7 +28,7 @@ from filelock import Timeout
 from a2rl.store.baselines import BaselineRecord, ensure_baseline
 from a2rl.errors import InfraError
 from a2rl.store.ledger import LedgerEntry
-from a2rl.spec.models import weights_hash
+from a2rl.weights import weights_hash
 from a2rl.records import now
 from a2rl.store.results import FinishedRuns, ResultHook, no_hook, refresh_result
 from a2rl.store.queue import Claim, holder_id

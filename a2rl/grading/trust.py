@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+from a2rl.weights import MAX_HEADER_BYTES
 
 
 class UntrustedArtifact(ValueError):

@@ -22,7 +22,7 @@ from typing import Any
 
 from a2rl.errors import InfraError
 from a2rl.spec.generation import GenerationPreset
-from a2rl.spec.models import tensor_layout
+from a2rl.weights import tensor_layout
 
 log = logging.getLogger("a2rl.grader")
 

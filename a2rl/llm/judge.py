@@ -161,7 +161,7 @@ class EngineJudge:
 
     def __init__(self, engine: Any, model_dir: Any, *, max_tokens: int | None = None):
         from a2rl.spec.generation import get_preset
-        from a2rl.spec.models import weights_hash
+        from a2rl.weights import weights_hash
 
         self.engine, self.model_dir, self.max_tokens = engine, model_dir, max_tokens
         self.model = model_dir.name

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from a2rl.errors import SpecError, format_validation_error
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
 from a2rl.spec.registry import HOME, load_yaml
-from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 LOCAL_DRIVER = "local:"  # drivers served by the sweep itself: `local:<name of a local_drivers entry>`
@@ -147,7 +147,7 @@ class SweepSpec(_Strict):
     modes: list[str] = Field(["free"], min_length=1)  # prompt modes (configs/prompts/<mode>.md), for driven agents
     models: list[str | ModelEntry] = Field(min_length=1)
     # evaluation protocols (spec/tasks.py PROTOCOLS): each is its own run, baseline and table row
-    protocols: list[Protocol] = Field([DEFAULT_PROTOCOL], min_length=1)
+    protocols: list[EvalProtocol] = Field([DEFAULT_PROTOCOL], min_length=1)
     seeds: list[int] = Field([0], min_length=1)
     budget: float  # agent wall seconds per run (grading waits do not count)
     executor: Literal["local", "slurm", "auto"] = "auto"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from a2rl.records import RecordError
-from a2rl.spec.tasks import Protocol
+from a2rl.spec.tasks import EvalProtocol
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.ledger")
@@ -36,7 +36,7 @@ class LedgerEntry(SignedRecord):
     weights_hash: str | None = None
     copy_of_base: bool = False
     task: str
-    protocol: Protocol  # how it was scored (spec/tasks.py PROTOCOLS)
+    protocol: EvalProtocol  # how it was scored (spec/tasks.py PROTOCOLS)
     evaluator_version: int
     grader: str
     attempt: int

@@ -21,7 +21,7 @@ from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
 from a2rl.records import RecordError, now
 from a2rl.spec.grid import RunSpec
-from a2rl.spec.tasks import Protocol
+from a2rl.spec.tasks import EvalProtocol
 from a2rl.store.sweepdir import SweepDir
 
 # Told each time a run's result is written or refreshed, by whoever runs the job or grader (scheduling passes the
@@ -50,7 +50,7 @@ class RunResult(SignedRecord):
     SCHEMA = 4  # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol; 4: submitted_budget_s, submitted_tokens
     run_id: str
     task: str
-    protocol: Protocol  # how the submissions and the baseline were scored
+    protocol: EvalProtocol  # how the submissions and the baseline were scored
     agent: str
     driver: str
     model: str

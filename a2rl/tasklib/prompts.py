@@ -1,5 +1,5 @@
 """The prompts the static tasks' graders send, per protocol, and the replies they read best. The graders
-(tasks/*/evaluator.py) and the reference agent's routes (a2rl.agents.pipeline) both build them here, so the agent
+(tasks/*/evaluator.py) and the reference agent's routes (a2rl.reference.pipeline) both build them here, so the agent
 trains on exactly the prompt it is graded on. Chat prompts are messages: whoever holds the tokenizer renders them
 (a2rl.llm.chat.chat_prompt, with the graded model's chat template)."""
 
