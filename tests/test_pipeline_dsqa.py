@@ -16,7 +16,7 @@ from test_judge import completion, stub_llm
 from test_pipeline_envs import run_pipeline
 from test_sandbox import PY, needs_bwrap
 
-from a2rl.run.job import agent_command
+from a2rl.run.runsetup import agent_command
 from a2rl.run.sandbox import AgentSandbox, choose
 from a2rl.run.workspace import create_workspace, linked_files
 from a2rl.spec.tasks import get_task

@@ -29,30 +29,26 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
-from a2rl.spec.agents import AgentStack, agent_registry, mode_text
+from a2rl.spec.agents import AgentStack, mode_text
 from a2rl.run.process import AgentProcess
-from a2rl.run.sandbox import AgentSandbox, choose, with_link_targets
+from a2rl.run.runsetup import RunSetup, agent_command, agent_environment, set_up
+from a2rl.run.sandbox import AgentSandbox, choose
 from a2rl.store.baselines import baseline_path
 from a2rl.run.budget import Budget
 from a2rl.drivers.endpoint import wait_for_endpoint
 from a2rl.spec.clusters import SIGNAL_DELAY_S
-from a2rl.spec.models import resolve_model
 from a2rl.spec.generation import get_preset
 from a2rl.recording.archive import archive_workspace
 from a2rl.recording.transcripts import cli_failure, parse_usage, transcript_files
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
-from a2rl.spec.registry import HOME
 from a2rl.store.results import AgentUsage, ResultHook, RunResult, load_result, no_hook, refresh_result, write_result
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
-from a2rl.spec.sweep import agent_python, local_driver_name
+from a2rl.spec.sweep import local_driver_name
 from a2rl.store.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
-from a2rl.spec.grid import RunSpec
-from a2rl.spec.tasks import get_task
-from a2rl.run.workspace import (RunMeta, Workspace, agent_env, create_workspace, is_blank, linked_files,
-                                 restore_for_resume, save_for_resume)
+from a2rl.run.workspace import (RunMeta, Workspace, is_blank, restore_for_resume, save_for_resume)
 
 log = logging.getLogger("a2rl.job")
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL for the agent
@@ -156,28 +152,34 @@ class AgentRun:
         self.state = state
         self.beat()
 
-    def _run_agent(self) -> tuple[str, int | None]:
-        spec, run = self.sweep.spec, self.run
-        task = get_task(run.task, [Path(p) for p in spec.task_paths])
-        data = task.ensure_prepared(self.sweep.data_root())
-        model_dir = resolve_model(run.model.path)
-        ws = create_workspace(self.sweep.workspace(run.run_id), task=task, data=data, model_dir=model_dir,
-                              budget_s=run.budget_s, source_tree=HOME, protocol=run.protocol)
+    def _set_up(self) -> tuple[RunSetup, str, dict[str, str], list[tuple[str, int]]]:
+        """Everything before the clock: the task, model and workspace (restored for a resumed run whose scratch
+        lacks it), the instructions, and a local driver's server (waited for). Also the driver string, the
+        endpoint variables for the stack and the ports the sandbox forwards."""
+        run = self.run
+        s = set_up(self.sweep, run, self.sweep.workspace(run.run_id))
+        ws = s.ws
         saved = self.sweep.resume_dir(run.run_id)
         if saved.is_dir() and is_blank(ws.root):  # saved only by an interrupted attempt; dropped at the end
             restore_for_resume(ws, saved)
             self._log(f"workspace restored from {saved} (this node's scratch did not have it)")
         (ws.root / "WRAP_UP").unlink(missing_ok=True)  # a resumed run starts unwarned
-        agents = agent_registry([Path(p) for p in spec.agent_paths])
-        self.stack = stack = agents.get(run.agent.name)
+        self.stack = stack = s.stack
         # the prompt mode's text joins the rules; CLIs that read a file from their working directory get it all
         rules = f"{(ws.root / 'instructions.md').read_text().rstrip()}\n\n{mode_text(run.mode)}\n"
         atomic_write_text(ws.root / "instructions.md", rules)
         if stack.instructions_file:
-            atomic_write_text(ws.code / stack.instructions_file, f"{task.description.rstrip()}\n\n{rules}")
+            atomic_write_text(ws.code / stack.instructions_file, f"{s.task.description.rstrip()}\n\n{rules}")
         driver, endpoint_env, forwards = run.driver, {}, []
         if (local := local_driver_name(run.driver)) is not None:
             driver, endpoint_env, forwards = self._connect_local_driver(local, stack)
+        return s, driver, endpoint_env, forwards
+
+    def _run_agent(self) -> tuple[str, int | None]:
+        """Set-up, then the clock: the grading API, the sandbox, the agent process and its supervision."""
+        spec, run = self.sweep.spec, self.run
+        s, driver, endpoint_env, forwards = self._set_up()
+        task, model_dir, ws, stack, stack_dir, python = s.task, s.model_dir, s.ws, s.stack, s.stack_dir, s.python
         # set-up ends here: the clock starts with the grading API the agent process is started against
         self.budget = Budget(run.budget_s, self.used_before,
                              uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
@@ -194,13 +196,11 @@ class AgentRun:
 
         choice = choose(spec.isolation)
         self._log(f"isolation: {choice.mode} ({choice.reason}); network: {spec.network}")
-        python = agent_python(spec)
         with GradingAPI(self.submitter, self.budget, on_submit=on_submit,
                         wrap_up=lambda: (ws.root / "WRAP_UP").exists()) as api, \
                 AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
                              allow_hosts=spec.allow_hosts,
                              on_refused=lambda t: self._log(f"network: refused {t} (not in allow_hosts)")) as box:
-            stack_dir = agents.path(run.agent.name).parent
             env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
                                     python=python, endpoint_env=endpoint_env, stack_dir=stack_dir)
             env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
@@ -354,26 +354,6 @@ class AgentRun:
                             ended_at=now(), usage=usage, setup_seconds=round(sum(setup), 3),
                             uncharged_seconds=round(self.budget.uncharged(), 1) if self.budget else 0.0,
                             setup_seconds_by_attempt=setup, **self.recorded)
-
-
-def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
-                      driver: str, python: Path, endpoint_env: dict[str, str], stack_dir: Path) -> dict[str, str]:
-    """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
-    env = stack.agent_env(agent_env(ws, task=run.task, protocol=run.protocol, model_name=run.model.name, url=url,
-                                    cpus=cpus, passthrough=[*stack.passthrough_env, *stack.credential_vars()], python=python),
-                          driver, stack_dir)
-    env.update(endpoint_env)
-    env.update(box.env)
-    return env
-
-
-def agent_command(box: AgentSandbox, stack: AgentStack, argv: list[str], ws: Workspace, *, python: Path,
-                  stack_dir: Path, model_dir: Path, files: dict[Path, Path] | None = None) -> list[str]:
-    """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`); `files`: login files
-    bound read-only into its HOME."""
-    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code, files=files,
-                       read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())]),
-                                  *linked_files(ws)])
 
 
 def wait_for_grading(graded: Callable[[], bool], *, max_wait_s: float, poll_s: float,
