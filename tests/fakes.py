@@ -17,7 +17,7 @@ def _words(text: str, add_special_tokens: bool = True) -> dict:
 
 
 class FakeGenerator:
-    """Shaped like a2rl.grading.inference.Generator (`generate`, `config`, `tokenizer`, `preset`), configured with
+    """Shaped like a2rl.llm.inference.Generator (`generate`, `config`, `tokenizer`, `preset`), configured with
     exactly one of: `reply` (every prompt gets it), `replies` (handed out one per prompt, in order, across
     calls), `script` (a function of the prompt). It records the prompts, the stop argument of each call and the
     number of calls; `cut=True` cuts each completion at the stop strings, as the real one does."""
@@ -46,7 +46,7 @@ class FakeGenerator:
         self.prompts += prompts
         if not self._cut:
             return out
-        from a2rl.grading.inference import cut_at_stop  # torch: only for the tests that need it
+        from a2rl.llm.stops import cut_at_stop  # torch: only for the tests that need it
 
         return [cut_at_stop(t, stop) for t in out]
 

@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from a2rl.errors import InfraError
-from a2rl.grading import vllm_backend
-from a2rl.grading.backends import BackendSettings, Engine, engine_key, select_backend
-from a2rl.grading.inference import Generator
+from a2rl.llm import vllm_backend
+from a2rl.llm.backends import BackendSettings, Engine, engine_key, select_backend
+from a2rl.llm.inference import Generator
 from a2rl.spec.generation import get_preset
 from fakes import RecordingSamplingParams, RecordingVLLM
 

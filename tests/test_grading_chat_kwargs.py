@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from a2rl.grading import inference, vllm_backend
-from a2rl.grading.backends import BackendSettings, Engine
+from a2rl.llm import inference, vllm_backend
+from a2rl.llm.backends import BackendSettings, Engine
 from a2rl.grading.daemon import evaluate_model
-from a2rl.grading.judge import chat_prompt, generate_answers
+from a2rl.llm.chat import chat_prompt
+from a2rl.tasklib.pairwise import generate_answers
 from a2rl.spec.generation import get_preset
 from a2rl.spec.tasks import get_task
 from conftest import FIXTURES

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from a2rl.grading import vllm_backend
-from a2rl.grading.backends import BackendSettings, Engine
+from a2rl.llm import vllm_backend
+from a2rl.llm.backends import BackendSettings, Engine
 from a2rl.grading.daemon import evaluate_model
-from a2rl.grading.inference import Generator
+from a2rl.llm.inference import Generator
 from a2rl.spec.generation import get_preset
-from a2rl.spec.models import weights_hash
+from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task
 from fakes import RecordingSamplingParams, RecordingVLLM
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.errors import SpecError
-from a2rl.spec.models import parameter_count
+from a2rl.weights import parameter_count
 from a2rl.spec.sizing import check_shapes, grader_mem_gb, memory_need, shape_problems
 from a2rl.spec.sweep import load_sweep
 from conftest import a2rl, write_sweep

@@ -95,7 +95,7 @@ def test_a_thread_works_in_the_sandbox_as_an_unprivileged_user(tmp_path):
             + ", ".join(params(problem)) + ")))\n    t.start()\n    t.join()\n    return out[0]\n\n\n"
             + f"def _solve({', '.join(params(problem))}):\n{problem['canonical_solution']}")
     program = EVAL.build_program(problem, body)
-    script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom a2rl.grading.sandbox import run_python\n"
+    script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom a2rl.tasklib.coderunner import run_python\n"
               "for code in sys.stdin.read().split('\\0'):\n"
               "    print(run_python(code, timeout_s=3.0, memory_mb=1024).status)\n")
     cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SYSTEM_PYTHON, "-c", script] \

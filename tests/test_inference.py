@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from a2rl.grading.contextcap import ContextCap
-from a2rl.grading.inference import Generator
+from a2rl.llm.contextcap import ContextCap
+from a2rl.llm.inference import Generator
 from a2rl.spec.tinymodel import build_tiny_model
 
 # Mixed lengths, so batches really are left-padded.

@@ -16,11 +16,12 @@ from urllib.request import Request, urlopen
 import pytest
 
 from a2rl.grading.daemon import evaluate_model
-from a2rl.grading.inference import Generator
+from a2rl.llm.inference import Generator
 from a2rl.drivers.chatserver import serve_local_model
 from a2rl.httpjson import JSONRequestHandler, running
-from a2rl.grading.judge import ChatClient, JudgeError, chat_prompt
-from a2rl.spec.models import weights_hash
+from a2rl.llm.judge import ChatClient, JudgeError
+from a2rl.llm.chat import chat_prompt
+from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task
 
 Reply = Callable[[dict, dict], tuple[int, dict]]  # (request body, headers) -> (status, response body)

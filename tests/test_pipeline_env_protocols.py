@@ -15,7 +15,7 @@ pytest.importorskip("trl")
 
 from transformers import AutoTokenizer  # noqa: E402
 
-from a2rl.agents.interactive import GraderLoop  # noqa: E402
+from a2rl.reference.interactive import GraderLoop  # noqa: E402
 from a2rl.spec.generation import GenerationPreset, get_preset  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 from a2rl.tasklib.envs import load_task_env  # noqa: E402
@@ -205,7 +205,7 @@ def test_a_model_whose_context_no_expert_step_fits_stops_with_a_clear_error(alfw
     episode before its first action, so there is nothing to imitate."""
     from types import SimpleNamespace
 
-    from a2rl.agents import interactive
+    from a2rl.reference import interactive
 
     train, _ = alfworld
     args = SimpleNamespace(protocol="paper", sft_steps=1, grpo_steps=1, template_kwargs={})

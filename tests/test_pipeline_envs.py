@@ -5,7 +5,6 @@ reward comes from real environment steps, and the route trains and submits on te
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -139,7 +138,7 @@ def test_step_reward_scores_actions_by_real_webshop_steps(webshop, protocol, rep
 def run_pipeline(train: Path, out: Path, model: Path, *args: str) -> str:
     env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(train), OUTPUT_DIR=str(out), TASK="t")
     env.pop("GRADING_SERVER_URL", None)
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "env_trajectories", *args],
+    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "env_trajectories", *args],
                           env=env, capture_output=True,
                           text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -148,7 +147,7 @@ def run_pipeline(train: Path, out: Path, model: Path, *args: str) -> str:
 
 def grade(task, model: Path, heldout: Path, **options) -> dict:
     """The task's grader scoring function on its held-out split, with the grader's own generator."""
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     return task.evaluator.evaluate(Generator.load(model), heldout, {**task.spec.eval, **options})
 

@@ -16,11 +16,12 @@ from transformers import AutoTokenizer  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator  # noqa: E402
 
-from a2rl.agents.pipeline import STATIC_FORMATS, Chat, check_rows  # noqa: E402
+from a2rl.reference.pipeline import STATIC_FORMATS, Chat, check_rows  # noqa: E402
 
 JUDGED = STATIC_FORMATS["instruction_reference"].routes["paper"]  # both protocols prompt alike
-from a2rl.grading.inference import Generator  # noqa: E402
-from a2rl.grading.judge import Completion, compare_to_references  # noqa: E402
+from a2rl.llm.inference import Generator  # noqa: E402
+from a2rl.llm.judge import Completion  # noqa: E402
+from a2rl.tasklib.pairwise import compare_to_references  # noqa: E402
 from a2rl.spec.tasks import TaskData, get_task  # noqa: E402
 
 TASK = get_task("localjudge")
@@ -66,7 +67,7 @@ def run_pipeline(data: Path, model: Path, out: Path, *args: str) -> subprocess.C
     env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out), TASK="localjudge",
                OMP_NUM_THREADS="1")
     env.pop("GRADING_SERVER_URL", None)
-    return subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "instruction_reference",
+    return subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "instruction_reference",
                            *args], env=env, capture_output=True,
                           text=True, timeout=300)
 

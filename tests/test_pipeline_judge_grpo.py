@@ -15,9 +15,9 @@ import pytest
 
 from test_judge import completion, stub_llm  # noqa: E402
 
-from a2rl.agents import pipeline as P  # noqa: E402
+from a2rl.reference import pipeline as P  # noqa: E402
 from a2rl.grading.daemon import evaluate_model  # noqa: E402
-from a2rl.grading.judge import ChatClient  # noqa: E402
+from a2rl.llm.judge import ChatClient  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 from a2rl.store.stages import StageLog  # noqa: E402
@@ -86,7 +86,7 @@ def test_sft_then_grpo_with_rewards_from_the_training_judge(data_root, data, tin
     env.pop("GRADING_SERVER_URL", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     with stub_llm(shorter_wins) as (url, seen):
-        proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "instruction_reference",
+        proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "instruction_reference",
                                "--sft-steps", "2", "--sft-batch-size", "2", "--grpo-steps", "2", "--grpo-prompts", "2",
                                "--num-generations", "2", "--max-completion-length", "8", "--train-judge", url,
                                "--train-judge-model", "train-judge"], env=env, capture_output=True, text=True,

@@ -16,8 +16,8 @@ pytest.importorskip("trl")
 
 from transformers import AutoTokenizer  # noqa: E402
 
-from a2rl.agents import pipeline as P  # noqa: E402
-from a2rl.grading.judge import generate_answers  # noqa: E402
+from a2rl.reference import pipeline as P  # noqa: E402
+from a2rl.tasklib.pairwise import generate_answers  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 from a2rl.store.stages import StageLog  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl, write_jsonl  # noqa: E402

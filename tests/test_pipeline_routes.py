@@ -17,7 +17,7 @@ import pytest
 
 import torch  # noqa: E402
 
-from a2rl.agents import pipeline as P  # noqa: E402
+from a2rl.reference import pipeline as P  # noqa: E402
 from a2rl.errors import SpecError  # noqa: E402
 from a2rl.reporting.metrics import typed  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
@@ -67,7 +67,7 @@ def test_gpus_come_from_the_job_and_each_gets_a_process(monkeypatch):
     cmd = P.launch_command(["--sft-steps", "3"], 3, True, None, port=29600)
     assert cmd[1:] == ["-m", "accelerate.commands.launch", "--num_processes", "3", "--num_machines", "1",
                        "--main_process_port", "29600", "--mixed_precision", "bf16", "--multi_gpu",
-                       "--module", "a2rl.agents.pipeline", "--sft-steps", "3"]
+                       "--module", "a2rl.reference.pipeline", "--sft-steps", "3"]
     zero3 = HOME / "configs" / "agents" / "deepspeed" / "zero3.json"
     ds = P.launch_command([], 2, True, zero3)
     assert ds[11:14] == ["--use_deepspeed", "--deepspeed_config_file", str(zero3)] and "--multi_gpu" not in ds
@@ -159,7 +159,7 @@ def run_pipeline(data: Path, model: Path, out: Path, fmt: str, *args: str) -> su
     env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out), OMP_NUM_THREADS="1")
     env.pop("GRADING_SERVER_URL", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", fmt, *args], env=env,
+    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", fmt, *args], env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -167,7 +167,7 @@ def run_pipeline(data: Path, model: Path, out: Path, fmt: str, *args: str) -> su
 
 def scored(task_name: str, data_root: Path, model: Path, out: Path, protocol: str = "a2rl", **options) -> float:
     """The model as the grader takes it: a valid artifact, scored by the task's evaluator under `protocol`."""
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     check_artifact(model, out, Limits(64, 1 << 30, 1 << 30)).close()  # raises for what the grader would refuse
     task = get_task(task_name)
@@ -223,7 +223,7 @@ def test_lora_run_submits_a_merged_model_that_learned(tmp_path, tiny_model):
 def test_one_sft_and_one_grpo_step_in_bf16_on_a_gpu(tmp_path, tiny_model):
     env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(get_task("arith").ensure_prepared(
         tmp_path / "data").train_dir), OUTPUT_DIR=str(tmp_path / "out"), CUDA_VISIBLE_DEVICES="0")
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "qa_short",
+    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "qa_short",
                            "--sft-steps", "1", "--grpo-steps", "1", "--grpo-prompts", "2", "--num-generations", "2"],
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -239,7 +239,7 @@ def test_accelerate_launch_with_the_runs_gpus(tmp_path, tiny_model):
     env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(get_task("arith").ensure_prepared(
         tmp_path / "data").train_dir), OUTPUT_DIR=str(tmp_path / "out"),
         CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))))
-    proc = subprocess.run([sys.executable, "-m", "a2rl.agents.pipeline", "--train-format", "qa_short",
+    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "qa_short",
                            "--sft-steps", "2", "--grpo-steps", "0", "--deepspeed", "zero2",
                            "--deepspeed-dir", str(HOME / "configs" / "agents" / "deepspeed")],
                           env=env, capture_output=True, text=True, timeout=900)

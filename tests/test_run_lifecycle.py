@@ -15,6 +15,7 @@ import pytest
 
 import a2rl.run.budget as budget_module
 import a2rl.run.job as job_module
+import a2rl.run.runsetup as runsetup_module
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.run.job import AgentRun, wait_for_grading
 from a2rl.run.workspace import Workspace, is_blank, restore_for_resume, save_for_resume
@@ -178,7 +179,7 @@ def test_setup_is_recorded_apart_and_not_charged_to_the_budget(tmp_path, monkeyp
             return getattr(time, name)
 
     clock = SlowSetupTime()
-    real_create = job_module.create_workspace
+    real_create = runsetup_module.create_workspace
 
     def slow_create(*args, **kw):
         clock.offset += 1000.0
@@ -186,7 +187,7 @@ def test_setup_is_recorded_apart_and_not_charged_to_the_budget(tmp_path, monkeyp
 
     monkeypatch.setattr(job_module, "time", clock)
     monkeypatch.setattr(budget_module, "time", clock)
-    monkeypatch.setattr(job_module, "create_workspace", slow_create)
+    monkeypatch.setattr(runsetup_module, "create_workspace", slow_create)  # set-up, before the clock
     sweep = new_sweep(tmp_path, grader={"max_wait_s": 1})
     (run,) = sweep.runs()
     result = AgentRun(sweep, run.run_id).execute()

@@ -267,3 +267,48 @@ def test_a_relaunched_interrupted_run_keeps_its_attempts_and_used_budget(tmp_pat
     assert (st.state, st.job_id, st.attempt, st.agent_seconds, st.setup_seconds) == \
         ("submitted", "100", 2, 41.5, [3.0, 2.0])
     assert (sweep.status(fresh.run_id).attempt, sweep.status(fresh.run_id).agent_seconds) == (0, 0.0)
+
+
+def test_past_the_queue_limit_a_topup_job_takes_its_place_before_the_runs(tmp_path):
+    """Runs beyond the queue limit are deferred, and the job that submits them when nobody follows is queued
+    first (after the grader), so it is never itself the one left out; a relaunch while it lives adds none."""
+    from a2rl.grading.daemon import GraderJob
+    from a2rl.scheduling.base import JobState, Scheduler
+    from a2rl.scheduling.launcher import TopUpJob, run_job
+
+    class Limited(Scheduler):
+        kind = "local"
+
+        def __init__(self, room: int):
+            super().__init__()
+            self.room, self.jobs = room, []
+
+        def capacity(self):
+            return self.room
+
+        def submit(self, shape, fn, args):
+            n = min(self.room, len(args))
+            self.room -= n
+            self.jobs += [fn] * n
+            return [str(len(self.jobs) - n + i) for i in range(n)]
+
+        def states(self, job_ids):
+            return {j: JobState(True, None, "RUNNING") for j in job_ids}
+
+        def cancel(self, job_ids):
+            pass
+
+    sweep, runs = open_sweep(write_sweep(tmp_path, seeds=list(range(5))), tmp_path / "sd")
+    scheduler = Limited(4)
+    launcher = Launcher(sweep, "local", Schedulers())
+    launcher.schedulers["local"] = launcher.scheduler = scheduler
+    launcher.submit(runs)
+    assert [type(j) for j in scheduler.jobs[:2]] == [GraderJob, TopUpJob] and scheduler.jobs[2:] == [run_job] * 2
+    assert len(launcher.deferred) == 3 and launcher.topup_jobs == ["1"]
+    assert [sweep.status(r.run_id).state for r in runs] == ["submitted"] * 2 + ["deferred"] * 3
+
+    scheduler.room = 2
+    again = Launcher(sweep, "local", Schedulers())
+    again.schedulers["local"] = again.scheduler = scheduler
+    again.submit(runs[2:])
+    assert again.topup_jobs == [] and again.grader_jobs == []  # both still alive

@@ -122,7 +122,7 @@ def test_60_runs_under_a_20_job_qos_all_finish(tmp_path, qos20):
         done.set()
         watcher.join()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "submitted 19 of 60 runs and 1 grader(s)" in proc.stdout  # the grader takes one of the 20
+    assert "submitted 18 of 60 runs and 1 grader(s)" in proc.stdout  # the grader and the top-up job take 2 of 20
     assert "deferred (queue limit)" in proc.stdout
     sweep = SweepDir(tmp_path / "sd")
     statuses = [RunResult.load(sweep.result_path(r.run_id)).status for r in sweep.runs()]
@@ -131,10 +131,10 @@ def test_60_runs_under_a_20_job_qos_all_finish(tmp_path, qos20):
 
 
 @pytest.mark.slow
-def test_without_a_follower_the_grader_job_tops_up_deferred_runs(tmp_path, qos20):
+def test_without_a_follower_the_topup_job_submits_deferred_runs(tmp_path, qos20):
     spec = write_sweep(tmp_path, seeds=list(range(25)), budget=120, resources={"mem_gb": 0.3, "qos": qos20}, **SLURM)
     proc = a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
-    assert "submitted 19 of 25 runs and 1 grader(s)" in proc.stdout, proc.stdout
+    assert "submitted 18 of 25 runs and 1 grader(s)" in proc.stdout, proc.stdout  # the top-up job has one place
     sweep = SweepDir(tmp_path / "sd")
     deadline = time.monotonic() + 1800  # liveness only
     while not all(sweep.result_path(r.run_id).exists() for r in sweep.runs()):
@@ -142,4 +142,6 @@ def test_without_a_follower_the_grader_job_tops_up_deferred_runs(tmp_path, qos20
         time.sleep(2)
     assert [RunResult.load(sweep.result_path(r.run_id)).status for r in sweep.runs()] == ["ok"] * 25
     log = "".join(p.read_text() for p in sweep.jobs.glob("*/*/*_0_log.out"))
-    assert sum(int(n) for n in re.findall(r"grader: submitted (\d+) deferred run", log)) == 6  # by the grader
+    assert sum(int(n) for n in re.findall(r"top-up: submitted (\d+) deferred run", log)) == 7  # by the top-up job
+    (topup,) = yaml.safe_load(sweep.topup_jobs.read_text())["job_ids"]
+    assert not queued(topup)  # it ended once nothing was deferred

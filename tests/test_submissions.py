@@ -174,7 +174,7 @@ def test_http_api_and_cli(run, tiny_model):
 
 
 def test_a_judge_outage_is_retried_not_recorded_invalid(run, tiny_model, monkeypatch):
-    from a2rl.grading.judge import JudgeError
+    from a2rl.llm.judge import JudgeError
 
     sweep, ws, submitter, _ = run
     queued = submitter.submit(str(make_variant(tiny_model, ws.output / "v", score=40, salt=5)), wait=False)

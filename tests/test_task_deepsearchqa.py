@@ -87,7 +87,7 @@ def scripted_step(prompt: str) -> str:
 
 
 def test_grading_judges_only_real_answers(tiny_model: Path, data_root: Path) -> None:
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     rows = read_jsonl(TASK.data(data_root).heldout_dir / "test.jsonl")
     policy = FakeGenerator(script=scripted_step, tokenizer=Generator.load(tiny_model).tokenizer)

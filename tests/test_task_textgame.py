@@ -152,7 +152,7 @@ def test_replaying_walkthroughs_scores_100(prepared):
 
 @pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_tiny_model_scores_zero(prepared, tiny_model):
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     result = TASK.evaluator.evaluate(Generator.load(tiny_model), prepared.heldout,
                                      {"max_steps": 3, "max_new_tokens": 8})

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.spec.tinymodel import MARKER, build_tiny_model, main
+from a2rl.cli.main import main
+from a2rl.spec.tinymodel import MARKER, build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def test_same_seed_gives_identical_weights_and_other_seed_differs(built, tmp_pat
 
 def test_rebuild_is_a_no_op_and_seed_mismatch_raises(built, capsys):
     before = {p.name: p.stat().st_mtime_ns for p in built.iterdir()}
-    assert main([str(built), "--seed", "0"]) == 0
+    assert main(["build-tiny-model", str(built), "--seed", "0"]) == 0
     assert capsys.readouterr().out.strip() == str(built)
     assert {p.name: p.stat().st_mtime_ns for p in built.iterdir()} == before
     assert json.loads((built / MARKER).read_text())["seed"] == 0

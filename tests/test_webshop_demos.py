@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from test_task_webshop import FIXTURES, PREP, _prepare, il_zip
@@ -110,7 +109,7 @@ def test_a_download_with_another_git_blob_id_is_refused(tmp_path, monkeypatch):
 
 
 def test_the_pipeline_route_fine_tunes_on_the_won_human_demonstrations(prepared, tiny_model):
-    interactive = pytest.importorskip("a2rl.agents.interactive")  # needs transformers
+    interactive = pytest.importorskip("a2rl.reference.interactive")  # needs transformers
     from transformers import AutoTokenizer
 
     from a2rl.tasklib.envs import load_task_env

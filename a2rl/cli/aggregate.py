@@ -8,7 +8,7 @@ from pathlib import Path
 
 from a2rl.errors import SpecError
 from a2rl.records import RecordError
-from a2rl.reporting.aggregate import FORMATS, Sweeps, __doc__ as DOC, format_tables, tables
+from a2rl.reporting.aggregate import FORMATS, Sweeps, format_tables, tables
 from a2rl.store.sweepdir import SweepDir
 
 
@@ -51,13 +51,20 @@ def selected(sw: Sweeps, args: argparse.Namespace):
                   routes=args.routes, failures=args.failures, usage=args.usage, submissions=args.submissions)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="a2rl aggregate", description=DOC,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep_dirs", type=Path, nargs="+", metavar="SWEEP_DIR")
     p.add_argument("--format", default="simple", choices=FORMATS)
     table_options(p)
-    args = p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m a2rl.aggregate`: the same as `a2rl aggregate`."""
+    from a2rl.cli.main import main as a2rl
+
+    return a2rl(["aggregate", *(sys.argv[1:] if argv is None else argv)])
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         sw = open_sweeps(args.sweep_dirs)
         print(format_tables(sw, selected(sw, args), args.format))

@@ -1,4 +1,4 @@
-"""`python -m a2rl.launch sweep.yaml`: validate, freeze the sweep into its directory, and submit the grader(s)
+"""`a2rl launch sweep.yaml` (or `python -m a2rl.launch`): validate, freeze the sweep into its directory, and submit the grader(s)
 and every unfinished run through submitit (local processes, or Slurm). Returns at once unless `--wait`.
 
 Launching an existing sweep again (its yaml or its directory) submits only what has not finished.
@@ -13,14 +13,11 @@ from pathlib import Path
 from tabulate import tabulate
 
 from a2rl.errors import SpecError
-from a2rl.run.audit import AuditError, audit_path, audited
+from a2rl.run.audit import AuditError, audit_path
 from a2rl.run.sandbox import SandboxError
-from a2rl.scheduling.base import resolve_kind
-from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, open_sweep, pending_runs
-from a2rl.spec.grid import RunSpec, expand
+from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, read_target
+from a2rl.spec.grid import RunSpec
 from a2rl.spec.sizing import check_shapes
-from a2rl.spec.sweep import load_sweep
-from a2rl.store.sweepdir import SweepDir
 
 
 def print_runs(runs: list[RunSpec]) -> None:
@@ -28,9 +25,7 @@ def print_runs(runs: list[RunSpec]) -> None:
                     for r in runs], headers=["run", "task", "agent", "driver", "model", "seed", "budget s"]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m a2rl.launch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", type=Path, help="sweep.yaml, or an existing sweep directory to resume")
     p.add_argument("--sweep-dir", type=Path, help=f"where the sweep's records go (default {DEFAULT_SWEEPS}/<name>)")
     p.add_argument("--wait", action="store_true", help="follow progress until every run has finished")
@@ -40,29 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
     p.add_argument("--allow-leaks", action="store_true",
                    help="launch even where the sweep's audit finds a path to held-out data (recorded)")
-    args = p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m a2rl.launch`: the same as `a2rl launch`."""
+    from a2rl.cli.main import main as a2rl
+
+    return a2rl(["launch", *(sys.argv[1:] if argv is None else argv)])
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
-            spec = load_sweep(args.target) if not args.target.is_dir() else SweepDir(args.target).spec
-            runs = expand(spec)
+            spec, runs, _ = read_target(args.target)
             check_shapes(spec)
             print_runs(runs)
             print(f"{len(runs)} runs (dry run: nothing submitted)")
             return 0
-        sweep, runs = open_sweep(args.target, args.sweep_dir)
-        kind = resolve_kind(args.executor or sweep.spec.executor)
-        launcher = Launcher(sweep, kind)
-        launcher.prepare()
-        audit = audited(sweep, args.allow_leaks)
-        if audit.leaks:
-            print(audit.table())
-            if not audit.allow_leaks:
-                print(f"error: the audit ({audit_path(sweep)}) found a path to held-out data under isolation: "
-                      f"{audit.isolation}; use a sandbox, or launch with --allow-leaks", file=sys.stderr)
-                return 2
-            print(f"WARNING: launched with --allow-leaks: agents can reach held-out data (isolation: "
-                  f"{audit.isolation}); its results are untrusted", flush=True)
-        todo = pending_runs(sweep, runs, args.retry_failed, launcher.schedulers)
+        done = Launcher.launch(args.target, sweep_dir=args.sweep_dir, executor=args.executor,
+                               retry_failed=args.retry_failed, allow_leaks=args.allow_leaks)
     except SpecError as e:
         for line in e.lines:
             print(f"error: {line}", file=sys.stderr)
@@ -70,17 +61,24 @@ def main(argv: list[str] | None = None) -> int:
     except (SandboxError, AuditError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    sweep, runs, launcher, audit = done.sweep, done.runs, done.launcher, done.audit
+    if audit.leaks:
+        print(audit.table())
+        if done.refused:
+            print(f"error: the audit ({audit_path(sweep)}) found a path to held-out data under isolation: "
+                  f"{audit.isolation}; use a sandbox, or launch with --allow-leaks", file=sys.stderr)
+            return 2
+        print(f"WARNING: launched with --allow-leaks: agents can reach held-out data (isolation: "
+              f"{audit.isolation}); its results are untrusted", flush=True)
     print(f"sweep dir: {sweep.root}")
-    unfinished = any(not sweep.result_path(r.run_id).exists() for r in runs) or sweep.queue.pending_ids()
-    if not unfinished:
+    if done.finished:
         print(f"all {len(runs)} runs have finished; nothing to submit")
     else:
-        launcher.submit(todo)  # also replaces graders that are gone
         drivers = f", {len(launcher.driver_jobs)} local driver server(s)" if launcher.driver_jobs else ""
         deferred = f" ({len(launcher.deferred)} more deferred until the queue limit has room)" \
             if launcher.deferred else ""
         print(f"submitted {len(launcher.jobs)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
-              f"to the {kind} executor{deferred}")
+              f"to the {launcher.kind} executor{deferred}")
     if not args.wait:
         print(f"follow with: python -m a2rl.launch {sweep.root} --wait   "
               f"results: python -m a2rl.aggregate {sweep.root}")
@@ -97,4 +95,3 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
     return code
-

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.httpjson import BadRequest as HTTPBadRequest, JSONRequestHandler, running
-from a2rl.grading.judge import MAX_TOP_LOGPROBS, chat_prompt
+from a2rl.llm.chat import MAX_TOP_LOGPROBS, chat_prompt
 from a2rl.drivers import protocols, toolcalls
 
 log = logging.getLogger("a2rl.chatserver")
@@ -33,7 +33,7 @@ class BadRequest(ValueError):
 @lru_cache(maxsize=8)
 def _fingerprint(model_dir: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
     """The judge's weights hash; cached by file stamps since a long-lived grader serves the same judge often."""
-    from a2rl.spec.models import weights_hash
+    from a2rl.weights import weights_hash
 
     return "wh-" + weights_hash(model_dir)[:16]
 
@@ -121,13 +121,13 @@ class ChatModel:
 
 
 class LocalChatModel(ChatModel):
-    """The transformers generator (a2rl.grading.inference.Generator) in process, one request at a time: the
+    """The transformers generator (a2rl.llm.inference.Generator) in process, one request at a time: the
     model is not thread-safe, 2 CPU cores gain nothing from interleaving, and a request's result never depends
     on its neighbours (deterministic scores)."""
 
     def __init__(self, model_dir: Path, model_id: str | None = None, fit_prompt: bool = False,
                  max_output: int | None = None):
-        from a2rl.grading.inference import Generator, pick_device
+        from a2rl.llm.inference import Generator, pick_device
 
         # the grader's transformers backend: on its GPU in bf16 when it has one, else on CPU in fp32
         self.generator = Generator.load(Path(model_dir).resolve(), device=pick_device())
@@ -140,7 +140,8 @@ class LocalChatModel(ChatModel):
         import torch
         from transformers import GenerationConfig, StoppingCriteriaList
 
-        from a2rl.grading.inference import StopOnString, cut_at_stop
+        from a2rl.llm.inference import StopOnString
+        from a2rl.llm.stops import cut_at_stop
 
         tok, model = self.tokenizer, self.generator.model
         prompt_len = len(ids)

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
-Protocol = Literal["anthropic", "responses", "chat", "gemini"]
-PROTOCOLS: tuple[Protocol, ...] = ("anthropic", "responses", "chat", "gemini")
+WireProtocol = Literal["anthropic", "responses", "chat", "gemini"]
+PROTOCOLS: tuple[WireProtocol, ...] = ("anthropic", "responses", "chat", "gemini")
 
 
 class ProtocolError(ValueError):
@@ -67,7 +67,7 @@ class Tool:
 
 @dataclass
 class Request:
-    protocol: Protocol
+    protocol: WireProtocol
     model: str
     messages: list[Message]
     tools: list[Tool] = field(default_factory=list)
@@ -95,7 +95,7 @@ class Reply:
 
 @dataclass
 class Route:
-    protocol: Protocol
+    protocol: WireProtocol
     model: str | None = None  # Gemini names the model in the path
     stream: bool = False
     sse: bool = True
@@ -447,7 +447,7 @@ def render(req: Request, reply: Reply, model: str | None = None) -> Rendered:
             "gemini": _render_gemini}[req.protocol](req, reply, model)
 
 
-def render_error(protocol: Protocol, status: int, message: str) -> Rendered:
+def render_error(protocol: WireProtocol, status: int, message: str) -> Rendered:
     """The protocol's error document: what its clients show (and retry on 5xx) instead of failing to parse."""
     if protocol == "anthropic":
         kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",

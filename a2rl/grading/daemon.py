@@ -13,7 +13,6 @@ log line), never the daemon.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -29,17 +28,17 @@ from filelock import Timeout
 from a2rl.store.baselines import BaselineRecord, ensure_baseline
 from a2rl.errors import InfraError
 from a2rl.store.ledger import LedgerEntry
-from a2rl.spec.models import weights_hash
-from a2rl.reporting.runreport import rebuild_run_report
+from a2rl.weights import weights_hash
 from a2rl.records import now
-from a2rl.store.results import FinishedRuns, refresh_result
+from a2rl.store.results import FinishedRuns, ResultHook, no_hook, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Task, get_task
+from a2rl.tasklib.evaluator import evaluate as run_evaluator
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
-from a2rl.grading.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
-from a2rl.grading.contextcap import ContextCap
+from a2rl.llm.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
+from a2rl.llm.contextcap import ContextCap
 from a2rl.spec.generation import GenerationPreset, get_preset
 
 log = logging.getLogger("a2rl.grader")
@@ -60,12 +59,8 @@ def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_roo
     engine = engine or Engine(CPU_SETTINGS)
     generator = engine.get(model_dir, tokenizer_dir, preset)
     cap = generator.context_cap = ContextCap()  # this evaluation's: the generator serves many
-    extra = {"engine": engine} if "engine" in inspect.signature(task.evaluator.evaluate).parameters else {}
-    result = task.evaluator.evaluate(generator, task.data(data_root).heldout_dir, options, **extra)
-    score = float(result["score"])
-    if not 0.0 <= score <= 100.0:
-        raise ValueError(f"evaluator of {task.name!r} returned score {score}, outside 0–100")
-    details = {k: v for k, v in result.items() if k != "score"}
+    score, details = run_evaluator(task.evaluator, generator, task.data(data_root).heldout_dir, options, engine,
+                                   task=task.name)
     if (bit := cap.record()) is not None:  # new tokens were capped at the model's context: the ledger says so
         details["context_cap"] = bit
     return score, details
@@ -86,8 +81,9 @@ class GradingDaemon:
     scores it on the held-out split, records it once in the ledger and folds it into the run's result. Computes
     the baselines first; exits when the sweep is done or after its idle limit."""
 
-    def __init__(self, sweep: SweepDir, index: int = 0):
+    def __init__(self, sweep: SweepDir, index: int = 0, on_result: ResultHook = no_hook):
         self.sweep = sweep
+        self.on_result = on_result  # told of each result a late score refreshes
         self.spec = sweep.spec
         self.settings = self.spec.grader
         self.holder = holder_id(f"grader{index}")
@@ -261,7 +257,7 @@ class GradingDaemon:
             self._held(e)
             return
         if refreshed is not None:
-            rebuild_run_report(self.sweep, run_id, refreshed)
+            self.on_result(self.sweep, run_id, refreshed)
 
     def _score(self, artifact: str, model_name: str, task: Task, fields: dict, t0: float) -> LedgerEntry:
         base = self.baseline(task.name, model_name, fields["protocol"])
@@ -325,17 +321,17 @@ class GraderJob(submitit.helpers.Checkpointable):
     """The grader as a job: at its time limit submitit calls checkpoint() and requeues it (the submission it
     was grading is claimed again once its lease expires)."""
 
-    def __init__(self, sweep_dir: str, index: int = 0):
-        self.sweep_dir, self.index = sweep_dir, index
+    def __init__(self, sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook):
+        self.sweep_dir, self.index, self.on_result = sweep_dir, index, on_result
 
     def __call__(self) -> int:
-        return run_grader(self.sweep_dir, self.index)
+        return run_grader(self.sweep_dir, self.index, self.on_result)
 
 
-def run_grader(sweep_dir: str, index: int = 0) -> int:
+def run_grader(sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook) -> int:
     """Serve the sweep's queue until the sweep is done."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sweep = SweepDir(Path(sweep_dir))
     threads = sweep.spec.grader.cpus
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    return GradingDaemon(sweep, index).run()
+    return GradingDaemon(sweep, index, on_result).run()

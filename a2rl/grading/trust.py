@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import BinaryIO
 
-MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+from a2rl.weights import MAX_HEADER_BYTES
 
 
 class UntrustedArtifact(ValueError):

@@ -104,8 +104,8 @@ def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = No
 
 
 def rebuild_run_report(sweep: SweepDir, run_id: str, result: RunResult) -> None:
-    """write_run_report for the job and the grader: a report is derived and can be rebuilt (`a2rl runreport`),
-    so its failure is logged, never theirs."""
+    """write_run_report as the run's job and the grader's result hook (a2rl.store.results.ResultHook, passed by
+    scheduling): a report is derived and can be rebuilt (`a2rl runreport`), so its failure is logged, never theirs."""
     try:
         write_run_report(sweep, run_id, result)
     except Exception:

@@ -25,15 +25,10 @@ from pydantic import BaseModel
 from tabulate import tabulate
 
 from a2rl.records import Record, now
-from a2rl.run.job import agent_command, agent_environment
 from a2rl.run.process import AgentProcess
+from a2rl.run.runsetup import agent_command, agent_environment, set_up
 from a2rl.run.sandbox import AgentSandbox, choose, python_prefixes
-from a2rl.run.workspace import create_workspace
-from a2rl.spec.agents import agent_registry
 from a2rl.spec.grid import RunSpec
-from a2rl.spec.models import resolve_model
-from a2rl.spec.registry import HOME
-from a2rl.spec.sweep import agent_python
 from a2rl.spec.tasks import get_task
 from a2rl.store.sweepdir import SweepDir
 
@@ -157,14 +152,8 @@ def run_audit(sweep: SweepDir) -> AuditRecord:
 def _probe(sweep: SweepDir, run: RunSpec, choice, canary: str, port: int) -> list[Probe]:
     spec = sweep.spec
     task_paths = [Path(p) for p in spec.task_paths]
-    python = agent_python(spec)
-    agents = agent_registry([Path(p) for p in spec.agent_paths])
-    stack, stack_dir = agents.get(run.agent.name), agents.path(run.agent.name).parent
-    task = get_task(run.task, task_paths)
-    model_dir = resolve_model(run.model.path)
-    ws = create_workspace(sweep.workspace(f"audit-{run.agent.name}"), task=task,
-                          data=task.ensure_prepared(sweep.data_root()), model_dir=model_dir, budget_s=run.budget_s,
-                          source_tree=HOME, protocol=run.protocol)
+    s = set_up(sweep, run, sweep.workspace(f"audit-{run.agent.name}"))  # as the run's job sets up
+    stack, stack_dir, python, model_dir, ws = s.stack, s.stack_dir, s.python, s.model_dir, s.ws
     heldout, prepare = [], []
     for name in spec.tasks:
         t = get_task(name, task_paths)

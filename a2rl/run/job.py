@@ -29,32 +29,27 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
-from a2rl.spec.agents import AgentStack, agent_registry, mode_text
+from a2rl.spec.agents import AgentStack, mode_text
 from a2rl.run.caps import RunCaps
 from a2rl.run.process import AgentProcess
-from a2rl.run.sandbox import AgentSandbox, choose, with_link_targets
+from a2rl.run.runsetup import RunSetup, agent_command, agent_environment, set_up
+from a2rl.run.sandbox import AgentSandbox, choose
 from a2rl.store.baselines import baseline_path
 from a2rl.run.budget import Budget
 from a2rl.drivers.endpoint import wait_for_endpoint
 from a2rl.spec.clusters import SIGNAL_DELAY_S
-from a2rl.spec.models import resolve_model
 from a2rl.spec.generation import get_preset
 from a2rl.recording.archive import archive_workspace
 from a2rl.recording.transcripts import cli_failure, parse_usage, transcript_files
 from a2rl.records import atomic_write_text, now
 from a2rl.run.environment import job_identity, record_environment
-from a2rl.spec.registry import HOME
-from a2rl.store.results import AgentUsage, RunResult, load_result, refresh_result, write_result
+from a2rl.store.results import AgentUsage, ResultHook, RunResult, load_result, no_hook, refresh_result, write_result
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
-from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
-from a2rl.spec.sweep import agent_python, local_driver_name
+from a2rl.spec.sweep import local_driver_name
 from a2rl.store.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
-from a2rl.spec.grid import RunSpec
-from a2rl.spec.tasks import get_task
-from a2rl.run.workspace import (RunMeta, Workspace, agent_env, create_workspace, is_blank, linked_files,
-                                 restore_for_resume, save_for_resume)
+from a2rl.run.workspace import (RunMeta, Workspace, is_blank, restore_for_resume, save_for_resume)
 
 log = logging.getLogger("a2rl.job")
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL for the agent
@@ -68,8 +63,9 @@ class AgentRun:
     agent process in its sandbox against the run's grading API under the budget clock, then the result (written
     at once, completed while the job waits for the scores). SIGTERM interrupts it for a requeue to resume."""
 
-    def __init__(self, sweep: SweepDir, run_id: str):
+    def __init__(self, sweep: SweepDir, run_id: str, on_result: ResultHook = no_hook):
         self.sweep, self.run = sweep, sweep.run(run_id)
+        self.on_result = on_result  # told of the result as written, and again once the scores are in
         self.dir = sweep.run_dir(run_id)
         self.t0 = time.monotonic()  # the attempt's start: set-up lasts until the agent process starts
         prev = sweep.status(run_id)
@@ -142,7 +138,7 @@ class AgentRun:
         if status == "timeout" and self._auto_submit():  # after it: nothing in the workspace delays the result
             result = self._write_result(status, reason, exit_code)
         shutil.rmtree(self.sweep.resume_dir(run_id), ignore_errors=True)  # a run with a result never resumes
-        rebuild_run_report(self.sweep, run_id, result)
+        self.on_result(self.sweep, run_id, result)
         self._archive_workspace()
         why = wait_for_grading(self._graded, max_wait_s=self.sweep.spec.grader.max_wait_s,
                                poll_s=self.sweep.spec.grader.poll_s, kill_at=self._kill_at,
@@ -151,7 +147,7 @@ class AgentRun:
             self._log(f"stopped waiting for scores ({why}); the grader adds them to the result when they land")
         if (refreshed := refresh_result(self.sweep, run_id)) is not None:
             result = refreshed
-            rebuild_run_report(self.sweep, run_id, result)
+            self.on_result(self.sweep, run_id, result)
         self._last_beat(beater, "finished")
         return result
 
@@ -162,28 +158,34 @@ class AgentRun:
         self.state = state
         self.beat()
 
-    def _run_agent(self) -> tuple[str, int | None]:
-        spec, run = self.sweep.spec, self.run
-        task = get_task(run.task, [Path(p) for p in spec.task_paths])
-        data = task.ensure_prepared(self.sweep.data_root())
-        model_dir = resolve_model(run.model.path)
-        ws = create_workspace(self.sweep.workspace(run.run_id), task=task, data=data, model_dir=model_dir,
-                              budget_s=run.budget_s, source_tree=HOME, protocol=run.protocol)
+    def _set_up(self) -> tuple[RunSetup, str, dict[str, str], list[tuple[str, int]]]:
+        """Everything before the clock: the task, model and workspace (restored for a resumed run whose scratch
+        lacks it), the instructions, and a local driver's server (waited for). Also the driver string, the
+        endpoint variables for the stack and the ports the sandbox forwards."""
+        run = self.run
+        s = set_up(self.sweep, run, self.sweep.workspace(run.run_id))
+        ws = s.ws
         saved = self.sweep.resume_dir(run.run_id)
         if saved.is_dir() and is_blank(ws.root):  # saved only by an interrupted attempt; dropped at the end
             restore_for_resume(ws, saved)
             self._log(f"workspace restored from {saved} (this node's scratch did not have it)")
         (ws.root / "WRAP_UP").unlink(missing_ok=True)  # a resumed run starts unwarned
-        agents = agent_registry([Path(p) for p in spec.agent_paths])
-        self.stack = stack = agents.get(run.agent.name)
+        self.stack = stack = s.stack
         # the prompt mode's text joins the rules; CLIs that read a file from their working directory get it all
         rules = f"{(ws.root / 'instructions.md').read_text().rstrip()}\n\n{mode_text(run.mode)}\n"
         atomic_write_text(ws.root / "instructions.md", rules)
         if stack.instructions_file:
-            atomic_write_text(ws.code / stack.instructions_file, f"{task.description.rstrip()}\n\n{rules}")
+            atomic_write_text(ws.code / stack.instructions_file, f"{s.task.description.rstrip()}\n\n{rules}")
         driver, endpoint_env, forwards = run.driver, {}, []
         if (local := local_driver_name(run.driver)) is not None:
             driver, endpoint_env, forwards = self._connect_local_driver(local, stack)
+        return s, driver, endpoint_env, forwards
+
+    def _run_agent(self) -> tuple[str, int | None]:
+        """Set-up, then the clock: the grading API, the sandbox, the agent process and its supervision."""
+        spec, run = self.sweep.spec, self.run
+        s, driver, endpoint_env, forwards = self._set_up()
+        task, model_dir, ws, stack, stack_dir, python = s.task, s.model_dir, s.ws, s.stack, s.stack_dir, s.python
         # set-up ends here: the clock starts with the grading API the agent process is started against
         self.budget = Budget(run.budget_s, self.used_before,
                              uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
@@ -200,7 +202,6 @@ class AgentRun:
 
         choice = choose(spec.isolation)
         self._log(f"isolation: {choice.mode} ({choice.reason}); network: {spec.network}")
-        python = agent_python(spec)
         caps = RunCaps(spec.limits, name=f"a2rl-{run.run_id}-{os.getpid()}", workspace=ws.root,
                        gpus=spec.resources.gpus, mem_gb=spec.resources.mem_gb, sandboxed=choice.trusted)
         self._log(caps.describe())
@@ -209,7 +210,6 @@ class AgentRun:
                 AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
                              allow_hosts=spec.allow_hosts, max_connections=spec.limits.relay_connections,
                              limit=caps.inner_argv, on_refused=lambda t: self._refused(t, caps)) as box:
-            stack_dir = agents.path(run.agent.name).parent
             env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
                                     python=python, endpoint_env=endpoint_env, stack_dir=stack_dir)
             env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
@@ -397,26 +397,6 @@ class AgentRun:
                             setup_seconds_by_attempt=setup, **self.recorded)
 
 
-def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
-                      driver: str, python: Path, endpoint_env: dict[str, str], stack_dir: Path) -> dict[str, str]:
-    """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
-    env = stack.agent_env(agent_env(ws, task=run.task, protocol=run.protocol, model_name=run.model.name, url=url,
-                                    cpus=cpus, passthrough=[*stack.passthrough_env, *stack.credential_vars()], python=python),
-                          driver, stack_dir)
-    env.update(endpoint_env)
-    env.update(box.env)
-    return env
-
-
-def agent_command(box: AgentSandbox, stack: AgentStack, argv: list[str], ws: Workspace, *, python: Path,
-                  stack_dir: Path, model_dir: Path, files: dict[Path, Path] | None = None) -> list[str]:
-    """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`); `files`: login files
-    bound read-only into its HOME."""
-    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code, files=files,
-                       read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())]),
-                                  *linked_files(ws)])
-
-
 def wait_for_grading(graded: Callable[[], bool], *, max_wait_s: float, poll_s: float,
                      kill_at: Callable[[], float | None], terminated: threading.Event,
                      clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
@@ -454,14 +434,14 @@ def last_saved_model(output: Path) -> Path | None:
     return max(dirs, key=lambda d: max(f.stat().st_mtime for f in d.iterdir()), default=None)
 
 
-def run_agent_job(sweep_dir: str, run_id: str) -> str:
-    """Job entry point (submitit pickles this). Returns the run's final status."""
+def run_agent_job(sweep_dir: str, run_id: str, on_result: ResultHook = no_hook) -> str:
+    """Job entry point (a2rl.scheduling.launcher.run_job wraps it for submitit). Returns the run's final status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sweep = SweepDir(Path(sweep_dir))
     done = load_result(sweep, run_id)
     if done is not None:  # a requeued job whose run already finished
         return done.status
-    run = AgentRun(sweep, run_id)
+    run = AgentRun(sweep, run_id, on_result)
     run.install_signal_handlers()
     result = run.execute()
     if result is None:  # interrupted: leave at once, so a requeue starts the job again from the top

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.records import Record
-from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol, Task, TaskData
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol, Task, TaskData
 
 INSTRUCTIONS = """\
 # Instructions
@@ -61,7 +61,7 @@ class RunMeta(Record):
     start_time: float
     timeout_s: float
     train_format: str | None = None  # the task's TrainFormat (a2rl.spec.tasks): what the rows in data/ are
-    protocol: Protocol  # how the grader prompts and scores this run's submissions (tasks/*/description.md)
+    protocol: EvalProtocol  # how the grader prompts and scores this run's submissions (tasks/*/description.md)
     # what the grader passes to the model's chat template when it builds chat prompts: the model's generation
     # preset's (configs/generation/; Qwen3: enable_thinking), so training can render the same prompts
     chat_template_kwargs: dict[str, Any] = {}
@@ -99,7 +99,7 @@ def _budget_text(seconds: float) -> str:
 
 
 def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path, budget_s: float,
-                     source_tree: Path, protocol: Protocol = DEFAULT_PROTOCOL) -> Workspace:
+                     source_tree: Path, protocol: EvalProtocol = DEFAULT_PROTOCOL) -> Workspace:
     """Lay out a workspace; idempotent, so a requeued run finds its own files again."""
     root = Path(root).resolve()
     if root == source_tree or source_tree in root.parents:
@@ -184,7 +184,7 @@ def _read_only(path: Path) -> None:
         os.chmod(dirpath, 0o555)
 
 
-def agent_env(ws: Workspace, *, task: str, protocol: Protocol, model_name: str, url: str, cpus: int,
+def agent_env(ws: Workspace, *, task: str, protocol: EvalProtocol, model_name: str, url: str, cpus: int,
               passthrough: list[str], python: Path) -> dict[str, str]:
     """The agent's whole environment: the paper's variables and a minimal base. No launcher variable leaks
     through unless the agent stack lists it, so no path into the sweep directory reaches the agent."""

@@ -1,26 +1,33 @@
 """The launcher: validates a sweep, freezes it into its directory, and submits the grader(s), the local driver
 servers and every unfinished run through submitit (local processes, or Slurm); `follow` shows progress.
+`Launcher.launch` is the whole launch and returns what happened (the CLI, a2rl/cli/launch.py, parses and prints).
 
-Launching an existing sweep again (its yaml or its directory) submits only what has not finished.
+Launching an existing sweep again (its yaml or its directory) submits only what has not finished. Runs beyond the
+scheduler's queue limit are deferred and submitted as room frees up, by the follower and by a small top-up job
+(so they are submitted when nobody follows). Jobs are submitted with the run-report rebuild as their result hook:
+run reports are derived by reporting, which grading and run do not import.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import submitit
 from filelock import FileLock
 
 from a2rl.spec.agents import agent_registry
 from a2rl.errors import SpecError
-from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, make_scheduler
+from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, make_scheduler, resolve_kind
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
 from a2rl.grading.daemon import GraderJob
+from a2rl.reporting.runreport import rebuild_run_report
+from a2rl.run.audit import AuditRecord, audited
 from a2rl.run.job import run_agent_job
 from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
 from a2rl.store.services import record_service_job
@@ -34,6 +41,7 @@ from a2rl.spec.tasks import get_task
 
 DEFAULT_SWEEPS = Path("a2rl-sweeps")
 SUBMIT_LOCK_TIMEOUT_S = 600
+TOPUP_MEM_GB = 0.5  # the top-up job only reads the sweep's files and asks the scheduler
 
 
 def agent_shape(spec: SweepSpec) -> Shape:
@@ -43,7 +51,7 @@ def agent_shape(spec: SweepSpec) -> Shape:
 
 def submit_runs(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -> list[str]:
     """Submit what fits under the scheduler's queue limit; the rest are recorded `deferred` (never failed) for
-    `top_up`. Under the sweep's submit lock, so a follower and a grader job never submit a run twice."""
+    `top_up`. Under the sweep's submit lock, so a follower and the top-up job never submit a run twice."""
     with _submit_lock(sweep):
         return _submit_locked(sweep, scheduler, runs)
 
@@ -58,7 +66,7 @@ def _submit_locked(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -
         return []
     room = scheduler.capacity()
     head = runs if room is None else runs[:room]
-    ids = scheduler.submit(agent_shape(sweep.spec), run_agent_job,
+    ids = scheduler.submit(agent_shape(sweep.spec), run_job,
                            [(str(sweep.root), run.run_id) for run in head]) if head else []
     for i, run in enumerate(runs):
         submitted = i < len(ids)
@@ -78,36 +86,49 @@ def deferred_runs(sweep: SweepDir) -> list[RunSpec]:
 
 
 def top_up(sweep: SweepDir, scheduler: Scheduler) -> list[str]:
-    """Submit deferred runs as room frees up (the follower's loop and the grader job call this)."""
+    """Submit deferred runs as room frees up (the follower's loop and the top-up job call this)."""
     if not deferred_runs(sweep) or scheduler.capacity() == 0:
         return []
     with _submit_lock(sweep):
         return _submit_locked(sweep, scheduler, deferred_runs(sweep))  # read again under the lock
 
 
-class SweepGraderJob(GraderJob):
-    """The grader job, plus a thread beside its daemon that tops up deferred runs when nobody follows the sweep
-    (the grading layer cannot import scheduling, so the top-up lives here, not in the daemon's loop)."""
+def run_job(sweep_dir: str, run_id: str) -> str:
+    """A run's job as the launcher submits it (submitit pickles this): the run, its report rebuilt each time its
+    result is written or refreshed."""
+    return run_agent_job(sweep_dir, run_id, rebuild_run_report)
 
-    def __init__(self, sweep_dir: str, index: int, kind: str, folder: str):
-        super().__init__(sweep_dir, index)
-        self.kind, self.folder = kind, folder
+
+class TopUpJob(submitit.helpers.Checkpointable):
+    """A small service job that submits the sweep's deferred runs as room frees up, so they are submitted when
+    nobody follows the sweep; it ends once none is left (requeued at its time limit until then)."""
+
+    def __init__(self, sweep_dir: str, kind: str, folder: str, every_s: float = 30.0):
+        self.sweep_dir, self.kind, self.folder, self.every_s = sweep_dir, kind, folder, every_s
 
     def __call__(self) -> int:
-        if self.index == 0:
-            threading.Thread(target=self._top_up_loop, daemon=True).start()
-        return super().__call__()
-
-    def _top_up_loop(self, every_s: float = 30.0) -> None:
         sweep = SweepDir(Path(self.sweep_dir))
         scheduler = make_scheduler(self.kind, sweep.spec, Path(self.folder))
-        while True:
-            time.sleep(every_s)
+        while deferred_runs(sweep):
+            time.sleep(self.every_s)
             try:
                 if ids := top_up(sweep, scheduler):
-                    print(f"grader: submitted {len(ids)} deferred run(s)", flush=True)
-            except Exception as e:  # a scheduler hiccup must not stop the grading beside it
-                print(f"grader: top-up failed: {e}", file=sys.stderr, flush=True)
+                    print(f"top-up: submitted {len(ids)} deferred run(s)", flush=True)
+            except Exception as e:  # a scheduler hiccup: try again next round
+                print(f"top-up: failed: {e}", file=sys.stderr, flush=True)
+        return 0
+
+
+@dataclass
+class Launch:
+    """What `Launcher.launch` did."""
+
+    sweep: SweepDir
+    runs: list[RunSpec]
+    launcher: Launcher
+    audit: AuditRecord
+    refused: bool  # the audit found held-out data reachable and leaks were not allowed: nothing submitted
+    finished: bool  # every run had finished and nothing was queued: nothing submitted
 
 
 class Launcher:
@@ -125,7 +146,26 @@ class Launcher:
         self.deferred: list[str] = []  # run ids left for top-up (queue limit)
         self.grader_jobs: list[str] = []
         self.driver_jobs: list[str] = []  # local driver servers
+        self.topup_jobs: list[str] = []  # the job that submits deferred runs
         self.params: dict[str, int] = {}  # model name -> parameters, read by prepare()
+
+    @classmethod
+    def launch(cls, target: Path, *, sweep_dir: Path | None = None, executor: str | None = None,
+               retry_failed: bool = False, allow_leaks: bool = False) -> Launch:
+        """The whole launch: open (or create) the sweep, prepare what its runs share, audit its isolation, and
+        submit the services it lacks and its unfinished runs. Raises SpecError, SandboxError or AuditError for a
+        sweep that cannot launch."""
+        sweep, runs = open_sweep(target, sweep_dir)
+        launcher = cls(sweep, resolve_kind(executor or sweep.spec.executor))
+        launcher.prepare()
+        audit = audited(sweep, allow_leaks)
+        if audit.leaks and not audit.allow_leaks:
+            return Launch(sweep, runs, launcher, audit, refused=True, finished=False)
+        todo = pending_runs(sweep, runs, retry_failed, launcher.schedulers)
+        finished = not any(not sweep.result_path(r.run_id).exists() for r in runs) and not sweep.queue.pending_ids()
+        if not finished:
+            launcher.submit(todo)  # also replaces graders that are gone
+        return Launch(sweep, runs, launcher, audit, refused=False, finished=finished)
 
     def prepare(self) -> None:
         """Offline preparation the runs share: task data, built-in models."""
@@ -141,14 +181,15 @@ class Launcher:
 
     def submit(self, runs: list[RunSpec]) -> None:
         """The graders the sweep lacks, then the runs: one array per resource shape (split at MaxArraySize), as
-        many as the queue limit allows."""
+        many as the queue limit allows, and a top-up job (first, so it has its place) where some must wait."""
         g, r = self.spec.grader, self.spec.resources
         alive = len(jobs_alive(self.sweep.grader_jobs, self.schedulers))
         try:
             for i in range(alive, g.workers):
                 job_id = self.scheduler.submit_one(Shape(
                     f"a2rl-grader-{self.spec.name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, g.cpus,
-                    g.gpus, grader_mem_gb(self.spec, self.params or model_params(self.spec))), SweepGraderJob(str(self.sweep.root), i, self.kind, str(self.folder)))
+                    g.gpus, grader_mem_gb(self.spec, self.params or model_params(self.spec))),
+                    GraderJob(str(self.sweep.root), i, rebuild_run_report))
                 self.grader_jobs.append(job_id)
                 record_service_job(self.sweep.grader_jobs, self.kind, job_id)
             for name in drivers_used(runs):  # before the runs, which wait for them
@@ -160,6 +201,12 @@ class Launcher:
                     d.mem_gb), DriverServerJob(str(self.sweep.root), name))
                 self.driver_jobs.append(job_id)
                 record_service_job(jobs_path(self.sweep, name), self.kind, job_id)
+            room = self.scheduler.capacity()
+            if room is not None and len(runs) > room and not jobs_alive(self.sweep.topup_jobs, self.schedulers):
+                shape = Shape(f"a2rl-topup-{self.spec.name}", r.job_time_s(self.spec.budget), 1, 0, TOPUP_MEM_GB)
+                job_id = self.scheduler.submit_one(shape, TopUpJob(str(self.sweep.root), self.kind, str(self.folder)))
+                self.topup_jobs.append(job_id)
+                record_service_job(self.sweep.topup_jobs, self.kind, job_id)
         except QueueFull as e:
             print(f"WARNING: {e}; relaunch the sweep when jobs have ended", flush=True)
         ids = submit_runs(self.sweep, self.scheduler, runs)
@@ -252,17 +299,24 @@ def check_credentials(spec: SweepSpec) -> None:
         raise SpecError(problems)
 
 
-def open_sweep(target: Path, sweep_dir: Path | None) -> tuple[SweepDir, list[RunSpec]]:
-    """From a sweep.yaml (new or relaunched) or an existing sweep directory."""
+def read_target(target: Path) -> tuple[SweepSpec, list[RunSpec], SweepDir | None]:
+    """A sweep.yaml's spec and runs, or an existing sweep directory's (frozen) with it; validated, nothing written
+    (what --dry-run and `a2rl validate` show and what a launch opens)."""
     if target.is_dir():
         sweep = SweepDir(target)
         if not sweep.exists():
             raise SpecError([f"{target}: not a sweep directory (no sweep.json); pass a sweep.yaml"])
-        check_credentials(sweep.spec)
-        return sweep, sweep.runs()
+        return sweep.spec, sweep.runs(), sweep
     spec = load_sweep(target)
+    return spec, expand(spec), None
+
+
+def open_sweep(target: Path, sweep_dir: Path | None) -> tuple[SweepDir, list[RunSpec]]:
+    """From a sweep.yaml (new or relaunched) or an existing sweep directory."""
+    spec, runs, existing = read_target(target)
     check_credentials(spec)
-    runs = expand(spec)
+    if existing is not None:
+        return existing, runs
     sweep = SweepDir(sweep_dir or DEFAULT_SWEEPS / spec.name)
     if sweep.exists():
         frozen = sweep.spec

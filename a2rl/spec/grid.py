@@ -9,7 +9,7 @@ from pathlib import Path
 from a2rl.spec.agents import FREE, agent_registry
 from a2rl.records import Record
 from a2rl.spec.sweep import AgentEntry, ModelEntry, SweepSpec
-from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
 
 
 class RunSpec(Record):
@@ -19,7 +19,7 @@ class RunSpec(Record):
     driver: str
     mode: str = FREE
     model: ModelEntry
-    protocol: Protocol = DEFAULT_PROTOCOL  # how the grader scores the run's submissions and baseline
+    protocol: EvalProtocol = DEFAULT_PROTOCOL  # how the grader scores the run's submissions and baseline
     seed: int
     budget_s: float
 

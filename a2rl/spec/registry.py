@@ -16,8 +16,19 @@ from pydantic import BaseModel, ValidationError
 
 from a2rl.errors import SpecError, format_validation_error
 
-#: The source tree (tasks/ and configs/ sit beside the package); A2RL_HOME points elsewhere for other layouts.
-HOME = Path(os.environ.get("A2RL_HOME", Path(__file__).resolve().parents[2]))
+PACKAGE = Path(__file__).resolve().parents[1]  # the a2rl package
+
+
+def _home() -> Path:
+    """Where tasks/, configs/ and slurm/ are: a source checkout's root (beside the package), else the copies an
+    installed wheel ships as package data (a2rl/share/, setup.py); A2RL_HOME points elsewhere for other layouts."""
+    if os.environ.get("A2RL_HOME"):
+        return Path(os.environ["A2RL_HOME"])
+    checkout = PACKAGE.parent
+    return checkout if (checkout / "pyproject.toml").is_file() and (checkout / "tasks").is_dir() else PACKAGE / "share"
+
+
+HOME = _home()
 
 T = TypeVar("T", bound=BaseModel)
 

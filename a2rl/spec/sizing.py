@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a2rl.errors import SpecError
-from a2rl.spec.models import parameter_count, resolve_model
+from a2rl.spec.models import resolve_model
+from a2rl.weights import parameter_count
 from a2rl.spec.sweep import SweepSpec
 
 GIB = 1 << 30

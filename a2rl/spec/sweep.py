@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from a2rl.errors import SpecError, format_validation_error
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
 from a2rl.spec.registry import HOME, load_yaml
-from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 LOCAL_DRIVER = "local:"  # drivers served by the sweep itself: `local:<name of a local_drivers entry>`
@@ -113,7 +113,7 @@ class GraderSettings(_Strict):
 
 
 class LocalDriver(_Strict):
-    """An open-weight driver LLM served by a job of the sweep behind an OpenAI-compatible API (driver.py);
+    """An open-weight driver LLM served by a job of the sweep behind an OpenAI-compatible API (a2rl/drivers/);
     runs use it as driver `local:<name>`."""
     model: str  # a directory, or builtin:NAME
     backend: Literal["vllm", "transformers"] = "vllm"  # transformers: a2rl's own server (CPU, small models)
@@ -126,7 +126,7 @@ class LocalDriver(_Strict):
 
 
 class RecordingSettings(_Strict):
-    """Code snapshots taken at each submission, and the workspace archived after the run (see recording.py)."""
+    """Code snapshots taken at each submission, and the workspace archived after the run (see a2rl/recording/)."""
     max_file_mb: float = Field(1, gt=0)  # larger files are skipped (and listed as skipped)
     max_total_mb: float = Field(50, gt=0)  # per snapshot; files past it are skipped
     exclude: list[str] = [".git", "__pycache__", ".venv", "wandb", "*.safetensors", "*.bin", "*.pt"]
@@ -163,7 +163,7 @@ class SweepSpec(_Strict):
     modes: list[str] = Field(["free"], min_length=1)  # prompt modes (configs/prompts/<mode>.md), for driven agents
     models: list[str | ModelEntry] = Field(min_length=1)
     # evaluation protocols (spec/tasks.py PROTOCOLS): each is its own run, baseline and table row
-    protocols: list[Protocol] = Field([DEFAULT_PROTOCOL], min_length=1)
+    protocols: list[EvalProtocol] = Field([DEFAULT_PROTOCOL], min_length=1)
     seeds: list[int] = Field([0], min_length=1)
     budget: float  # agent wall seconds per run (grading waits do not count)
     executor: Literal["local", "slurm", "auto"] = "auto"

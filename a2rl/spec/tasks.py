@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from a2rl.errors import SpecError
 from a2rl.records import Record, RecordError, now, sha256_file
-from a2rl.spec.registry import HOME, Registry
+from a2rl.spec.registry import HOME, PACKAGE, Registry
 
 
 CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, never every file there
@@ -32,7 +32,7 @@ CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, ne
 # the paper's Table 2, its quirks included); `a2rl` is ours with its bugs fixed. Evaluators get it as
 # options["protocol"]; a task with one way of scoring ignores it.
 PROTOCOLS = ("paper", "a2rl")
-Protocol = Literal["paper", "a2rl"]
+EvalProtocol = Literal["paper", "a2rl"]  # how a task is scored (the wire protocols of driver LLMs: drivers/protocols.py)
 DEFAULT_PROTOCOL = "paper"
 
 # What a task's train rows are, declared in task.yaml and told to agents in run_meta.json:
@@ -110,7 +110,7 @@ class Task:
             raise SpecError([f"{script}: no such task module"])
         sources = [p for p in sorted(self.folder.glob("*.py")) if p.name != self.spec.evaluator]
         if "react.py" in self.spec.train_files:
-            sources.append(HOME / "a2rl" / "tasklib" / "envs.py")
+            sources.append(PACKAGE / "tasklib" / "envs.py")
         h = hashlib.sha256(json.dumps(self.spec.train_files).encode())
         for path in sources:
             h.update(path.name.encode() + b"\0" + path.read_bytes())

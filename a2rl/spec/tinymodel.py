@@ -6,7 +6,6 @@ model.safetensors, because the grader recognises unmodified copies of the base m
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -152,23 +151,3 @@ def build_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out_dir", type=Path, help="directory to create (returned as is if already built)")
-    parser.add_argument("--seed", type=int, default=0, help="weight-init seed (same seed => identical weights)")
-
-
-def run(args: argparse.Namespace) -> int:
-    print(build_tiny_model(args.out_dir, seed=args.seed))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="a2rl build-tiny-model", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

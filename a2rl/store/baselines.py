@@ -13,11 +13,12 @@ from typing import Any, Callable, Literal
 
 from filelock import FileLock
 
-from a2rl.spec.models import resolve_model, weights_hash
+from a2rl.spec.models import resolve_model
+from a2rl.weights import weights_hash
 from a2rl.records import RecordError, now
 from a2rl.store.integrity import SignedRecord, create_key, read_key
 from a2rl.store.sweepdir import SweepDir
-from a2rl.spec.tasks import Protocol, Task
+from a2rl.spec.tasks import EvalProtocol, Task
 
 
 log = logging.getLogger("a2rl.baselines")
@@ -26,7 +27,7 @@ log = logging.getLogger("a2rl.baselines")
 class BaselineRecord(SignedRecord):
     SCHEMA = 3  # 2 added hmac, 3 protocol
     task: str
-    protocol: Protocol
+    protocol: EvalProtocol
     model: str
     model_path: str
     weights_hash: str
@@ -59,7 +60,7 @@ def load_baseline(sweep: SweepDir, task: str, model: str, protocol: str,
     return _load(baseline_path(sweep, task, model, protocol), sweep.key, problems)
 
 
-def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: str, protocol: Protocol,
+def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: str, protocol: EvalProtocol,
                     evaluate: Callable[[Task, Path, Path, str], tuple[float, dict]], *,
                     retry_failed: bool = False) -> BaselineRecord:
     """The sweep's baseline record for (task, model, protocol), computing it at most once across graders.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from a2rl.records import RecordError
-from a2rl.spec.tasks import Protocol
+from a2rl.spec.tasks import EvalProtocol
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.ledger")
@@ -37,7 +37,7 @@ class LedgerEntry(SignedRecord):
     weights_hash: str | None = None
     copy_of_base: bool = False
     task: str
-    protocol: Protocol  # how it was scored (spec/tasks.py PROTOCOLS)
+    protocol: EvalProtocol  # how it was scored (spec/tasks.py PROTOCOLS)
     evaluator_version: int
     grader: str
     attempt: int
@@ -45,7 +45,7 @@ class LedgerEntry(SignedRecord):
     details: dict[str, Any] = {}
     leaks: list[str] = []  # held-out data found in the submitted files (tasklib/leaks.py)
     generation: dict[str, Any] = {}  # the generation preset it was graded with (name and every setting)
-    backend: dict[str, Any] = {}  # the grader's resolved backend settings (grading/backends.py BackendSettings)
+    backend: dict[str, Any] = {}  # the grader's resolved backend settings (llm/backends.py BackendSettings)
     # hash of (weights, task, evaluator version, backend settings, preset, task options): equal keys, equal scores
     grading_key: str | None = None
     cached_from: str | None = None  # the submission whose score this one reuses (same grading_key); not evaluated

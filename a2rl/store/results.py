@@ -10,6 +10,7 @@ stalls a grader."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 from filelock import FileLock
@@ -20,8 +21,17 @@ from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
 from a2rl.records import RecordError, now
 from a2rl.spec.grid import RunSpec
-from a2rl.spec.tasks import Protocol
+from a2rl.spec.tasks import EvalProtocol
 from a2rl.store.sweepdir import SweepDir
+
+# Told each time a run's result is written or refreshed, by whoever runs the job or grader (scheduling passes the
+# run-report rebuild: grading and run never import reporting). Its failure is its own, never the caller's.
+ResultHook = Callable[[SweepDir, str, "RunResult"], None]
+
+
+def no_hook(sweep: SweepDir, run_id: str, result: RunResult) -> None:
+    """The hook where nobody listens (a daemon or run built directly, as in tests)."""
+
 
 _NO_BASELINE = "no baseline was recorded"  # the baseline_error a refresh replaces once the baseline lands
 
@@ -42,7 +52,7 @@ class RunResult(SignedRecord):
     SCHEMA = 5
     run_id: str
     task: str
-    protocol: Protocol  # how the submissions and the baseline were scored
+    protocol: EvalProtocol  # how the submissions and the baseline were scored
     agent: str
     driver: str
     model: str

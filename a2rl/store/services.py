@@ -1,5 +1,6 @@
-"""`graders/jobs.json` and `drivers/<name>/jobs.json`: the jobs submitted for a sweep's services (graders, local
-driver servers), so status and cancel find them. Written by the launcher only."""
+"""`graders/jobs.json`, `drivers/<name>/jobs.json` and `topup/jobs.json`: the jobs submitted for a sweep's
+services (graders, local driver servers, the top-up of deferred runs), so status and cancel find them. Written by
+the launcher only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from a2rl.store.sweepdir import SweepDir
 
 
 class ServiceJobs(Record):
-    """Jobs submitted for a sweep's services (graders, local driver servers), so status and cancel find them."""
+    """Jobs submitted for a sweep's services (graders, local driver servers, top-up), so status and cancel find
+    them."""
     executor: str
     job_ids: list[str]
 
@@ -25,6 +27,6 @@ def record_service_job(path: Path, kind: str, job_id: str) -> None:
 
 
 def service_jobs(sweep: SweepDir) -> list[ServiceJobs]:
-    """Every service's job record: the graders' and each local driver's."""
-    paths = [sweep.graders / "jobs.json", *sorted(sweep.drivers.glob("*/jobs.json"))]
+    """Every service's job record: the graders', each local driver's and the top-up's."""
+    paths = [sweep.grader_jobs, *sorted(sweep.drivers.glob("*/jobs.json")), sweep.topup_jobs]
     return [rec for p in paths if (rec := ServiceJobs.load_or_none(p)) is not None]

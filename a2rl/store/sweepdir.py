@@ -6,11 +6,12 @@
     runs.json             RunIndex: every run of the grid
     runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job); resume/:
                           the workspace's code/, output/ and home/ saved when the job was interrupted
-    queue/  ledger/       submission queue and ledger (see submit_queue.py, ledger.py)
+    queue/  ledger/       submission queue and ledger (see queue.py, ledger.py)
     submissions/<id>/     frozen copies of submitted weights, read by the grader
     baselines/            baseline scores per (task, model weights, evaluator version, protocol)
     graders/<holder>.json grader heartbeats (jobs.json: their jobs)
-    drivers/<name>/       a local driver's endpoint.json and jobs.json (see driver.py)
+    topup/jobs.json       the job that submits deferred runs (services.py)
+    drivers/<name>/       a local driver's endpoint.json and jobs.json (see a2rl/drivers/)
     jobs/                 submitit's folders, one per launch
 """
 
@@ -95,6 +96,7 @@ class SweepDir:
         self.submissions = self.root / "submissions"
         self.graders = self.root / "graders"
         self.grader_jobs = self.graders / "jobs.json"
+        self.topup_jobs = self.root / "topup" / "jobs.json"  # the service job that submits deferred runs
         self.drivers = self.root / "drivers"
         self.jobs = self.root / "jobs"
         self._runs = self.root / "runs"

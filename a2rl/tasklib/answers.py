@@ -1,24 +1,12 @@
 """Answer checks that a task's grader and the reference agent's rewards share, so training rewards what the
-grader scores: stop strings, GSM8K's final number, HumanEval's test program, under each protocol."""
+grader scores: GSM8K's final number, HumanEval's test program, under each protocol."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from decimal import Decimal
 
-
-def stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...]:
-    """`stop` as a tuple of stop strings (none for None)."""
-    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-    if not all(isinstance(s, str) and s for s in stops):
-        raise ValueError(f"stop strings must be non-empty strings, got {stop!r}")
-    return stops
-
-
-def cut_at_stop(text: str, stop: str | Sequence[str] | None) -> str:
-    """`text` up to the earliest occurrence of any stop string."""
-    return text[: min((i for s in stop_strings(stop) if (i := text.find(s)) >= 0), default=len(text))]
+from a2rl.llm.stops import cut_at_stop
 
 
 # ---------------------------------------------------------------- GSM8K

@@ -256,7 +256,7 @@ def sft_pairs(header: str, episode: Episode) -> list[dict[str, str]]:
 
 
 def generator_policy(generator: Any, options: dict[str, Any]) -> tuple[Generate, Fits]:
-    """Adapt a2rl.grading.inference.Generator: greedy, one line per action, prompts kept inside the model's context."""
+    """Adapt a2rl.llm.inference.Generator: greedy, one line per action, prompts kept inside the model's context."""
     max_new_tokens = int(options.get("max_new_tokens", 32))
     batch_size = int(options.get("batch_size", 64))
     context = int(getattr(generator.config, "max_position_embeddings", 0) or 1 << 30)

@@ -1,7 +1,7 @@
 """The prompts the static tasks' graders send, per protocol, and the replies they read best. The graders
-(tasks/*/evaluator.py) and the reference agent's routes (a2rl.agents.pipeline) both build them here, so the agent
+(tasks/*/evaluator.py) and the reference agent's routes (a2rl.reference.pipeline) both build them here, so the agent
 trains on exactly the prompt it is graded on. Chat prompts are messages: whoever holds the tokenizer renders them
-(a2rl.grading.judge.chat_prompt, with the graded model's chat template)."""
+(a2rl.llm.chat.chat_prompt, with the graded model's chat template)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from a2rl.llm.chat import Messages
 from a2rl.tasklib.answers import format_answer, gsm8k_paper_reference
-
-Messages = list[dict[str, str]]
 
 # ---------------------------------------------------------------- GSM8K
 GSM8K_SHOTS = 4  # protocol a2rl: the first train rows are the exemplars (tasks/gsm8k/prepare.py)

@@ -21,7 +21,7 @@ under one of two protocols. Both answer each prompt the same way (generate_answe
   at Δ = 0, over every instruction (those without a preference included, as upstream). Raw win rate = 100 ·
   mean(preference − 1) over the preferences given.
 
-`a2rl` is our own protocol, kept as it was: our A/B prompt (a2rl/grading/judge.py), each prompt judged twice,
+`a2rl` is our own protocol, kept as it was: our A/B prompt (a2rl/tasklib/pairwise.py), each prompt judged twice,
 once in each position, P from "A"/"B" logprobs; LC from the same GLM without the instruction-difficulty term and
 without the gamed-baseline rows, fitted by Newton's method with a weak ridge (λ = `RIDGE`) instead of the CV'd L1,
 so LC = 100 · σ(θ_0).
@@ -38,8 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from a2rl.grading.judge import (ChatClient, Completion, EngineJudge, JudgeError, Messages, compare_to_references,
-                                generate_answers, judge_client, win_rate_summary)
+from a2rl.llm.judge import ChatClient, Completion, EngineJudge, JudgeError, judge_client
+from a2rl.llm.chat import Messages
+from a2rl.tasklib.pairwise import compare_to_references, generate_answers, win_rate_summary
 
 RIDGE = 0.01
 LC_METHOD = {"paper": "alpaca_eval glm length_controlled_v1 (instruction difficulty, gamed-baseline rows, CV'd L1)",

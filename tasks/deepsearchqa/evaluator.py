@@ -20,7 +20,8 @@ import json
 import re
 from pathlib import Path
 
-from a2rl.grading.judge import Messages, judge_client, policy_prompt
+from a2rl.llm.chat import Messages, policy_prompt
+from a2rl.llm.judge import judge_client
 from a2rl.tasklib.envs import load_module, play_transcripts
 
 dsqa = load_module(Path(__file__).with_name("env.py"), "a2rl_task_deepsearchqa_env")  # both protocols' loops

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from a2rl.grading.judge import policy_prompt
+from a2rl.llm.chat import policy_prompt
 # The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
 from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number
 from a2rl.tasklib.answers import (gsm8k_paper_correct as paper_correct, gsm8k_paper_prediction as paper_prediction,

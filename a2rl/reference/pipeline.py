@@ -1,6 +1,6 @@
 """Reference agent without an LLM: SFT then GRPO with TRL, submitting after each stage.
 
-Runs inside an agent workspace as `python -m a2rl.agents.pipeline [options]`, configured by the job's
+Runs inside an agent workspace as `python -m a2rl.reference.pipeline [options]`, configured by the job's
 environment: MODEL_PATH (base model), DATA_PATH (the task's train files), OUTPUT_DIR (writable),
 GRADING_SERVER_URL (optional: without it submissions are skipped). The route follows the task's train format,
 read from $WORKSPACE/run_meta.json (or --train-format), and its prompts are those the grader sends under the run's
@@ -13,14 +13,14 @@ with the graders' own builders (a2rl.tasklib.prompts) and reward by the graders'
   read as paper's extraction does; a2rl: the 4-shot completion prompt over the first four train rows, replies
   ending "#### N" and the grader's stop string;
 - code_with_tests {"prompt", "canonical_solution", "test", "entry_point"} (HumanEval): SFT on the solutions,
-  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.grading.sandbox).
+  then GRPO rewarding completions that pass the problem's unit tests in the code sandbox (a2rl.tasklib.coderunner).
   paper: the chat instruction, the whole function in a code block (the block's code is what paper runs);
   a2rl: a raw continuation of the prompt;
 - instruction_reference {"instruction", "reference"}: SFT on the reference answering the instruction as the
   single user turn both protocols prompt with; then, only with --train-judge (an OpenAI-compatible endpoint for
   training, never the grader's), GRPO rewarding P(completion beats the row's reference) as that judge weighs
-  them pairwise (a2rl.grading.judge); without one, SFT only (no rule reward stands in for a judge);
-- env_trajectories: a2rl.agents.interactive, which plays each episode through the task's env.py transcript of the
+  them pairwise (a2rl.llm.judge, a2rl.tasklib.pairwise); without one, SFT only (no rule reward stands in for a judge);
+- env_trajectories: a2rl.reference.interactive, which plays each episode through the task's env.py transcript of the
   run's protocol (the grader's own loop) for its prompts, replies and step rewards.
 Devices: bf16 on the job's GPUs (one process each through `accelerate launch`, DeepSpeed ZeRO-2/3 optional),
 fp32 on CPU (--processes N: N processes in a gloo group; DeepSpeed ZeRO-2 runs there too). Rank 0 alone saves,
@@ -52,9 +52,11 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokeniz
                           TrainerCallback)
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
-from a2rl.grading.judge import ChatClient, JudgeError, chat_prompt, judge_against_references
-from a2rl.grading.sandbox import run_many
-from a2rl.spec.tasks import DEFAULT_PROTOCOL, Protocol
+from a2rl.llm.judge import ChatClient, JudgeError
+from a2rl.llm.chat import chat_prompt
+from a2rl.tasklib.pairwise import judge_against_references
+from a2rl.tasklib.coderunner import run_many
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl.store.stages import STAGES_FILE, Stage, StageLog
 from a2rl.tasklib.answers import (GSM8K_STOP, HUMANEVAL_PAPER_NAME, cut_at_stop, extract_number, first_code_block,
                                   format_answer, gsm8k_paper_correct, gsm8k_paper_prediction, gsm8k_paper_reference,
@@ -105,7 +107,7 @@ def launch_command(argv: list[str], processes: int, cuda: bool, deepspeed_config
         cmd += ["--use_deepspeed", "--deepspeed_config_file", str(deepspeed_config)]
     else:  # torchrun's workers; on CPU they join a gloo group (accelerate's MULTI_CPU)
         cmd.append("--multi_gpu")
-    return cmd + ["--module", "a2rl.agents.pipeline", *argv]
+    return cmd + ["--module", "a2rl.reference.pipeline", *argv]
 
 
 def free_port() -> int:
@@ -477,7 +479,7 @@ class StaticFormat:
 
 def every_protocol(route: Route) -> dict[str, Route]:
     """A layout both protocols prompt alike."""
-    return {p: route for p in typing.get_args(Protocol)}
+    return {p: route for p in typing.get_args(EvalProtocol)}
 
 
 def gsm8k_exemplars(rows: Rows) -> Rows:
@@ -526,7 +528,7 @@ STATIC_FORMATS: dict[str, StaticFormat] = {
                                 for r in rows],
             paper_unit_test_reward, max_length=1024, max_completion_length=512)}),
     # Both protocols: the instruction as the single user turn the grader prompts the policy with
-    # (a2rl.grading.judge.generate_answers), answered by the reference and EOS: the grader's answer is everything
+    # (a2rl.tasklib.pairwise.generate_answers), answered by the reference and EOS: the grader's answer is everything
     # generated up to EOS. Alpaca's rows name the reference "output" and may add an "input" to the instruction.
     # GRPO's reward is the training judge's.
     "instruction_reference": StaticFormat(("instruction", "reference|output"), every_protocol(Route(
@@ -550,7 +552,7 @@ def check_rows(fmt_name: str, rows: list[dict]) -> StaticFormat:
     return fmt
 
 
-# Defaults per route: static train.jsonl rows, or interactive games (a2rl.agents.interactive).
+# Defaults per route: static train.jsonl rows, or interactive games (a2rl.reference.interactive).
 DEFAULTS = {
     "static": dict(sft_steps=700, sft_lr=3e-3, sft_batch_size=32, grpo_steps=150, grpo_lr=1e-4, grpo_prompts=8,
                    num_generations=8),
@@ -560,11 +562,11 @@ DEFAULTS = {
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m a2rl.agents.pipeline", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m a2rl.reference.pipeline", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-format", choices=list(STATIC_FORMATS) + ["env_trajectories"],
                    help="default: train_format in $WORKSPACE/run_meta.json")
-    p.add_argument("--protocol", choices=typing.get_args(Protocol),
+    p.add_argument("--protocol", choices=typing.get_args(EvalProtocol),
                    help="the grading protocol to train for; default: protocol in $WORKSPACE/run_meta.json, else "
                         f"{DEFAULT_PROTOCOL}")
     p.add_argument("--sft-steps", type=int, help="0 skips SFT (GRPO starts from MODEL_PATH)")
@@ -629,7 +631,7 @@ def protocol(args: argparse.Namespace) -> str:
         return args.protocol
     meta, told = run_meta()
     name = told.get("protocol", DEFAULT_PROTOCOL)
-    if name not in typing.get_args(Protocol):
+    if name not in typing.get_args(EvalProtocol):
         raise ValueError(f"{meta} names protocol {name!r}, which this pipeline has no prompts for: pass --protocol")
     return name
 
@@ -687,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(os.environ["OUTPUT_DIR"])
     device = f"{gpus} GPU(s), bf16" if gpus else f"CPU, fp32, {torch.get_num_threads()} threads"
     if fmt_name == "env_trajectories":
-        from a2rl.agents import interactive
+        from a2rl.reference import interactive
 
         args = with_defaults(args, "interactive")
         args.schedule = None if args.no_schedule else Schedule([s for s in ("sft", "grpo") if getattr(args, f"{s}_steps") > 0])

@@ -22,9 +22,9 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from a2rl.grading.contextcap import ContextCap, context_length
+from a2rl.llm.contextcap import ContextCap, context_length
 from a2rl.spec.generation import GenerationPreset
-from a2rl.tasklib.answers import cut_at_stop, stop_strings  # noqa: F401 (cut_at_stop: drivers use it from here)
+from a2rl.llm.stops import cut_at_stop, stop_strings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 

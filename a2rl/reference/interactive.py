@@ -31,8 +31,8 @@ from types import ModuleType
 
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from a2rl.agents.pipeline import grpo_stage, log, sft_stage, submit
-from a2rl.grading.judge import chat_prompt
+from a2rl.reference.pipeline import grpo_stage, log, sft_stage, submit
+from a2rl.llm.chat import chat_prompt
 from a2rl.tasklib.envs import Fits, Messages, Transcript, close, load_task_env, play_transcripts, score_actions
 
 ROLLOUT_EPISODES = 64  # training episodes the SFT policy plays for GRPO states (webshop has thousands of goals)
@@ -156,7 +156,7 @@ class StepReward:
 
 def policy_states(model_dir: Path, loop: GraderLoop, episodes: list[str], max_steps: int) -> list[State]:
     """Every state the model reaches playing the training episodes greedily through the protocol's loop."""
-    from a2rl.grading.inference import Generator
+    from a2rl.llm.inference import Generator
 
     generator = Generator.load(model_dir)
     transcripts = [loop.transcript(e) for e in episodes]

@@ -1,1 +1,0 @@
-"""Agents that ship with a2rl (the reference `pipeline`)."""

@@ -1,0 +1,19 @@
+"""What the commands share: opening a sweep directory, with a one-line error for a path that is not one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class NotASweep(Exception):
+    pass
+
+
+def open_sweep_dir(path: Path):
+    """The sweep directory at `path`, or NotASweep (printed as one line, exit 2, by main)."""
+    from a2rl.store.sweepdir import SweepDir
+
+    sweep = SweepDir(path)
+    if not sweep.exists():
+        raise NotASweep(f"{path} is not a sweep directory (no sweep.json)")
+    return sweep

@@ -1,0 +1,60 @@
+"""`a2rl status`: one line per run: state (from the run's own files, checked against the scheduler), job, best score, tokens
+and cost so far (where the agent's transcript reports them)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from a2rl.cli.common import open_sweep_dir
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep_dir", type=Path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
+    from a2rl.scheduling.base import Schedulers
+    from a2rl.reporting.aggregate import untrusted_note
+    from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
+    from a2rl.store.results import load_result
+
+    sweep = open_sweep_dir(args.sweep_dir)
+    schedulers = Schedulers()
+    st = collect(sweep, schedulers)
+    reap_lost(sweep, st)  # runs whose job is gone without a result end failed
+    jobs = st.jobs
+    table = []
+    ledger = sweep.ledger
+    for run in sweep.runs():
+        result = load_result(sweep, run.run_id)
+        status = sweep.status(run.run_id)
+        state = result.status if result else (status.state if status else "not submitted")
+        if not result and run.run_id in jobs and jobs[run.run_id].alive and status and status.stale():
+            state = "waiting (scheduler)"
+        best = result.best if result else max((e.score for e in ledger.entries(run.run_id)
+                                               if e.score is not None), default=None)
+        reason = (result.failure_reason or "").strip().splitlines()[-1][:100] if result and result.failure_reason else ""
+        job = jobs.get(run.run_id)
+        tokens, cost = st.usage.get(run.run_id, (None, None))
+        table.append([run.run_id, state, status.job_id if status else "", job.state if job else "",
+                      sweep.queue.count(run.run_id), "" if best is None else f"{best:.2f}",
+                      "" if tokens is None else f"{tokens:,}", "" if cost is None else f"{cost:.2f}", reason])
+    print(tabulate(table, headers=["run", "state", "job", "scheduler", "submissions", "best", "tokens", "cost $",
+                                   "reason"], disable_numparse=True))
+    print(st.line(0).split("] ", 1)[1] + f" · {st.graders_alive} grader(s) alive"
+          + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs, schedulers)) or 'none'}")
+    for name in sweep.spec.local_drivers:
+        endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))
+        state = "no endpoint yet" if endpoint is None else \
+            f"{'serving' if endpoint.live() else endpoint.state + (': ' + endpoint.note if endpoint.note else '')}" \
+            f" {endpoint.model} at {endpoint.base_url}"
+        print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}")
+    for problem in st.problems:
+        print(f"skipped: {problem}")
+    if note := untrusted_note(sweep.spec.isolation == "none"):
+        print(note.strip())
+    return 0
