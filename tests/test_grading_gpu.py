@@ -80,7 +80,7 @@ def test_transformers_gpu_equals_cpu_on_arith_in_bf16_reusing_the_engine(arith, 
     print(f"arith scores, transformers CPU fp32: {cpu}; CUDA bf16: {gpu}")
     # bf16 rounds the logits, so greedy decoding may flip where two tokens are all but tied: at most 2% of the
     # 200 held-out items each (the CPU run, in fp32, is the reference)
-    assert all(abs(g - c) <= 0.02 for g, c in zip(gpu, cpu)), (gpu, cpu)
+    assert all(abs(g - c) <= 2.0 for g, c in zip(gpu, cpu)), (gpu, cpu)  # scores are percentages
     assert engine.generator.model.dtype == torch.bfloat16 and engine.generator.model.device.type == "cuda"
     assert (engine.starts, engine.reloads) == (1, len(trained) - 1)
 

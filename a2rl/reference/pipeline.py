@@ -268,7 +268,6 @@ def common_args(out: Path, steps: int, lr: float, seed: int) -> dict:
         learning_rate=lr,
         warmup_steps=max(1, steps // 20),  # fresh Adam moments make the first full-lr steps noisy
         seed=seed,
-        activation_checkpointing=False,  # only costs time at the sizes this runs on CPU
         report_to="none",
         save_strategy="no",
         logging_steps=max(1, steps // 10),
