@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -143,3 +144,28 @@ def test_the_demo_prints_its_table_for_a_user_without_root_compiler_or_bwrap(tmp
         shutil.rmtree(Path("/tmp") / f"a2rl-scratch-{USER}", ignore_errors=True)
         if made_old:
             shutil.rmtree(old_scratch, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="running as another user takes root")
+def test_the_games_extra_without_a_compiler_stops_set_up_in_one_line_naming_its_tasks():
+    """As `nobody`, with no compiler on PATH and no way to apt-get one: set-up with the games extra stops before
+    installing anything, in one line naming the tasks that need the compiler and how to do without them."""
+    shared = Path(tempfile.mkdtemp(prefix="a2rl-nocc-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        for f in ("tools/setup-env.sh", "tools/apt-install.sh", "pyproject.toml"):
+            (shared / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / f, shared / f)
+        venv = shared / "venv"
+        venv.mkdir()
+        os.chown(venv, 65534, 65534)
+        env = {"HOME": str(shared), "PATH": _bare_path(shared / "path"), "A2RL_EXTRAS": "train,test,tasks,games"}
+        proc = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(shared / "tools" / "setup-env.sh"),
+                               str(venv)], env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "setup-env: ERROR: no cmake and cannot apt-get it: the games extra (the textworld and alfworld tasks) "
+            "compiles its engines from source; install cmake, or leave games out of A2RL_EXTRAS"], proc.stderr
+        assert not (venv / "bin").exists()  # nothing was installed first
+    finally:
+        shutil.rmtree(shared)

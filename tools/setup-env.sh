@@ -64,6 +64,13 @@ if [ "${A2RL_SETUP_FORCE:-0}" != 1 ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/
 fi
 rm -f "$STAMP"
 
+if [[ ",$EXTRAS," == *,games,* ]]; then  # before anything is installed: fast-downward-textworld (cmake, g++) and jericho (cc) compile from source
+  for tool in cmake g++ cc; do
+    command -v "$tool" >/dev/null || { say "installing $tool (apt)"; apt_install "$tool" \
+      || die "no $tool and cannot apt-get it: the games extra (the textworld and alfworld tasks) compiles its engines from source; install $tool, or leave games out of A2RL_EXTRAS"; }
+  done
+fi
+
 # ------------------------------------------------------------------ the venv itself
 if ! { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import pip' 2>/dev/null; }; then
   command -v "$PY" >/dev/null || die "'$PY' not found; set PYTHON=/path/to/python3.10+"
@@ -96,12 +103,6 @@ say "upgrading pip"
 pip install -q --upgrade pip
 say "installing $TORCH"
 pip install -q "$TORCH"
-if [[ ",$EXTRAS," == *,games,* ]]; then  # fast-downward-textworld (cmake, g++) and jericho (cc) compile from source
-  for tool in cmake g++ cc; do
-    command -v "$tool" >/dev/null || { say "installing $tool (apt)"; apt_install "$tool" \
-      || die "no $tool and cannot apt-get it: the games extra (the textworld and alfworld tasks) compiles its engines from source; install $tool, or leave games out of A2RL_EXTRAS"; }
-  done
-fi
 say "installing -e $ROOT[$EXTRAS] (keeping $TORCH)"
 pip install -q -e "$ROOT[$EXTRAS]" "$TORCH"
 say "pip check"
