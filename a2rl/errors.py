@@ -47,3 +47,11 @@ def format_validation_error(e: ValidationError) -> list[str]:
         shown = "" if err["type"] == "missing" or isinstance(bad, (dict, list)) else f" (got {bad!r})"
         lines.append(f"{where}: {msg}{shown}")
     return lines
+
+
+class RootError(SpecError):
+    """A directory a2rl writes outside the sweep (scratch, data, cache) cannot be created or used: one line that
+    names the setting and the environment variable that move it."""
+
+    def __init__(self, line: str):
+        super().__init__([line])

@@ -18,9 +18,74 @@ from fakes import FakeClock
 _SESSION = Path(tempfile.mkdtemp(prefix="a2rl-tests-"))
 os.environ["A2RL_CACHE"] = str(_SESSION / "cache")
 os.environ["A2RL_SCRATCH"] = str(_SESSION / "scratch")
+# Every process the tests start inherits this mark (and the running test's id below), so that the end of the
+# session can find those still alive, wherever they were reparented (Slurm jobs too: sbatch exports the env).
+os.environ["A2RL_TEST_SESSION"] = _SESSION.name
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+
+
+def _proc(pid: str) -> tuple[int, str, dict[str, str]] | None:
+    """(parent pid, command line, environment) of a live process; None for a zombie or one gone/unreadable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if state in "ZX":
+            return None
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        env = dict(e.partition("=")[::2] for e in
+                   Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0") if e)
+    except (OSError, ValueError):
+        return None
+    return int(ppid), cmd, env
+
+
+def leftover_processes() -> dict[int, str]:
+    """pid → 'TEST: COMMAND' for each live process the tests started: one with this session's mark, or a
+    descendant of one (or of pytest) whose environment was replaced. Pytest and its ancestors are not."""
+    procs = {int(pid): p for pid in os.listdir("/proc") if pid.isdigit() and (p := _proc(pid))}
+    me, ours = os.getpid(), {}
+    ancestors, pid = set(), me
+    while pid in procs and pid not in ancestors:
+        ancestors.add(pid)
+        pid = procs[pid][0]
+
+    def owner(pid: int, seen: frozenset = frozenset()) -> str | None:
+        if pid == me:
+            return "(a test)"
+        if pid not in procs or pid in ancestors or pid in seen:
+            return None
+        ppid, _, env = procs[pid]
+        if env.get("A2RL_TEST_SESSION") == _SESSION.name:
+            return env.get("A2RL_TEST_NODE", "(collection or a session fixture)")
+        return owner(ppid, seen | {pid})
+
+    for pid, (_, cmd, _) in procs.items():
+        if pid not in ancestors and (test := owner(pid)) is not None:
+            ours[pid] = f"{test}: {cmd[:200]}"
+    return ours
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind():
+    """Fails the session (at its last teardown, after every other fixture's) if a process a test started is
+    still alive, naming the test that started it. A few seconds' grace for processes already ending."""
+    yield
+    deadline = time.monotonic() + 10
+    while (left := leftover_processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left:
+        pytest.fail("processes the tests started are still alive:\n" +
+                    "\n".join(f"  pid {pid}: {what}" for pid, what in sorted(left.items())), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _test_node(request):
+    """The running test's id, inherited by the processes it starts (see leftover_processes)."""
+    os.environ["A2RL_TEST_NODE"] = request.node.nodeid
+    yield
+    os.environ.pop("A2RL_TEST_NODE", None)
 
 
 @pytest.fixture(scope="session")

@@ -191,3 +191,23 @@ def test_local_driver_checks_at_launch(tmp_path, monkeypatch):
     proc = a2rl("launch", str(write_sweep(tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny", "gpt-5.4"]}],
                                           local_drivers=LOCAL_TINY)), "--sweep-dir", str(tmp_path / "sd"))
     assert proc.returncode == 2 and "agents[0]: agent 'codex' needs OPENAI_API_KEY or CODEX_API_KEY, which is not set" in proc.stderr
+
+
+def test_cli_settings_are_written_into_the_runs_home_never_read_from_the_checkout(tmp_path):
+    """A CLI reads its settings from files a2rl writes into the run's private HOME: no stack points a CLI at a
+    file under its folder in the checkout (gemini skips a settings file whose parent others can write, as a
+    checkout under /tmp). The one {stack_dir} left is rdagent's PYTHONPATH: code, which Python imports from any
+    directory."""
+    from pydantic import ValidationError
+
+    from a2rl.spec.agents import AgentStack
+
+    stacks = [agent_registry().get(n) for n in agent_registry().names()]
+    pointing = {s.name: v for s in stacks for v in s.env.values() if "{stack_dir}" in v}
+    assert pointing == {"rdagent": "{stack_dir}/rdagent"}
+    gemini = agent_registry().get("gemini")
+    gemini.write_home_files(tmp_path)
+    assert json.loads((tmp_path / ".gemini" / "settings.json").read_text()) == \
+        {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+    with pytest.raises(ValidationError, match="stay under HOME"):
+        AgentStack(name="x", command=["x"], home_files={"../.bashrc": {}})

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.error import HTTPError
@@ -187,18 +189,34 @@ def miscalling_model(tiny_model, tmp_path_factory) -> Path:
     return tuned_model(tiny_model, BAD_CALL, tmp_path_factory.mktemp("miscalling"))
 
 
-def run_stack(name: str, url: str, key: str, home: Path) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def world_writable() -> Iterator[Path]:
+    """A directory under /tmp that every user may write (mode 1777, as /tmp or a group project directory), holding
+    a copy of the stacks' folder: where a researcher's checkout may lie. CLIs that refuse settings under such a
+    parent (gemini) must still run, taking theirs from their HOME."""
+    shared = Path(tempfile.mkdtemp(prefix="a2rl-ww-", dir="/tmp"))
+    shared.chmod(0o1777)
+    shutil.copytree(STACKS, shared / "a2rl" / "configs" / "agents")
+    yield shared
+    shutil.rmtree(shared)
+
+
+def run_stack(name: str, url: str, key: str, home: Path, checkout: Path | None = None) -> subprocess.CompletedProcess:
     """The stack's CLI on its own command line, environment and local-driver settings (what a run with
-    `drivers: [local:tiny]` starts), in `home`; a missing CLI fails naming the install command."""
+    `drivers: [local:tiny]` starts), in `home`, with the files the run writes into its HOME; `checkout`: a copy
+    of the checkout's stacks folder's parent to run from (default this checkout). A missing CLI fails naming the
+    install command."""
     os.environ["A2RL_AGENT_CLIS"] = str(clis_prefix())  # where the stacks' `path` looks
+    stack_dir = checkout / "configs" / "agents" if checkout else STACKS
     stack = agent_registry().get(name)
     driver, endpoint_env = stack.openai_compatible.render(model="tiny", base_url=url, api_key=key)
-    env = stack.agent_env({"PATH": os.environ["PATH"], "HOME": str(home), **endpoint_env}, driver, STACKS)
+    env = stack.agent_env({"PATH": os.environ["PATH"], "HOME": str(home), **endpoint_env}, driver, stack_dir)
     if stack.find_cli(env) is None:
         pytest.fail(f"`{stack.command[0]}` is not installed under {clis_prefix()}: run tools/agents/install.sh {name}")
     home.mkdir(parents=True, exist_ok=True)
     (home / ".codex").mkdir(exist_ok=True)
-    argv = stack.argv({}, workspace=home, driver=driver, seed=0, stack_dir=STACKS, python=Path(sys.executable),
+    stack.write_home_files(home)
+    argv = stack.argv({}, workspace=home, driver=driver, seed=0, stack_dir=stack_dir, python=Path(sys.executable),
                       env=env)
     argv[0] = stack.find_cli(env)
     return subprocess.run(argv, env=env, cwd=home, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -260,11 +278,11 @@ TURNS = {"claude": _claude_turn, "codex": _codex_turn, "gemini": _gemini_turn, "
 
 @pytest.mark.slow  # real CLI turns on the tiny model on CPU
 @pytest.mark.parametrize("name", sorted(TURNS))
-def test_real_cli_completes_a_turn_on_the_local_driver(talking_driver, tmp_path, name):
+def test_real_cli_completes_a_turn_on_the_local_driver(talking_driver, world_writable, tmp_path, name):
     """Each real CLI, on its stack's command line and local-driver settings, completes a turn whose words are
     the served model's, in its own protocol (claude: Anthropic Messages, codex: Responses, gemini: Gemini,
-    opencode: Chat Completions)."""
-    proc = run_stack(name, talking_driver, "k", tmp_path / name)
+    opencode: Chat Completions), run from a checkout under a world-writable directory."""
+    proc = run_stack(name, talking_driver, "k", tmp_path / name, checkout=world_writable / "a2rl")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     text, output_tokens = TURNS[name](proc.stdout)
     assert text.strip() == HELLO and output_tokens > 0, proc.stdout[-3000:]

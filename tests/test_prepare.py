@@ -78,3 +78,19 @@ def test_every_shipped_task_has_a_fingerprint():
 
     for name in task_registry().names():
         assert len(get_task(name).prepare_fingerprint()) == 64, name
+
+
+def test_a_task_whose_engine_is_not_installed_names_the_extra(tmp_path):
+    """textworld and alfworld need the `games` extra (compiled from source, left out of the default set-up): a
+    task whose engine is missing refuses in one line before preparing or grading anything."""
+    _, _, root = copy_echo(tmp_path)
+    yaml = tmp_path / "tasks" / "echo" / "task.yaml"
+    yaml.write_text(yaml.read_text() + "engines: [a2rl_no_such_engine]\n")
+    with pytest.raises(SpecError) as e:
+        get_task("echo", [tmp_path / "tasks"]).ensure_prepared(root)
+    assert e.value.lines == ["task 'echo' needs a2rl_no_such_engine (the `games` extra; Fast Downward and jericho "
+                             "compile from source: cmake and a C/C++ compiler): "
+                             "A2RL_EXTRAS=train,test,tasks,games bash tools/setup-env.sh"]
+    assert not root.exists()
+    for name in ("textworld", "alfworld"):  # the tasks that declare it
+        assert get_task(name).spec.engines

@@ -21,27 +21,30 @@ from conftest import FIXTURES, write_sweep
 SUBMITTERS, EACH = 20, 10
 
 
-def start_grader(sweep_dir: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "a2rl", "grade", str(sweep_dir)],
+def start_grader(sweep_dir: Path, log: Path, hold: Path | None = None) -> subprocess.Popen:
+    env = {**os.environ, "A2RL_TEST_HOLD_GRADING": str(hold)} if hold else None
+    return subprocess.Popen([sys.executable, "-m", "a2rl", "grade", str(sweep_dir)], env=env,
                             stdout=open(log, "a"), stderr=subprocess.STDOUT)
 
 
-def kill_mid_evaluation(grader: subprocess.Popen, sweep_dir: Path, timeout: float = 120) -> str:
-    """SIGKILL the grader while it holds a lease, i.e. while it is evaluating a submission."""
-    leases = sweep_dir / "queue" / "leases"
+def kill_mid_evaluation(grader: subprocess.Popen, sweep_dir: Path, hold: Path, timeout: float = 120) -> str:
+    """SIGKILL the grader while it is evaluating a submission: with `hold` present, the echo evaluator it runs
+    marks that it has started and never returns (tests/fixtures/tasks/echo/evaluator.py), so the lease it
+    holds then is the submission cut off mid-evaluation. `hold` is removed for the next grader."""
+    hold.write_text("")
+    started = Path(f"{hold}.{grader.pid}")
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for f in leases.glob("*.json"):
-            try:
-                lease = Lease.load(f)
-            except Exception:
-                continue
-            if lease.holder.endswith(f":{grader.pid}"):
-                os.kill(grader.pid, signal.SIGKILL)
-                grader.wait()
-                return lease.submission_id
+    while not started.exists():
+        assert grader.poll() is None, f"the grader exited ({grader.returncode}) before evaluating"
+        assert time.monotonic() < deadline, "the grader never started an evaluation"
         time.sleep(0.01)
-    raise AssertionError("the grader never held a lease")
+    held = [lease for f in (sweep_dir / "queue" / "leases").glob("*.json")
+            if (lease := Lease.load(f)).holder.endswith(f":{grader.pid}")]
+    assert len(held) == 1, held
+    os.kill(grader.pid, signal.SIGKILL)
+    grader.wait()
+    hold.unlink()
+    return held[0].submission_id
 
 
 def recorded(sweep_dir: Path) -> int:
@@ -60,19 +63,19 @@ def test_no_submission_lost_or_doubled_when_the_grader_is_killed(tmp_path, tiny_
     spec = write_sweep(tmp_path, seeds=list(range(SUBMITTERS)),
                        grader={"poll_s": 0.02, "lease_s": 3, "idle_timeout_s": 600})
     sweep, runs = open_sweep(spec, tmp_path / "sd")
-    log = tmp_path / "grader.log"
-    grader = start_grader(sweep.root, log)
+    log, hold = tmp_path / "grader.log", tmp_path / "hold"
+    grader = start_grader(sweep.root, log, hold)
     submitters = [subprocess.Popen([sys.executable, str(FIXTURES / "stress_submitter.py"), str(sweep.root),
                                     run.run_id, str(EACH), str(i)], stdout=subprocess.PIPE, text=True)
                   for i, run in enumerate(runs)]
     killed = []
     try:
         wait_recorded(sweep.root, 30)
-        killed.append(kill_mid_evaluation(grader, sweep.root))
-        grader = start_grader(sweep.root, log)
+        killed.append(kill_mid_evaluation(grader, sweep.root, hold))
+        grader = start_grader(sweep.root, log, hold)
         wait_recorded(sweep.root, 100)
-        killed.append(kill_mid_evaluation(grader, sweep.root))
-        grader = start_grader(sweep.root, log)
+        killed.append(kill_mid_evaluation(grader, sweep.root, hold))
+        grader = start_grader(sweep.root, log, hold)
         outputs = [p.communicate(timeout=600)[0] for p in submitters]
     finally:
         grader.kill()

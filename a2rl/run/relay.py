@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from typing import Callable
 
 
@@ -149,7 +150,8 @@ def main(argv: list[str]) -> int:
         s.bind(("127.0.0.1", int(port)))
         s.listen(64)
         listeners.append((s, path))
-    if os.fork() == 0:  # the relays: they end with the sandbox (its PID namespace)
+    cmd_pid = os.getpid()  # CMD's, once exec'd; read before the fork, as CMD may be gone before the child runs
+    if os.fork() == 0:  # the relays: they end with CMD (and with the sandbox's PID namespace, where there is one)
         def to_unix(path: str) -> Callable[[socket.socket], socket.socket]:
             def connect(_: socket.socket) -> socket.socket:
                 far = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -160,8 +162,8 @@ def main(argv: list[str]) -> int:
         threads = [threading.Thread(target=_serve, args=(s, to_unix(p)), daemon=True) for s, p in listeners]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        while os.getppid() == cmd_pid:  # reparented: CMD has ended (outside a PID namespace, e.g. apptainer)
+            time.sleep(0.2)
         os._exit(0)
     for s, _ in listeners:
         s.close()

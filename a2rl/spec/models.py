@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from a2rl.spec.roots import CACHE_FIX, guarded
+
 CACHE = Path(os.environ.get("A2RL_CACHE", Path.home() / ".cache" / "a2rl"))
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("tiny-llama",)
@@ -36,5 +38,6 @@ def resolve_model(path: str) -> Path:
     if path.startswith(BUILTIN_PREFIX):
         from a2rl.spec.tinymodel import build_tiny_model  # heavy imports only when a model must be built
 
-        return build_tiny_model(builtin_dir(path.removeprefix(BUILTIN_PREFIX)))
+        with guarded(CACHE, "model cache", CACHE_FIX):
+            return build_tiny_model(builtin_dir(path.removeprefix(BUILTIN_PREFIX)))
     return Path(path).resolve()

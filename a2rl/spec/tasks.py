@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from a2rl.errors import SpecError
 from a2rl.records import Record, RecordError, now, sha256_file
 from a2rl.spec.registry import HOME, PACKAGE, Registry
+from a2rl.spec.roots import DATA_FIX, guarded
 
 
 CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, never every file there
@@ -59,6 +60,9 @@ class TaskSpec(BaseModel):
     train_links: list[str] = []
     train_format: TrainFormat
     eval: dict[str, Any] = {}
+    # modules its prepare/evaluator need from the `games` extra (TextWorld, ALFWorld: their engines compile from
+    # source, so the default set-up leaves them out); missing, the task's data and grading refuse in one line
+    engines: list[str] = []
 
 
 class PreparedData(Record):
@@ -97,6 +101,13 @@ class Task:
     @cached_property
     def evaluator(self) -> ModuleType:
         return _load_module(self.folder / self.spec.evaluator, f"a2rl_task_{self.name}_evaluator")
+
+    def check_engines(self) -> None:
+        missing = [m for m in self.spec.engines if importlib.util.find_spec(m) is None]
+        if missing:
+            raise SpecError([f"task {self.name!r} needs {', '.join(missing)} (the `games` extra; Fast Downward and "
+                             f"jericho compile from source: cmake and a C/C++ compiler): "
+                             f"A2RL_EXTRAS=train,test,tasks,games bash tools/setup-env.sh"])
 
     def data(self, data_root: Path) -> TaskData:
         return task_data(data_root, self.name)
@@ -141,7 +152,12 @@ class Task:
 
         `source` is a directory holding the upstream files in their published format; given, prepare reads
         them instead of downloading (how tests and air-gapped sites prepare). Data that another version of the
-        prepare script wrote is prepared again, replacing it."""
+        prepare script wrote is prepared again, replacing it. A data root it cannot write is a RootError."""
+        self.check_engines()
+        with guarded(Path(data_root), "data root", DATA_FIX):
+            return self._ensure_prepared(data_root, allow_network=allow_network, source=source)
+
+    def _ensure_prepared(self, data_root: Path, *, allow_network: bool, source: Path | None) -> TaskData:
         if self.prepared(data_root):
             return self.data(data_root)
         base = Path(data_root) / self.name

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -31,6 +30,7 @@ from a2rl.records import Record, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import default_data_root
+from a2rl.spec.roots import SCRATCH_FIX, default_scratch, private_dir, usable_dir
 from a2rl.store.queue import SubmissionQueue
 from a2rl.spec.sweep import SweepSpec
 
@@ -146,13 +146,17 @@ class SweepDir:
         return Path(cache) if cache else self.baselines
 
     def scratch_root(self) -> Path:
-        """Where workspaces go, resolved in the job (so `$TMPDIR` is the node's): the sweep's scratch_root,
-        else its cluster profile's, else $A2RL_SCRATCH, else <tmp>/a2rl-scratch. `sweep` means the sweep
-        directory itself (shared: a requeued run finds its workspace on any node)."""
+        """Where workspaces go, resolved in the job (so `$TMPDIR` is the node's) and created there: the sweep's
+        scratch_root, else its cluster profile's, else $A2RL_SCRATCH, else <tmp>/a2rl-scratch-USER (this user's
+        own, 0700). `sweep` means the sweep directory itself (shared: a requeued run finds its workspace on any
+        node). One that cannot be used is a RootError naming these settings."""
         spec = self.spec
-        root = (spec.scratch_root or profile_of(spec).scratch_root or os.environ.get("A2RL_SCRATCH")
-                or str(Path(tempfile.gettempdir()) / "a2rl-scratch"))
-        return self.root / "workspaces" if root == "sweep" else Path(os.path.expandvars(root)).expanduser()
+        root = spec.scratch_root or profile_of(spec).scratch_root or os.environ.get("A2RL_SCRATCH")
+        if root == "sweep":
+            return self.root / "workspaces"
+        if root:
+            return usable_dir(Path(os.path.expandvars(root)).expanduser(), "scratch root", SCRATCH_FIX)
+        return private_dir(default_scratch(), "scratch root", SCRATCH_FIX)
 
     def workspace(self, run_id: str) -> Path:
         """Per-run workspace on scratch; the sweep uid keeps two sweeps of the same name apart."""
