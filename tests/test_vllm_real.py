@@ -29,6 +29,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 SERIES = 10  # submissions in a row on one engine
+RAW_PROMPTS = ["Tom has 3 apples and buys 4 more. How many apples does Tom have?", "the red ball is",
+               "<|user|>\nsay hi<|eos|>\n<|assistant|>\n"]
 
 
 def vllm_env() -> dict[str, str]:
@@ -56,6 +58,16 @@ def variant(base: Path, dest: Path, salt: int) -> Path:
         name = sorted(k for k in header if k != "__metadata__")[0]
         f.seek(8 + n + header[name]["data_offsets"][0])
         f.write(struct.pack("<f", 1.0 + salt * 1e-3))
+    return dest
+
+
+def long_context(tiny: Path, dest: Path) -> Path:
+    """The tiny model with a 2,048-token context (rotary positions: same weights), so alpacaeval's paper judge
+    prompt (~900 tokens) fits: vLLM refuses a prompt past max_model_len, where transformers runs on past its
+    positions (tests/test_vllm_real.py compares the two on prompts that fit)."""
+    shutil.copytree(tiny, dest)
+    config = json.loads((dest / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2048}))
     return dest
 
 
@@ -106,9 +118,13 @@ def graded(tiny_model, data_root, tmp_path_factory) -> tuple[list[dict], dict]:
     """(the jobs, what the real vLLM worker reported for them)."""
     python = require_vllm()
     work = tmp_path_factory.mktemp("vllm")
-    models = [variant(tiny_model, work / f"m{i}", i + 1) for i in range(SERIES)]
-    todo = jobs(models, tiny_model, data_root)
-    (work / "jobs.json").write_text(json.dumps({"jobs": todo, "broken": str(broken(tiny_model, work / "broken"))}))
+    base = long_context(tiny_model, work / "base")
+    models = [variant(base, work / f"m{i}", i + 1) for i in range(SERIES)]
+    todo = jobs(models, base, data_root)
+    raw = {"model": str(models[0]), "tokenizer": str(base), "prompts": RAW_PROMPTS, "max_new_tokens": 24,
+           "top": 5}
+    (work / "jobs.json").write_text(json.dumps({"jobs": todo, "raw": raw,
+                                                "broken": str(broken(base, work / "broken"))}))
     proc = subprocess.run([str(python), str(REPO / "tests" / "vllm_worker.py"), str(work / "jobs.json"),
                            str(work / "out.json")], env=vllm_env(), capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-5000:]
@@ -123,21 +139,20 @@ def test_one_engine_serves_a_series_with_a_flat_process_tree_and_memory(graded):
     assert [(r["starts"], r["reloads"], r["reload_failures"]) for r in series] == \
         [(1, i, 0) for i in range(SERIES)]
     # vLLM's engine core and worker processes: the same ones throughout, none added per submission
-    assert len(series[0]["children"]) >= 2 and all(r["children"] == series[0]["children"] for r in series)
+    assert len(series[0]["vllm_pids"]) >= 2 and all(r["vllm_pids"] == series[0]["vllm_pids"] for r in series)
     # resident memory of the grader and its vLLM processes: flat (a generous bound; an engine per submission
     # would add its model, KV cache and processes each time)
     assert max(r["rss"] for r in series) < 1.5 * series[0]["rss"], [r["rss"] for r in series]
 
 
 def test_a_failed_reload_is_counted_and_the_dead_engine_shut_down(graded):
+    """vLLM's engine dies when a reload fails: the grader counts it, shuts the engine down (its processes gone)
+    and starts a fresh one, which fails on these weights too: the submission's error, no process left behind."""
     _, out = graded
-    before, bad, after = out["results"][SERIES - 1], out["broken"], out["after_broken"]
-    assert "error" in bad and bad["reload_failures"] == 1, bad
-    assert after["engine"] == "started" and (after["starts"], after["reload_failures"]) == (2, 1), after
-    assert "error" not in after and after["score"] == out["results"][0]["score"]
-    # the old engine's processes are gone: the fresh engine has as many as the first one had, none of its pids
-    assert len(after["children"]) == len(before["children"]) and not set(after["children"]) & set(before["children"])
-    assert out["closed"]["children"] == []  # Engine.close shut the last one down
+    bad = out["broken"]
+    assert "error" in bad, bad
+    assert (bad["starts"], bad["reload_failures"], bad["engine"]) == (1, 1, None), bad
+    assert bad["vllm_pids"] == [] and out["closed"]["vllm_pids"] == []
 
 
 def test_scores_equal_the_transformers_backend_under_greedy(graded, tiny_model):
@@ -148,14 +163,31 @@ def test_scores_equal_the_transformers_backend_under_greedy(graded, tiny_model):
                                         data_root=Path(job["data_root"]), protocol=job.get("protocol", "a2rl"),
                                         options=job["options"], preset=get_preset())
         assert vllm["score"] == pytest.approx(score, abs=1e-9), (job["task"], vllm["details"], details)
+        # the counts behind the score too (the judge's record names its backend, which differs)
+        assert {k: v for k, v in vllm["details"].items() if k != "judge"} == \
+            json.loads(json.dumps({k: v for k, v in details.items() if k != "judge"}, default=str)), job["task"]
 
 
-def test_the_judge_path_ran_on_the_vllm_engine(graded, tiny_model):
+def test_greedy_completions_and_first_token_logprobs_equal_transformers(graded):
+    """Token for token: the scores above are low for the untrained tiny model, so the texts carry the proof."""
+    from a2rl.grading.inference import Generator
+
+    todo, out = graded
+    model = Path(todo[0]["model"])
+    reference = Generator.load(model, tokenizer_dir=Path(todo[0]["tokenizer"]))
+    assert out["raw"]["texts"] == reference.generate(RAW_PROMPTS, max_new_tokens=24, stop=None)
+    for vllm, ours in zip(out["raw"]["top"], reference.first_token_logprobs(RAW_PROMPTS, top=5)):
+        assert [t for t, _ in vllm] == [t for t, _ in ours]
+        # fp32 on both, different kernels: equal to float rounding
+        assert [lp for _, lp in vllm] == pytest.approx([lp for _, lp in ours], abs=1e-4)
+
+
+def test_the_judge_path_ran_on_the_vllm_engine(graded):
     todo, out = graded
     by_task = {job["task"]: r for job, r in zip(todo, out["results"])}
     alpaca = by_task["alpacaeval"]["details"]
-    assert alpaca["judge"]["backend"] == "vllm" and alpaca["judge"]["model_path"] == str(tiny_model)
-    assert alpaca["unparsed_verdicts"] == 0  # paper protocol: the preference from the first token's logprobs
+    assert alpaca["judge"]["backend"] == "vllm" and alpaca["judge"]["model_path"] == todo[0]["tokenizer"]
+    assert alpaca["n_total"] == 3  # paper protocol: each preference from the judge's first-token logprobs
     local = by_task["localjudge"]["details"]
     assert local["judge"]["backend"] == "vllm", local
 
@@ -192,3 +224,25 @@ def test_claude_completes_a_turn_through_vllm_serve(vllm_driver, tmp_path):
     text, output_tokens = _claude_turn(proc.stdout)
     assert text.strip() == HELLO and output_tokens > 0, proc.stdout[-3000:]
     assert "POST /v1/completions" in log.read_text()  # the turn's words came from vLLM
+
+
+def test_a_sweep_grades_with_backend_vllm_in_the_vllm_environment(tmp_path, monkeypatch):
+    """`grader.backend: vllm` on the CPU: the launcher starts the grader job in the vLLM environment's interpreter,
+    the baseline starts the engine, the agent's two submissions of the base architecture are weights reloads, and
+    the ledger and `a2rl status` say so."""
+    from conftest import a2rl
+    from test_runs import launch, only_result
+
+    require_vllm()
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", vllm_env()["VLLM_CPU_KVCACHE_SPACE"])
+    sweep = launch(tmp_path, tasks=["arith"], budget=900,
+                   agents=[{"name": "submitter", "args": {"count": 2, "keep_config": True}}],
+                   grader={"backend": "vllm", "max_model_len": 512, "poll_s": 0.05, "lease_s": 60,
+                           "idle_timeout_s": 120, "task_options": {"arith": {"limit": 10}}})
+    result = only_result(sweep)
+    assert result.status == "ok" and result.valid_submissions == 2, result.failure_reason
+    entries = sweep.ledger.entries(result.run_id)
+    assert [e.engine for e in entries] == ["reloaded", "reloaded"]
+    assert all(e.backend["backend"] == "vllm" and e.backend["device"] == "cpu" for e in entries)
+    status = a2rl("status", str(sweep.root), check=True).stdout
+    assert "engine 1 started, 2 reloaded, 0 reload failure(s)" in status, status

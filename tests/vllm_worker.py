@@ -4,11 +4,12 @@ tests/test_vllm_real.py runs this file there once per module, so one engine serv
     python tests/vllm_worker.py JOBS.json OUT.json
 
 JOBS.json: {"jobs": [{"task", "model", "tokenizer", "data_root", "options", "protocol", "task_paths"}...],
-            "broken": DIR or null}. Each job is graded with evaluate_model on one grader Engine (backend vllm on the
-CPU), as the grading daemon does; after each, the engine's counts, how it got the weights (engine.last) and the
-process tree (this process's children and the resident memory of it and them, psutil) are recorded. "broken": a
-checkpoint of the same layout whose weights cannot load, graded last: the failed reload must be counted, the
-dead engine shut down, and a fresh one start.
+            "raw": {"model", "tokenizer", "prompts", "max_new_tokens", "top"} or null, "broken": DIR or null}. Each job is graded with evaluate_model on one grader Engine (backend vllm on the
+CPU), as the grading daemon does; "raw": the engine's greedy completions of the prompts (no stop) and their
+first-token top log-probabilities, to compare token by token with transformers; after each job, the engine's counts, how it got the weights (engine.last) and the
+process tree (the pids of vLLM's processes among this one's children, and the resident memory of it and all its
+children, psutil) are recorded. "broken": a checkpoint of the same layout whose weights cannot load, graded last:
+the failed reload must be counted and the dead engine shut down before the fresh start (which fails too).
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ def processes() -> dict:
     import psutil
 
     me = psutil.Process()
-    kids = me.children(recursive=True)
-    rss = me.memory_info().rss
-    for k in kids:
+    rss, vllm = me.memory_info().rss, []
+    for k in me.children(recursive=True):  # also multiprocessing's resource tracker, which outlives engines
         try:
             rss += k.memory_info().rss
+            if k.name().startswith("VLLM::"):  # EngineCore, Worker
+                vllm.append(k.pid)
         except psutil.NoSuchProcess:
             pass
-    return {"children": sorted(k.pid for k in kids), "rss": rss}
+    return {"vllm_pids": sorted(vllm), "rss": rss}
 
 
 def main(jobs_path: str, out_path: str) -> int:
@@ -39,7 +41,7 @@ def main(jobs_path: str, out_path: str) -> int:
     from a2rl.spec.tasks import get_task
 
     spec = json.loads(Path(jobs_path).read_text())
-    engine = Engine(BackendSettings("vllm", "cpu", 0, 0.9, 512, None))
+    engine = Engine(BackendSettings("vllm", "cpu", 0, 0.9, None, None))  # max_model_len: the model's
     out: dict = {"results": []}
 
     def grade(job: dict) -> dict:
@@ -56,10 +58,13 @@ def main(jobs_path: str, out_path: str) -> int:
     for job in spec["jobs"]:
         out["results"].append(grade(job))
         Path(out_path).write_text(json.dumps(out, default=str))
+    if raw := spec.get("raw"):
+        generator = engine.get(Path(raw["model"]), Path(raw["tokenizer"]), get_preset())
+        out["raw"] = {"texts": generator.generate(raw["prompts"], max_new_tokens=raw["max_new_tokens"], stop=None),
+                      "top": generator.first_token_logprobs(raw["prompts"], top=raw["top"])}
     if spec.get("broken"):
         first = spec["jobs"][0]
         out["broken"] = grade({**first, "model": spec["broken"]})
-        out["after_broken"] = grade(first)
     engine.close()
     out["closed"] = processes()
     Path(out_path).write_text(json.dumps(out, default=str))

@@ -131,6 +131,7 @@ class Engine:
 
     def get(self, model_dir: Path, tokenizer_dir: Path, preset: GenerationPreset) -> Any:
         key = (engine_key(model_dir, tokenizer_dir), preset)
+        self.last = None
         if self.generator is not None and key == self.key:
             try:
                 self.generator.load_weights(model_dir)
