@@ -267,3 +267,13 @@ def test_a_relaunched_interrupted_run_keeps_its_attempts_and_used_budget(tmp_pat
     assert (st.state, st.job_id, st.attempt, st.agent_seconds, st.setup_seconds) == \
         ("submitted", "100", 2, 41.5, [3.0, 2.0])
     assert (sweep.status(fresh.run_id).attempt, sweep.status(fresh.run_id).agent_seconds) == (0, 0.0)
+
+
+@pytest.mark.parametrize("kind", ["local", "slurm"])
+def test_a_job_runs_in_the_interpreter_its_shape_names(tmp_path, kind):
+    """grader.python / the vLLM environment (spec/sweep.py grader_python) reach submitit's command line."""
+    sweep, _ = open_sweep(write_sweep(tmp_path, executor=kind), tmp_path / "sd")
+    scheduler = make_scheduler(kind, sweep.spec, tmp_path / "jobs")
+    own = scheduler.executor(Shape("n", 600, 1, 0, 1))._executor._submitit_command_str
+    named = scheduler.executor(Shape("n", 600, 1, 0, 1, "/opt/v env/bin/python"))._executor._submitit_command_str
+    assert own.startswith(sys.executable) and named.startswith("'/opt/v env/bin/python' -u -m submitit")
