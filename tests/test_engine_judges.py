@@ -55,8 +55,7 @@ def corpus(data_root: Path) -> Path:
 def vllm_engine(monkeypatch, reply) -> Engine:
     monkeypatch.setattr(RecordingVLLM, "instances", [])
     monkeypatch.setattr(vllm_backend, "vllm_api",
-                        lambda: (lambda **kw: RecordingVLLM(reply=reply, **kw), RecordingSamplingParams,
-                                 "weights_path"))
+                        lambda: (lambda **kw: RecordingVLLM(reply=reply, **kw), RecordingSamplingParams))
     return Engine(BackendSettings("vllm", "cuda", 1, 0.9, None, None))
 
 

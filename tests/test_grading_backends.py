@@ -83,7 +83,7 @@ def test_engine_key_tells_apart_what_needs_a_new_engine(tmp_path, tiny_model):
 def recording_vllm(monkeypatch):
     """vllm_backend's LLM and SamplingParams replaced by the recording stand-ins."""
     monkeypatch.setattr(RecordingVLLM, "instances", [])
-    monkeypatch.setattr(vllm_backend, "vllm_api", lambda: (RecordingVLLM, RecordingSamplingParams, "weights_path"))
+    monkeypatch.setattr(vllm_backend, "vllm_api", lambda: (RecordingVLLM, RecordingSamplingParams))
     return RecordingVLLM.instances
 
 
@@ -112,19 +112,6 @@ def test_vllm_engine_reused_for_same_architecture_new_for_another(tmp_path, tiny
     assert len(recording_vllm) == 2 and recording_vllm[1].kwargs["model"] == str(other)
     assert (engine.starts, engine.reloads) == (2, 1) and engine.last == "started"
     assert recording_vllm[0].calls[-1] == ("shutdown",)  # the old engine shut down before the new one
-
-
-def test_vllm_without_a_weights_path_reload_points_the_config_first(tmp_path, tiny_model, monkeypatch):
-    """vLLM releases whose workers' reload_weights takes no checkpoint directory (vllm_api says which)."""
-    monkeypatch.setattr(RecordingVLLM, "instances", [])
-    monkeypatch.setattr(vllm_backend, "vllm_api", lambda: (RecordingVLLM, RecordingSamplingParams, "update_config"))
-    engine = Engine(VLLM_SETTINGS)
-    engine.get(tiny_model, tiny_model, get_preset())
-    trained = copy_model(tiny_model, tmp_path / "trained", bump=0.25)
-    engine.get(trained, tiny_model, get_preset())
-    assert RecordingVLLM.instances[0].calls == [
-        ("collective_rpc", "update_config", ({"model_config": {"model": str(trained)}},), {}),
-        ("collective_rpc", "reload_weights", (), {}), ("reset_prefix_cache",)]
 
 
 def test_vllm_engine_new_for_another_dtype_tokenizer_or_preset(tmp_path, tiny_model, recording_vllm):

@@ -77,7 +77,7 @@ def test_the_graded_prompt_carries_the_kwargs_on_each_backend(backend, thinking_
     prompts: list[str] = []
     if backend == "vllm":
         monkeypatch.setattr(RecordingVLLM, "instances", [])
-        monkeypatch.setattr(vllm_backend, "vllm_api", lambda: (RecordingVLLM, RecordingSamplingParams, "weights_path"))
+        monkeypatch.setattr(vllm_backend, "vllm_api", lambda: (RecordingVLLM, RecordingSamplingParams))
         settings = BackendSettings("vllm", "cuda", 1, 0.9, None, None)
     else:
         real = inference.Generator.generate

@@ -35,8 +35,7 @@ def judge_data(tmp_path_factory):
 def test_localjudge_judges_on_the_vllm_engine(tiny_model, judge_data, monkeypatch):
     monkeypatch.setattr(RecordingVLLM, "instances", [])
     monkeypatch.setattr(vllm_backend, "vllm_api",
-                        lambda: (lambda **kw: RecordingVLLM(reply=policy_wins, **kw), RecordingSamplingParams,
-                                 "weights_path"))
+                        lambda: (lambda **kw: RecordingVLLM(reply=policy_wins, **kw), RecordingSamplingParams))
     engine = Engine(BackendSettings("vllm", "cuda", 1, 0.9, None, None))
     score, details = evaluate_model(get_task("localjudge"), tiny_model, tiny_model, data_root=judge_data,
                                     engine=engine, options={"judge_model": str(tiny_model)})

