@@ -115,7 +115,9 @@ class VLLMGenerator:
         token with `logprobs=top` (vLLM returns the sampled token too, so there may be top + 1)."""
         params = self._sampling_params(max_tokens=1, temperature=0.0, logprobs=top)
         outputs = self.llm.generate(self._inputs(prompts, add_special_tokens), params, use_tqdm=False)
-        return [sorted(((lp.decoded_token, lp.logprob) for lp in o.outputs[0].logprobs[0].values()),
+        # each token id decoded by the tokenizer, as the transformers backend does (vLLM's decoded_token is "" for a
+        # token holding part of a UTF-8 character, where the tokenizer writes U+FFFD)
+        return [sorted(((self.tokenizer.decode([tid]), lp.logprob) for tid, lp in o.outputs[0].logprobs[0].items()),
                        key=lambda t: -t[1])[:top] for o in outputs]
 
     def _inputs(self, prompts: list[str], add_special_tokens: bool) -> list:
