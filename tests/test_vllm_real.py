@@ -5,7 +5,8 @@ fresh one starts, and greedy scores equal the transformers backend's on CPU for 
 textworld fixtures, the judge path (first-token logprobs: alpacaeval's paper preference; localjudge) included.
 
 vLLM runs in its own interpreter: tests/vllm_worker.py, started once for the module (each engine start costs
-40–150 s here), grades every job on one engine and reports; this process grades the same jobs with transformers.
+2–7 minutes on this shared 2-core machine), grades every job on one engine and reports; this process grades the
+same jobs with transformers.
 Skipped only outside CI where the vLLM environment is absent (A2RL_VLLM_PYTHON, default .venv-vllm)."""
 
 from __future__ import annotations
