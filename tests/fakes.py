@@ -101,9 +101,10 @@ class RecordingSamplingParams:
 
 
 class RecordingVLLM:
-    """STAND-IN for vllm.LLM (vLLM cannot be installed here). It records how a2rl drives the engine: the
-    constructor's arguments, `collective_rpc` calls, `reset_prefix_cache`, and each `generate` call's prompts and
-    sampling parameters. It proves our plumbing (when an engine starts, when weights are reloaded), not vLLM.
+    """STAND-IN for vllm.LLM, for plumbing-only tests (tests/test_vllm_real.py runs the real one). It records how
+    a2rl drives the engine: the constructor's arguments, `collective_rpc` calls, `reset_prefix_cache`, the engine's
+    shutdown, and each `generate` call's prompts and sampling parameters. It proves our plumbing (when an engine
+    starts, when weights are reloaded), not vLLM.
     Every completion is `reply` (default: the prompt's word count and a newline, so stop cuts are visible).
     `instances` lists every engine made, across the test."""
 
@@ -128,6 +129,12 @@ class RecordingVLLM:
     def reset_prefix_cache(self) -> bool:
         self.calls.append(("reset_prefix_cache",))
         return True
+
+    @property
+    def llm_engine(self) -> SimpleNamespace:
+        """vLLM's engine, as far as shutting it down goes (`llm_engine.engine_core.shutdown`)."""
+        return SimpleNamespace(engine_core=SimpleNamespace(
+            shutdown=lambda timeout=None: self.calls.append(("shutdown",))))
 
     def generate(self, prompts: list, sampling_params: RecordingSamplingParams, use_tqdm: bool = True):
         """Prompts are text or token ids ({"prompt_token_ids": [...]}, vLLM's TokensPrompt), recorded as given."""

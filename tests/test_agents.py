@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -154,10 +155,10 @@ def test_local_driver_serves_agents_through_an_openai_compatible_server(tmp_path
 
 @pytest.mark.slow  # a whole sweep
 def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monkeypatch, fake_bin):
-    """vLLM is not installed here: its server exits at start; the run waits `startup_timeout_s` (set-up, before
-    its budget starts) and fails with a reason naming the driver, before its agent ever starts."""
+    """The driver's interpreter has no vLLM (this one): its server exits at start; the run waits `startup_timeout_s`
+    (set-up, before its budget starts) and fails with a reason naming the driver, before its agent ever starts."""
     broken = {"big": {"model": "builtin:tiny-llama", "backend": "vllm", "gpus": 0, "cpus": 1, "mem_gb": 4,
-                      "startup_timeout_s": 10}}
+                      "startup_timeout_s": 10, "python": sys.executable}}
     sweep = launch(tmp_path, agents=["codex"], drivers=["local:big"], local_drivers=broken)
     result = only_result(sweep)
     assert result.status == "failed" and "local driver 'big': no live server after 10 s" in result.failure_reason

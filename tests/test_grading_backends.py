@@ -44,15 +44,27 @@ def copy_model(base: Path, dest: Path, *, bump: float = 0.0, dtype: torch.dtype 
     ("auto", 2, False, "transformers"),  # vllm does not import
     ("transformers", 1, True, "transformers"),
     ("vllm", 4, True, "vllm"),
+    ("vllm", 0, True, "vllm"),  # vLLM's CPU build (tests/test_vllm_real.py runs it)
 ])
 def test_backend_selection(choice, gpus, vllm, expected):
     assert select_backend(choice, gpus=gpus, vllm_available=vllm) == expected
 
 
-@pytest.mark.parametrize("gpus,vllm,why", [(1, False, "vllm is not installed"), (0, True, "no GPU is visible")])
-def test_explicit_vllm_that_cannot_run_is_an_infrastructure_error(gpus, vllm, why):
-    with pytest.raises(InfraError, match=why):
-        select_backend("vllm", gpus=gpus, vllm_available=vllm)
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_explicit_vllm_without_vllm_is_an_infrastructure_error(gpus):
+    with pytest.raises(InfraError, match="vllm is not installed in the grader's interpreter"):
+        select_backend("vllm", gpus=gpus, vllm_available=False)
+
+
+@pytest.mark.parametrize("version,ok", [("0.32.0", True), ("0.32.1", True), ("0.32.0+cpu", True),
+                                        ("0.31.9", False), ("0.33.0", False), ("1.0.0", False)])
+def test_the_supported_vllm_range_is_checked_in_one_place(version, ok):
+    low, high = vllm_backend.SUPPORTED_VLLM
+    if ok:
+        assert vllm_backend.check_vllm_version(version) == version
+    else:
+        with pytest.raises(InfraError, match=rf"vLLM {version} is installed; a2rl supports vLLM >={low},<{high}"):
+            vllm_backend.check_vllm_version(version)
 
 
 def test_engine_key_tells_apart_what_needs_a_new_engine(tmp_path, tiny_model):
@@ -91,13 +103,15 @@ def test_vllm_engine_reused_for_same_architecture_new_for_another(tmp_path, tiny
 
     trained = copy_model(tiny_model, tmp_path / "trained", bump=0.25)
     assert engine.get(trained, tiny_model, greedy) is first and len(recording_vllm) == 1
-    assert llm.calls == [("collective_rpc", "update_config", ({"model_config": {"model": str(trained)}},), {}),
-                         ("collective_rpc", "reload_weights", (), {}), ("reset_prefix_cache",)]
+    assert llm.calls == [("collective_rpc", "reload_weights", (), {"weights_path": str(trained)}),
+                         ("reset_prefix_cache",)]
+    assert engine.last == "reloaded"
 
     other = copy_model(tiny_model, tmp_path / "other", config={"rms_norm_eps": 1e-3})
     assert engine.get(other, tiny_model, greedy) is not first
     assert len(recording_vllm) == 2 and recording_vllm[1].kwargs["model"] == str(other)
-    assert (engine.starts, engine.reloads) == (2, 1)
+    assert (engine.starts, engine.reloads) == (2, 1) and engine.last == "started"
+    assert recording_vllm[0].calls[-1] == ("shutdown",)  # the old engine shut down before the new one
 
 
 def test_vllm_engine_new_for_another_dtype_tokenizer_or_preset(tmp_path, tiny_model, recording_vllm):
@@ -129,9 +143,11 @@ def test_failed_reload_drops_the_engine_and_loads_fresh(tmp_path, tiny_model, re
     def broken(*a, **k):
         raise RuntimeError("worker died")
 
-    monkeypatch.setattr(first.llm, "collective_rpc", broken)
+    llm = first.llm
+    monkeypatch.setattr(llm, "collective_rpc", broken)
     second = engine.get(copy_model(tiny_model, tmp_path / "w", bump=0.1), tiny_model, get_preset())
-    assert second is not first and (engine.starts, engine.reloads) == (2, 0)
+    assert second is not first and engine.counts() == {"starts": 2, "reloads": 0, "reload_failures": 1}
+    assert engine.last == "started" and llm.calls[-1] == ("shutdown",) and first.llm is None
 
 
 @pytest.mark.slow  # decodes with the tiny model a few times

@@ -312,3 +312,13 @@ def test_past_the_queue_limit_a_topup_job_takes_its_place_before_the_runs(tmp_pa
     again.schedulers["local"] = again.scheduler = scheduler
     again.submit(runs[2:])
     assert again.topup_jobs == [] and again.grader_jobs == []  # both still alive
+
+
+@pytest.mark.parametrize("kind", ["local", "slurm"])
+def test_a_job_runs_in_the_interpreter_its_shape_names(tmp_path, kind):
+    """grader.python / the vLLM environment (spec/sweep.py grader_python) reach submitit's command line."""
+    sweep, _ = open_sweep(write_sweep(tmp_path, executor=kind), tmp_path / "sd")
+    scheduler = make_scheduler(kind, sweep.spec, tmp_path / "jobs")
+    own = scheduler.executor(Shape("n", 600, 1, 0, 1))._executor._submitit_command_str
+    named = scheduler.executor(Shape("n", 600, 1, 0, 1, "/opt/v env/bin/python"))._executor._submitit_command_str
+    assert own.startswith(sys.executable) and named.startswith("'/opt/v env/bin/python' -u -m submitit")

@@ -45,3 +45,25 @@ def test_launch_prints_both_kinds(tmp_path):
     assert proc.returncode != 0
     assert "budget: expected seconds" in proc.stderr and "unknown agent 'claud'" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_vllm_grader_or_driver_without_its_interpreter_is_named(tmp_path, monkeypatch):
+    """backend vllm runs in the vLLM environment ($A2RL_VLLM_PYTHON, else .venv-vllm) unless `python` says."""
+    from a2rl.spec.sweep import grader_python, load_sweep
+
+    missing = tmp_path / "none" / "python"
+    monkeypatch.setenv("A2RL_VLLM_PYTHON", str(missing))
+    path = write_sweep(tmp_path, grader={"backend": "vllm"},
+                       local_drivers={"big": {"model": "builtin:tiny-llama", "backend": "vllm"}})
+    errors = errors_of(path)
+    assert f"grader.python: no interpreter at {missing} (build the vLLM environment with tools/setup-vllm-env.sh, " \
+           f"or set grader.python / $A2RL_VLLM_PYTHON)" in errors
+    assert f"local_drivers.big.python: no interpreter at {missing} (build the vLLM environment with " \
+           f"tools/setup-vllm-env.sh, or set python / $A2RL_VLLM_PYTHON)" in errors
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    spec = load_sweep(write_sweep(tmp_path, grader={"backend": "vllm", "python": "venv/bin/python"},
+                                  local_drivers={"big": {"model": "builtin:tiny-llama", "python": str(python)}}))
+    assert grader_python(spec) == python  # relative to the sweep file
+    assert grader_python(load_sweep(write_sweep(tmp_path))) is None  # transformers: the launcher's own

@@ -6,7 +6,8 @@
 #   3. installs the real agent CLIs the tests run (tools/agents/install.sh: the npm CLIs, OpenHands (Python 3.12)
 #      and RD-Agent each in its own venv, into $A2RL_AGENT_CLIS, default ~/.cache/a2rl/agent-clis; a no-op once the pinned
 #      versions are there);
-#   4. runs `python -m pytest "$@"` from the repo root with A2RL_SLURM=1 and A2RL_AGENT_CLIS exported.
+#   4. builds the vLLM environment (tools/setup-vllm-env.sh, .venv-vllm) that real-vLLM tests run in;
+#   5. runs `python -m pytest "$@"` from the repo root with A2RL_SLURM=1 and A2RL_AGENT_CLIS exported.
 # "No tests collected" (pytest exit 5) is a failure here.
 #
 # Knobs: A2RL_SLURM=0 skips the cluster (tests marked `slurm` must then skip themselves);
@@ -53,6 +54,14 @@ if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tes
   say "installing chromium (Debian's package)"
   bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"
 fi
+
+# ---- the vLLM environment (vLLM's CPU build here): graders with backend vllm, the vllm local driver, and
+# tests/test_vllm_real.py + the vllm driver test run in it; A2RL_VLLM_PYTHON tells the tests and sweeps where.
+VLLM_VENV=${A2RL_VLLM_VENV:-$ROOT/.venv-vllm}
+bash tools/setup-vllm-env.sh "$VLLM_VENV"
+export A2RL_VLLM_PYTHON=${A2RL_VLLM_PYTHON:-$VLLM_VENV/bin/python}
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB of KV cache per CPU engine
+# ---- end of the vLLM environment
 
 export A2RL_AGENT_CLIS=${A2RL_AGENT_CLIS:-$HOME/.cache/a2rl/agent-clis}
 say "real agent CLIs into $A2RL_AGENT_CLIS (tools/agents/install.sh)"

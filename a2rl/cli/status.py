@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
                                    "reason"], disable_numparse=True))
     print(st.line(0).split("] ", 1)[1] + f" · {st.graders_alive} grader(s) alive"
           + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs, schedulers)) or 'none'}")
+    for beat in sorted(st.graders, key=lambda b: b.holder):  # a failed reload cost a fresh engine: say so
+        print(f"grader {beat.holder}: {beat.state}, {beat.graded} graded · engine {beat.starts} started, "
+              f"{beat.reloads} reloaded, {beat.reload_failures} reload failure(s)")
     for name in sweep.spec.local_drivers:
         endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))
         state = "no endpoint yet" if endpoint is None else \

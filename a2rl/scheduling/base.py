@@ -5,6 +5,7 @@ about one sweep shares one cache."""
 from __future__ import annotations
 
 import math
+import shlex
 import shutil
 import subprocess
 from abc import ABC, abstractmethod
@@ -35,6 +36,7 @@ class Shape:
     cpus: int
     gpus: int
     mem_gb: float
+    python: str | None = None  # the job's interpreter (submitit's `python`); None: the launcher's own
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ class Scheduler(ABC):
     def executor(self, shape: Shape) -> submitit.AutoExecutor:
         if self.spec is None or self.folder is None:
             raise ValueError("this scheduler was made for queries only (no sweep spec and job folder)")
-        ex = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.kind)
+        interpreter = {f"{self.kind}_python": shlex.quote(shape.python)} if shape.python else {}
+        ex = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.kind, **interpreter)
         params: dict[str, Any] = dict(name=shape.name, timeout_min=math.ceil(shape.time_s / 60),
                                       cpus_per_task=shape.cpus, mem_gb=shape.mem_gb, gpus_per_node=shape.gpus,
                                       tasks_per_node=1, nodes=1)

@@ -35,7 +35,7 @@ from a2rl.records import now
 from a2rl.store.results import load_result
 from a2rl.spec.grid import RunSpec, expand
 from a2rl.spec.sizing import check_shapes, grader_mem_gb, model_params
-from a2rl.spec.sweep import SweepSpec, load_sweep, local_driver_name
+from a2rl.spec.sweep import SweepSpec, grader_python, load_sweep, local_driver_name
 from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
 
@@ -188,7 +188,8 @@ class Launcher:
             for i in range(alive, g.workers):
                 job_id = self.scheduler.submit_one(Shape(
                     f"a2rl-grader-{self.spec.name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, g.cpus,
-                    g.gpus, grader_mem_gb(self.spec, self.params or model_params(self.spec))),
+                    g.gpus, grader_mem_gb(self.spec, self.params or model_params(self.spec)),
+                    str(python) if (python := grader_python(self.spec)) else None),
                     GraderJob(str(self.sweep.root), i, rebuild_run_report))
                 self.grader_jobs.append(job_id)
                 record_service_job(self.sweep.grader_jobs, self.kind, job_id)

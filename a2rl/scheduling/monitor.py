@@ -32,6 +32,7 @@ class SweepState:
     graded: int = 0
     pending_submissions: int = 0
     graders_alive: int = 0
+    graders: list[GraderBeat] = field(default_factory=list)  # every grader's last heartbeat
     best: dict[str, float] = field(default_factory=dict)  # "task/agent" → best score so far
     baselines: dict[str, BaselineRecord] = field(default_factory=dict)  # "task/model" → record
     jobs: dict[str, JobState] = field(default_factory=dict)  # run_id → the scheduler's word (probed runs)
@@ -162,6 +163,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
         except RecordError as e:
             st.problems.append(str(e))
             continue
+        st.graders.append(beat)
         if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
             st.graders_alive += 1
     for task in sweep.spec.tasks:

@@ -93,6 +93,8 @@ class GraderSettings(_Strict):
     backend: Literal["auto", "transformers", "vllm"] = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # the share of each GPU vLLM may take
     max_model_len: int | None = Field(None, ge=1)  # vLLM's context length; default: the model's
+    # the grader job's interpreter; default: with backend vllm the vLLM environment (vllm_python), else the launcher's
+    python: str | None = None
     lease_s: float = Field(120, gt=0)  # a claim not renewed for this long is graded again
     poll_s: float = Field(0.2, gt=0)
     idle_timeout_s: float = Field(3600, gt=0)  # a daemon with nothing to do, and no run at work, this long exits
@@ -122,6 +124,7 @@ class LocalDriver(_Strict):
     gpus: int = Field(1, ge=0)
     mem_gb: float = Field(64, gt=0)
     args: dict[str, Any] = {}  # further `vllm serve` options, e.g. {max_model_len: 32768}
+    python: str | None = None  # backend vllm: the interpreter vLLM's server runs in; default: vllm_python()
     startup_timeout_s: float = Field(1800, gt=0)  # a run waits this long for the server (set-up: before the budget starts)
 
 
@@ -253,6 +256,28 @@ def default_agent_python() -> Path:
     return Path(os.environ.get("A2RL_AGENT_PYTHON") or HOME / ".venv-agent" / "bin" / "python")
 
 
+def vllm_python() -> Path:
+    """The vLLM environment's interpreter (tools/setup-vllm-env.sh): $A2RL_VLLM_PYTHON, else <source tree>/.venv-vllm.
+    Its own environment: vLLM pins the torch and transformers it was built against."""
+    return Path(os.environ.get("A2RL_VLLM_PYTHON") or HOME / ".venv-vllm" / "bin" / "python")
+
+
+def _interpreter(p: str | None) -> Path | None:
+    return None if p is None else Path(os.path.expandvars(p)).expanduser()
+
+
+def grader_python(spec: SweepSpec) -> Path | None:
+    """The grader job's interpreter: grader.python, else the vLLM environment's for backend vllm, else None (the
+    launcher's own)."""
+    g = spec.grader
+    return _interpreter(g.python) or (vllm_python() if g.backend == "vllm" else None)
+
+
+def driver_python(driver: LocalDriver) -> Path:
+    """The interpreter a vllm local driver's vLLM server runs in."""
+    return _interpreter(driver.python) or vllm_python()
+
+
 def load_sweep(path: Path) -> SweepSpec:
     """Parse and fully validate a sweep file: schema, registries, files. Raises SpecError listing every problem:
     the references of the valid fields are checked even when other fields break the schema."""
@@ -292,8 +317,10 @@ def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
         "models": [m.model_copy(update={"path": ab(m.path)}) for m in spec.model_entries],
         "scratch_root": ab(spec.scratch_root), "data_root": ab(spec.data_root),
         "task_paths": [ab(p) for p in spec.task_paths], "agent_python": interpreter(spec.agent_python), "agent_paths": [ab(p) for p in spec.agent_paths],
-        "grader": spec.grader.model_copy(update={"baseline_cache": ab(spec.grader.baseline_cache)}),
-        "local_drivers": {k: d.model_copy(update={"model": ab(d.model)}) for k, d in spec.local_drivers.items()},
+        "grader": spec.grader.model_copy(update={"baseline_cache": ab(spec.grader.baseline_cache),
+                                                 "python": interpreter(spec.grader.python)}),
+        "local_drivers": {k: d.model_copy(update={"model": ab(d.model), "python": interpreter(d.python)})
+                          for k, d in spec.local_drivers.items()},
     })
 
 
@@ -364,10 +391,16 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
             problems.append(f"local_drivers.{name}: a driver name may hold letters, digits, '_', '.' and '-'")
         if err := check_model_ref(d.model):
             problems.append(f"local_drivers.{name}.model: {err}")
+        if d.backend == "vllm" and not (python := driver_python(d)).is_file():
+            problems.append(f"local_drivers.{name}.python: no interpreter at {python} (build the vLLM environment "
+                            f"with tools/setup-vllm-env.sh, or set python / $A2RL_VLLM_PYTHON)")
     for field in ("task_paths", "agent_paths"):
         for i, p in enumerate(getattr(spec, field)):
             if not Path(p).is_dir():
                 problems.append(f"{field}[{i}]: directory {p!r} does not exist")
+    if valid("grader") and (python := grader_python(spec)) is not None and not python.is_file():
+        problems.append(f"grader.python: no interpreter at {python} (build the vLLM environment with "
+                        f"tools/setup-vllm-env.sh, or set grader.python / $A2RL_VLLM_PYTHON)")
     python = agent_python(spec)
     if not python.is_file():
         problems.append(f"agent_python: no interpreter at {python} (build the agents' environment with "

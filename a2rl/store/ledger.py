@@ -22,8 +22,8 @@ log = logging.getLogger("a2rl.ledger")
 
 
 class LedgerEntry(SignedRecord):
-    SCHEMA = 7  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s, tokens, cost_usd
-    # 7 snapshot_error
+    SCHEMA = 8  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s, tokens, cost_usd
+    # 7 snapshot_error, 8 engine
     submission_id: str
     run_id: str
     seq: int
@@ -49,6 +49,9 @@ class LedgerEntry(SignedRecord):
     # hash of (weights, task, evaluator version, backend settings, preset, task options): equal keys, equal scores
     grading_key: str | None = None
     cached_from: str | None = None  # the submission whose score this one reuses (same grading_key); not evaluated
+    # how the grader's engine got this submission's weights: into the running engine, or a fresh one (the first,
+    # another architecture, or a failed reload: grader heartbeat's reload_failures); None: not evaluated
+    engine: Literal["reloaded", "started"] | None = None
     # at submission, from the run's job (QueueEntry): the budget clock used, and the agent's tokens (input +
     # output) and cost so far where its transcript reports them; what the scaling analyses plot against
     budget_used_s: float | None = None

@@ -73,6 +73,7 @@ class RunStatus(Record):
 
 
 class GraderBeat(Record):
+    SCHEMA = 2  # 2: starts, reloads, reload_failures
     holder: str
     host: str
     pid: int
@@ -81,6 +82,10 @@ class GraderBeat(Record):
     graded: int
     state: Literal["idle", "grading", "baseline", "exited"]
     note: str = ""
+    # the grader's engine (llm/backends.py Engine): fresh starts, weights reloaded in place, failed reloads
+    starts: int = 0
+    reloads: int = 0
+    reload_failures: int = 0
 
 
 class SweepDir:
