@@ -1,4 +1,4 @@
-"""The budget rule (README "The budget rule"): grading waits are free for an agent that waits honestly, but only
+"""The budget rule (docs/sweeps.md): grading waits are free for an agent that waits honestly, but only
 up to a cap, so an agent that always keeps a submission in flight still spends its budget; one wait at a time;
 nothing after the end. A fake clock: no sleeping, no wall-clock bounds."""
 

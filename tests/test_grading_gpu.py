@@ -1,5 +1,5 @@
 """Grading on a GPU (marker `gpu`; skipped where CUDA is absent). On any GPU machine, with the other gpu tests and
-the benches: `bash tools/gpu-check.sh` (README "GPU check").
+the benches: `bash tools/gpu-check.sh` (docs/development.md "GPU check").
 
 The tiny model is first trained on arith for a few hundred steps on the GPU, so it answers part of the held-out split
 and the score comparison means something. transformers on CUDA must give the score transformers on CPU gives (greedy

@@ -1,5 +1,5 @@
-"""The package layout follows the data flow, and imports only point down it (README: "What happens when you
-launch"). A module importing from a later stage, or the monitor writing records, fails here."""
+"""The package layout follows the data flow, and imports only point down it (README "Layout", docs/development.md
+"Layers"). A module importing from a later stage, or the monitor writing records, fails here."""
 
 from __future__ import annotations
 

@@ -72,4 +72,4 @@ def _a2rl_correct(case) -> bool:
 def test_where_a2rl_differs_and_why():
     differs = {i for i, c in enumerate(CASES) if _a2rl_correct(c) is not c["correct"]}
     assert differs == set(A2RL_DIFFERS)
-    assert (len(CASES) - len(differs), len(CASES)) == (6, 11)  # the figures in the README's table
+    assert (len(CASES) - len(differs), len(CASES)) == (6, 11)  # the figures in docs/tasks.md's protocol table

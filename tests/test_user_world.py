@@ -123,7 +123,7 @@ def test_the_demo_prints_its_table_for_a_user_without_root_compiler_or_bwrap(tmp
         out = proc.stdout + proc.stderr
         sizes = subprocess.run(["du", "-sh", ".venv", ".venv-agent"], cwd=checkout, capture_output=True,
                                text=True).stdout.split()
-        print(f"demo as {USER}: {took:.0f} s, exit {proc.returncode}; sizes {sizes}")  # figures for the README
+        print(f"demo as {USER}: {took:.0f} s, exit {proc.returncode}; sizes {sizes}")  # figures for the docs
         assert proc.returncode == 0, out[-6000:]
         assert "4/4 done" in proc.stdout and "Traceback" not in out, out[-6000:]
         assert re.search(r"^task +agent +driver +mode +model .* submissions +runs ok +runs failed$", proc.stdout, re.M)

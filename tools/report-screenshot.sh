@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/report-screenshot.sh [SWEEP_DIR] - regenerate docs/report.png, the README's picture of `a2rl report`:
+# tools/report-screenshot.sh [SWEEP_DIR] - regenerate docs/report.png, docs/analyses.md's picture of `a2rl report`:
 # writes SWEEP_DIR's HTML report (default a2rl-sweeps/demo; run `bash tools/demo.sh` first) and screenshots its
 # top in headless Chromium (Debian's `chromium` package: apt-get install chromium).
 # Knobs: A2RL_VENV (default .venv).

@@ -146,7 +146,7 @@ class RecordingSettings(_Strict):
 
 class RunLimits(_Strict):
     """What one run may consume (run/caps.py), sized for the paper's 7-8B runs; a cap hit is named in agent.log
-    and in the run's result (`caps_hit`). README "Isolation" lists how each is enforced."""
+    and in the run's result (`caps_hit`). docs/isolation.md "Caps" lists how each is enforced."""
     processes: int = Field(4096, ge=16)  # tasks (processes and threads) in the agent's sandbox
     workspace_gb: float = Field(256, gt=0)  # bytes under the workspace; past it the run stops with status quota
     workspace_check_s: float = Field(30, gt=0)  # how often the workspace is measured

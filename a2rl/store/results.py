@@ -78,7 +78,7 @@ class RunResult(SignedRecord):
     submitted_tokens: list[int | None] = []
     budget_s: float
     agent_seconds: float = 0.0  # budget clock used (it starts when the agent process starts)
-    uncharged_seconds: float = 0.0  # grading waits not charged to the budget (capped; README "budget rule")
+    uncharged_seconds: float = 0.0  # grading waits not charged to the budget (capped; docs/sweeps.md "The budget rule")
     setup_seconds: float = 0.0  # before the agent started (task data, model, workspace, local driver), all attempts
     setup_seconds_by_attempt: list[float] = []
     wall_seconds: float = 0.0
