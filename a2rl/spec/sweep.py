@@ -150,7 +150,6 @@ class RunLimits(_Strict):
     processes: int = Field(4096, ge=16)  # tasks (processes and threads) in the agent's sandbox
     workspace_gb: float = Field(256, gt=0)  # bytes under the workspace; past it the run stops with status quota
     workspace_check_s: float = Field(30, gt=0)  # how often the workspace is measured
-    tmp_gb: float = Field(8, gt=0)  # the sandbox's private /tmp (a tmpfs: host memory)
     agent_log_mb: float = Field(512, gt=0)  # agent.log past this is cut, with a marker
     # memory of the agent's process tree (on Slurm the job's --mem cgroup holds it as well); default
     # resources.mem_gb
