@@ -27,7 +27,9 @@ def field_path(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("function-after", "function-before", "function-wrap") or str(part).startswith(("function-", "union[")):
+        elif part in ("function-after", "function-before", "function-wrap") or str(part).startswith(
+            ("function-", "union[")
+        ):
             continue
         else:
             out += f".{part}" if out else str(part)

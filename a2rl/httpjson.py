@@ -24,6 +24,7 @@ class BadRequest(ValueError):
 
 class JSONRequestHandler(BaseHTTPRequestHandler):
     """JSON in and out, access lines to the debug log rather than stderr (an agent's log stays its own)."""
+
     max_body = 1 << 20
 
     def read_json(self) -> Any:

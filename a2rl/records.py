@@ -115,6 +115,7 @@ def read_many(paths: list[Path], threads: int = 16, probe: int = 64) -> list[byt
     they came slowly (a shared file system's latency, not the reading, dominates), the rest are read by `threads`
     threads side by side. From the page cache one thread is faster: 16 took 3x as long for 10^4 small files.
     Only the reading is threaded: threads parsing at once contend for the GIL."""
+
     def read(chunk: list[Path]) -> list[bytes | OSError]:
         out: list[bytes | OSError] = []
         for path in chunk:

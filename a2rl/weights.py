@@ -57,5 +57,6 @@ def parameter_count(model_dir: Path) -> int:
 def tensor_layout(model_dir: Path) -> str:
     """Hash of the tensors' names, dtypes and shapes: two checkpoints with equal layouts load into one model."""
     index = safetensors_index(model_dir)
-    return hashlib.sha256(json.dumps([[n, index[n][2]["dtype"], index[n][2]["shape"]] for n in sorted(index)])
-                          .encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps([[n, index[n][2]["dtype"], index[n][2]["shape"]] for n in sorted(index)]).encode()
+    ).hexdigest()

@@ -34,8 +34,11 @@ def _proc(pid: str) -> tuple[int, str, dict[str, str]] | None:
         if state in "ZX":
             return None
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        env = dict(e.partition("=")[::2] for e in
-                   Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0") if e)
+        env = dict(
+            e.partition("=")[::2]
+            for e in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+            if e
+        )
     except (OSError, ValueError):
         return None
     return int(ppid), cmd, env
@@ -76,8 +79,11 @@ def no_process_left_behind():
     while (left := leftover_processes()) and time.monotonic() < deadline:
         time.sleep(0.5)
     if left:
-        pytest.fail("processes the tests started are still alive:\n" +
-                    "\n".join(f"  pid {pid}: {what}" for pid, what in sorted(left.items())), pytrace=False)
+        pytest.fail(
+            "processes the tests started are still alive:\n"
+            + "\n".join(f"  pid {pid}: {what}" for pid, what in sorted(left.items())),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -116,10 +122,18 @@ def slurm_available() -> bool:
 
 def write_sweep(dir: Path, name: str = "t", **fields) -> Path:
     """A sweep.yaml in `dir`; fields override a small local default on the echo test task."""
-    spec = {"name": name, "tasks": ["echo"], "agents": ["baseline"], "models": ["builtin:tiny-llama"],
-            "seeds": [0], "budget": 60, "executor": "local",
-            "task_paths": [str(FIXTURES / "tasks")], "agent_paths": [str(FIXTURES / "agents")],
-            "grader": {"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 120}}
+    spec = {
+        "name": name,
+        "tasks": ["echo"],
+        "agents": ["baseline"],
+        "models": ["builtin:tiny-llama"],
+        "seeds": [0],
+        "budget": 60,
+        "executor": "local",
+        "task_paths": [str(FIXTURES / "tasks")],
+        "agent_paths": [str(FIXTURES / "agents")],
+        "grader": {"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 120},
+    }
     spec.update(fields)
     path = dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -128,8 +142,9 @@ def write_sweep(dir: Path, name: str = "t", **fields) -> Path:
 
 def a2rl(*args: str, timeout: float = 600, check: bool = False, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real command line, as a user would."""
-    proc = subprocess.run([sys.executable, "-m", "a2rl", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"a2rl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -22,9 +22,17 @@ class FakeGenerator:
     calls), `script` (a function of the prompt). It records the prompts, the stop argument of each call and the
     number of calls; `cut=True` cuts each completion at the stop strings, as the real one does."""
 
-    def __init__(self, reply: str | None = None, *, replies: Sequence[str] | None = None,
-                 script: Callable[[str], str] | None = None, cut: bool = False, tokenizer=None,
-                 context: int = 1 << 20, preset=None):
+    def __init__(
+        self,
+        reply: str | None = None,
+        *,
+        replies: Sequence[str] | None = None,
+        script: Callable[[str], str] | None = None,
+        cut: bool = False,
+        tokenizer=None,
+        context: int = 1 << 20,
+        preset=None,
+    ):
         from a2rl.spec.generation import GenerationPreset
 
         if sum(x is not None for x in (reply, replies, script)) != 1:
@@ -38,8 +46,15 @@ class FakeGenerator:
         self.stops: list[str | Sequence[str] | None] = []
         self.calls = 0
 
-    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True) -> list[str]:
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        batch_size: int = 64,
+        stop: str | Sequence[str] | None = "\n",
+        add_special_tokens: bool = True,
+    ) -> list[str]:
         self.calls += 1
         self.stops.append(stop)
         out = [self._answer(p, len(self.prompts) + i) for i, p in enumerate(prompts)]
@@ -133,8 +148,9 @@ class RecordingVLLM:
     @property
     def llm_engine(self) -> SimpleNamespace:
         """vLLM's engine, as far as shutting it down goes (`llm_engine.engine_core.shutdown`)."""
-        return SimpleNamespace(engine_core=SimpleNamespace(
-            shutdown=lambda timeout=None: self.calls.append(("shutdown",))))
+        return SimpleNamespace(
+            engine_core=SimpleNamespace(shutdown=lambda timeout=None: self.calls.append(("shutdown",)))
+        )
 
     def generate(self, prompts: list, sampling_params: RecordingSamplingParams, use_tqdm: bool = True):
         """Prompts are text or token ids ({"prompt_token_ids": [...]}, vLLM's TokensPrompt), recorded as given."""
@@ -147,8 +163,9 @@ class RecordingVLLM:
         if not kwargs.get("logprobs"):
             return SimpleNamespace(text=text, finish_reason="stop")
         first = self._tokenizer(text, add_special_tokens=False)["input_ids"][0]
-        return SimpleNamespace(text=text, logprobs=[{first: SimpleNamespace(
-            logprob=0.0, decoded_token=self._tokenizer.decode([first]))}])
+        return SimpleNamespace(
+            text=text, logprobs=[{first: SimpleNamespace(logprob=0.0, decoded_token=self._tokenizer.decode([first]))}]
+        )
 
 
 class RecordingVLLMServer:
@@ -159,8 +176,9 @@ class RecordingVLLMServer:
     "ok"), its token count the text's word count. It proves our plumbing, not vLLM.
     Use as `with RecordingVLLMServer(key) as vllm:`; `vllm.url` is `http://127.0.0.1:PORT`."""
 
-    def __init__(self, key: str, reply: Callable[[list[int]], str] | None = None, port: int = 0,
-                 record_to: str | None = None):
+    def __init__(
+        self, key: str, reply: Callable[[list[int]], str] | None = None, port: int = 0, record_to: str | None = None
+    ):
         import threading
         from http.server import ThreadingHTTPServer
 
@@ -190,11 +208,21 @@ class RecordingVLLMServer:
                 words = text.split()
                 choice = {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}
                 if body.get("logprobs") is not None:
-                    choice["logprobs"] = {"tokens": words, "token_logprobs": [-0.5] * len(words),
-                                          "top_logprobs": [{w: -0.5, "other": -1.5} for w in words]}
-                self.send_json(200, {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
-                                 "choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]),
-                                                                "completion_tokens": len(words)}})
+                    choice["logprobs"] = {
+                        "tokens": words,
+                        "token_logprobs": [-0.5] * len(words),
+                        "top_logprobs": [{w: -0.5, "other": -1.5} for w in words],
+                    }
+                self.send_json(
+                    200,
+                    {
+                        "id": "cmpl-1",
+                        "object": "text_completion",
+                        "model": body["model"],
+                        "choices": [choice],
+                        "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(words)},
+                    },
+                )
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
@@ -214,5 +242,5 @@ class RecordingVLLMServer:
 def cli_wrapper(bindir: Path, binary: str, python: Path, script: Path, *args: str) -> None:
     """`bindir/binary`: runs `python script ARGS... "$@"` (the script must lie where the sandbox can read it)."""
     words = " ".join(f"'{a}'" for a in (python, script, *args))
-    (bindir / binary).write_text(f"#!/bin/sh\nexec {words} \"$@\"\n")
+    (bindir / binary).write_text(f'#!/bin/sh\nexec {words} "$@"\n')
     (bindir / binary).chmod(0o755)

@@ -16,12 +16,20 @@ from scripted_server import TRAIN, ScriptedModel
 SUBMIT = 'import subprocess\nsubprocess.run(["a2rl", "submit", str(out)], check=True)\n'
 # PLAN_WRAP_UP's steps, one loop's code each: train; wait for the wrap-up signal and print it (then end: RD-Agent
 # hands a script's output to its feedback step only once it exits; no torch, so it exits at once); hang
-WAIT = ('import os, time\nfrom pathlib import Path\nwrap = Path(os.environ["WORKSPACE"], "WRAP_UP")\n'
-        'while not wrap.exists():\n    time.sleep(0.5)\nprint("wrap-up:", wrap.read_text(), flush=True)\n')
-WRAP_UP_THEN_HANG = [TRAIN, WAIT, 'import time\ntime.sleep(3600)\n']
+WAIT = (
+    'import os, time\nfrom pathlib import Path\nwrap = Path(os.environ["WORKSPACE"], "WRAP_UP")\n'
+    'while not wrap.exists():\n    time.sleep(0.5)\nprint("wrap-up:", wrap.read_text(), flush=True)\n'
+)
+WRAP_UP_THEN_HANG = [TRAIN, WAIT, "import time\ntime.sleep(3600)\n"]
 STAGES = {  # a phrase of each stage's system prompt: its answer
-    "负责生成训练假设": json.dumps({"hypothesis": "A few SFT steps on the training prompts", "reason": "first run",
-                              "algorithm": "SFT", "is_formal_training": True}),
+    "负责生成训练假设": json.dumps(
+        {
+            "hypothesis": "A few SFT steps on the training prompts",
+            "reason": "first run",
+            "algorithm": "SFT",
+            "is_formal_training": True,
+        }
+    ),
     "负责分析实验结果": json.dumps({"decision": True, "reason": "trained and submitted", "suggestions": "none"}),
     "负责分析失败的实验": json.dumps({"error_type": "scripted", "root_cause": "see the log", "fix_suggestion": ""}),
 }

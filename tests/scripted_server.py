@@ -20,8 +20,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from a2rl.drivers.protocols import (ProtocolError, Reply, Request, ToolCall, Usage, parse_request, render,
-                                    render_error, route, send)
+from a2rl.drivers.protocols import (
+    ProtocolError,
+    Reply,
+    Request,
+    ToolCall,
+    Usage,
+    parse_request,
+    render,
+    render_error,
+    route,
+    send,
+)
 from a2rl.httpjson import running
 
 TRAIN = '''\
@@ -58,19 +68,31 @@ class Step:
     command: str = ""
 
 
-PLAN_SUBMIT = [Step("pwd"), Step("write"), Step("shell", "python train.py"),
-               Step("shell", 'a2rl submit "$OUTPUT_DIR/sft"'), Step("finish")]
-PLAN_WRAP_UP = [Step("pwd"), Step("write"), Step("shell", "python train.py"), Step("shell", WAIT_WRAP_UP),
-                Step("shell", "sleep 3600")]
+PLAN_SUBMIT = [
+    Step("pwd"),
+    Step("write"),
+    Step("shell", "python train.py"),
+    Step("shell", 'a2rl submit "$OUTPUT_DIR/sft"'),
+    Step("finish"),
+]
+PLAN_WRAP_UP = [
+    Step("pwd"),
+    Step("write"),
+    Step("shell", "python train.py"),
+    Step("shell", WAIT_WRAP_UP),
+    Step("shell", "sleep 3600"),
+]
 
 # each CLI's tools: shell tool and how it takes a command; file tool and its argument names
-SHELLS = {"Bash": lambda c: {"command": c, "timeout": 600000, "description": "step"},  # claude
-          "run_shell_command": lambda c: {"command": c, "description": "step"},  # gemini
-          "bash": lambda c: {"command": c, "timeout": 600000, "description": "step"},  # opencode
-          "shell": lambda c: {"command": ["bash", "-lc", c], "timeout_ms": 600000},  # codex (older)
-          "shell_command": lambda c: {"command": c, "timeout_ms": 600000},  # codex
-          "exec_command": lambda c: {"cmd": c, "yield_time_ms": 600000},  # codex (unified exec)
-          "terminal": lambda c: {"command": c, "timeout": 600, "security_risk": "LOW"}}  # openhands
+SHELLS = {
+    "Bash": lambda c: {"command": c, "timeout": 600000, "description": "step"},  # claude
+    "run_shell_command": lambda c: {"command": c, "description": "step"},  # gemini
+    "bash": lambda c: {"command": c, "timeout": 600000, "description": "step"},  # opencode
+    "shell": lambda c: {"command": ["bash", "-lc", c], "timeout_ms": 600000},  # codex (older)
+    "shell_command": lambda c: {"command": c, "timeout_ms": 600000},  # codex
+    "exec_command": lambda c: {"cmd": c, "yield_time_ms": 600000},  # codex (unified exec)
+    "terminal": lambda c: {"command": c, "timeout": 600, "security_risk": "LOW"},
+}  # openhands
 WRITERS = {"Write": ("file_path", "content"), "write_file": ("file_path", "content"), "write": ("filePath", "content")}
 PATCHERS = ("apply_patch",)  # codex writes files with a patch
 
@@ -83,8 +105,13 @@ def _write_call(req: Request, path: str, content: str) -> tuple[str, dict] | Non
             key, body = WRITERS[t.name]
             return t.name, {key: path, body: content}
         if t.name in PATCHERS:
-            patch = "*** Begin Patch\n*** Add File: " + path + "\n" + \
-                "".join("+" + line + "\n" for line in content.splitlines()) + "*** End Patch\n"
+            patch = (
+                "*** Begin Patch\n*** Add File: "
+                + path
+                + "\n"
+                + "".join("+" + line + "\n" for line in content.splitlines())
+                + "*** End Patch\n"
+            )
             props = t.parameters.get("properties") or {}
             return t.name, {"patchText" if "patchText" in props else "input": patch}  # opencode | codex
     return None
@@ -107,15 +134,25 @@ class ScriptedModel:
             if results and shell:
                 self.tool_outputs.append(results[-1].content)
                 self.tool_outputs_of.setdefault(req.model, []).append(results[-1].content)
-        usage = Usage(input_tokens=sum(len(m.text) for m in req.messages) // 4 + 100, output_tokens=20,
-                      cached_input_tokens=10)
+        usage = Usage(
+            input_tokens=sum(len(m.text) for m in req.messages) // 4 + 100, output_tokens=20, cached_input_tokens=10
+        )
         if shell is None:
             return Reply("ok", usage=usage)
         # codex's exec_command hands back a session of a command still running after its yield time: poll it
         # (write_stdin with no input) until it exits; polls are no steps of the plan
         if results and (running := re.search(r"Process running with session ID (\d+)", results[-1].content)):
-            return Reply("Waiting.", [ToolCall(f"poll_{len(self.requests)}", "write_stdin", {
-                "session_id": int(running.group(1)), "chars": "", "yield_time_ms": 30000})], usage)
+            return Reply(
+                "Waiting.",
+                [
+                    ToolCall(
+                        f"poll_{len(self.requests)}",
+                        "write_stdin",
+                        {"session_id": int(running.group(1)), "chars": "", "yield_time_ms": 30000},
+                    )
+                ],
+                usage,
+            )
         n = sum(c.name != "write_stdin" for m in req.messages if m.role == "assistant" for c in m.tool_calls)
         if n >= len(self.plan):
             return Reply("Done.", usage=usage)
@@ -194,8 +231,9 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def scripted_server(plan: list[Step], refuse: str | None = None,
-                    model: ScriptedModel | None = None) -> Iterator[tuple[str, ScriptedModel, list]]:
+def scripted_server(
+    plan: list[Step], refuse: str | None = None, model: ScriptedModel | None = None
+) -> Iterator[tuple[str, ScriptedModel, list]]:
     """(http://127.0.0.1:PORT, the model, the raw request log) for the duration of the block; `model`: one
     that answers otherwise (a ScriptedModel subclass) in place of the plan's."""
     server = _Server(model or ScriptedModel(plan, refuse))

@@ -16,9 +16,13 @@ INSTALL = REPO / "tools" / "agents" / "install.sh"
 
 
 def install(*stacks: str, prefix: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(INSTALL), *stacks], capture_output=True, text=True, timeout=1800,
-                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()),
-                               "A2RL_AGENT_CLIS": str(prefix)})
+    return subprocess.run(
+        ["bash", str(INSTALL), *stacks],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()), "A2RL_AGENT_CLIS": str(prefix)},
+    )
 
 
 @pytest.mark.slow  # installs the CLIs where they are missing (npm, about 1 GB); a no-op where they are present

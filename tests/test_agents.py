@@ -60,7 +60,9 @@ def test_stack_runs_its_cli_and_records_usage(tmp_path, monkeypatch, fake_bin, n
     sweep = launch(tmp_path, agents=[name], drivers=[driver], modes=["rl-only"])
     result = only_result(sweep)
     assert result.run_id == f"echo__{name}__{driver.replace('/', '-')}__tiny-llama__rl-only__s0"
-    assert result.status == "ok" and result.agent_exit_code == 0, (sweep.run_dir(result.run_id) / "agent.log").read_text()
+    assert result.status == "ok" and result.agent_exit_code == 0, (
+        sweep.run_dir(result.run_id) / "agent.log"
+    ).read_text()
     assert result.scores == [42.0]
 
     seen = json.loads((sweep.workspace(result.run_id) / "output" / "fakecli.json").read_text())
@@ -70,15 +72,22 @@ def test_stack_runs_its_cli_and_records_usage(tmp_path, monkeypatch, fake_bin, n
     else:
         assert argv[argv.index("--model") + 1] == driver
     assert all(env[var] == f"key-for-{name}" for var in stack.credential_vars())
-    assert {"TASK", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR", "GRADING_SERVER_URL"} <= set(env)
+    assert {"TASK", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR", "GRADING_SERVER_URL"} <= set(
+        env
+    )
     assert not {"SECRET", "A2RL_CACHE", "A2RL_SCRATCH", "A2RL_AGENT_BIN"} & set(env)
     assert seen["cwd"] == str(sweep.workspace(result.run_id) / "code")
     told = (sweep.workspace(result.run_id) / "code" / stack.instructions_file).read_text()
     assert "# Instructions" in told and "RL only" in told and stack.instructions_file in seen["files"]
 
     usage = result.usage
-    assert (usage.parser, usage.input_tokens, usage.cached_input_tokens, usage.output_tokens, usage.cost_usd) == \
-        (stack.transcript, 1500, 300, 400, cost)
+    assert (usage.parser, usage.input_tokens, usage.cached_input_tokens, usage.output_tokens, usage.cost_usd) == (
+        stack.transcript,
+        1500,
+        300,
+        400,
+        cost,
+    )
     m = RunMetrics.load(sweep.run_dir(result.run_id) / "report" / "metrics.json")
     assert (m.input_tokens, m.output_tokens, m.cost_usd, m.mode, m.train_type) == (1500, 400, cost, "rl-only", "GRPO")
     (snap,) = load_snapshots(sweep.root, result.run_id)
@@ -91,8 +100,10 @@ def test_missing_credential_fails_the_launch(tmp_path, monkeypatch):
     path = write_sweep(tmp_path, agents=["claude"], drivers=["claude-sonnet-4-5"])
     proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"))
     assert proc.returncode == 2
-    assert ("agents[0]: agent 'claude' needs ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_AUTH_TOKEN, "
-            "which is not set") in proc.stderr
+    assert (
+        "agents[0]: agent 'claude' needs ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_AUTH_TOKEN, "
+        "which is not set"
+    ) in proc.stderr
     assert not (tmp_path / "sd").exists()  # nothing created, nothing submitted
 
 
@@ -103,15 +114,28 @@ def test_driver_families_and_modes(tmp_path):
     assert any("agents[0]: agent 'claude' does not support driver 'gpt-5.4'" in line for line in lines), lines
     assert any("modes[1]: unknown mode 'rl' (known: free, rl-only, sft-only)" in line for line in lines), lines
     # per-agent drivers mix stacks of different families in one sweep; modes apply to driven agents only
-    runs = expand(load_sweep(write_sweep(
-        tmp_path, agents=[{"name": "claude", "drivers": ["claude-opus-4-6"]},
-                          {"name": "codex", "drivers": ["gpt-5.4", "gpt-4o"]}, "baseline"],
-        modes=["free", "sft-only"])))
+    runs = expand(
+        load_sweep(
+            write_sweep(
+                tmp_path,
+                agents=[
+                    {"name": "claude", "drivers": ["claude-opus-4-6"]},
+                    {"name": "codex", "drivers": ["gpt-5.4", "gpt-4o"]},
+                    "baseline",
+                ],
+                modes=["free", "sft-only"],
+            )
+        )
+    )
     assert [r.run_id for r in runs] == [
-        "echo__claude__claude-opus-4-6__tiny-llama__s0", "echo__claude__claude-opus-4-6__tiny-llama__sft-only__s0",
-        "echo__codex__gpt-5.4__tiny-llama__s0", "echo__codex__gpt-5.4__tiny-llama__sft-only__s0",
-        "echo__codex__gpt-4o__tiny-llama__s0", "echo__codex__gpt-4o__tiny-llama__sft-only__s0",
-        "echo__baseline__none__tiny-llama__s0"]
+        "echo__claude__claude-opus-4-6__tiny-llama__s0",
+        "echo__claude__claude-opus-4-6__tiny-llama__sft-only__s0",
+        "echo__codex__gpt-5.4__tiny-llama__s0",
+        "echo__codex__gpt-5.4__tiny-llama__sft-only__s0",
+        "echo__codex__gpt-4o__tiny-llama__s0",
+        "echo__codex__gpt-4o__tiny-llama__sft-only__s0",
+        "echo__baseline__none__tiny-llama__s0",
+    ]
 
 
 LOCAL_TINY = {"tiny": {"model": "builtin:tiny-llama", "backend": "transformers", "gpus": 0, "cpus": 1, "mem_gb": 4}}
@@ -127,15 +151,18 @@ def test_local_driver_serves_agents_through_an_openai_compatible_server(tmp_path
     results = {r.agent: r for r in (RunResult.load(sweep.result_path(run.run_id)) for run in sweep.runs())}
     endpoint = DriverEndpoint.load(sweep.drivers / "tiny" / "endpoint.json")
     assert endpoint.backend == "transformers" and endpoint.model == "tiny"
-    for name, model_var, url_var, key_var in (("codex", None, "OPENAI_BASE_URL", "CODEX_API_KEY"),
-                                              ("openhands", "LLM_MODEL", "LLM_BASE_URL", "LLM_API_KEY")):
+    for name, model_var, url_var, key_var in (
+        ("codex", None, "OPENAI_BASE_URL", "CODEX_API_KEY"),
+        ("openhands", "LLM_MODEL", "LLM_BASE_URL", "LLM_API_KEY"),
+    ):
         result = results[name]
         assert result.run_id == f"echo__{name}__local-tiny__tiny-llama__s0"
         assert result.status == "ok" and result.scores == [42.0], result.failure_reason
         seen = json.loads((sweep.workspace(result.run_id) / "output" / "fakecli.json").read_text())
         env, argv = seen["env"], seen["argv"]
-        assert (env[model_var] if model_var else argv[argv.index("--model") + 1]) == \
-            ("openai/tiny" if model_var else "tiny")
+        assert (env[model_var] if model_var else argv[argv.index("--model") + 1]) == (
+            "openai/tiny" if model_var else "tiny"
+        )
         assert env[url_var] == endpoint.base_url and env[url_var].startswith("http://127.0.0.1:")
         assert env[key_var] == endpoint.api_key
         status, reply = seen["chat"]
@@ -157,8 +184,17 @@ def test_local_driver_serves_agents_through_an_openai_compatible_server(tmp_path
 def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monkeypatch, fake_bin):
     """The driver's interpreter has no vLLM (this one): its server exits at start; the run waits `startup_timeout_s`
     (set-up, before its budget starts) and fails with a reason naming the driver, before its agent ever starts."""
-    broken = {"big": {"model": "builtin:tiny-llama", "backend": "vllm", "gpus": 0, "cpus": 1, "mem_gb": 4,
-                      "startup_timeout_s": 10, "python": sys.executable}}
+    broken = {
+        "big": {
+            "model": "builtin:tiny-llama",
+            "backend": "vllm",
+            "gpus": 0,
+            "cpus": 1,
+            "mem_gb": 4,
+            "startup_timeout_s": 10,
+            "python": sys.executable,
+        }
+    }
     sweep = launch(tmp_path, agents=["codex"], drivers=["local:big"], local_drivers=broken)
     result = only_result(sweep)
     assert result.status == "failed" and "local driver 'big': no live server after 10 s" in result.failure_reason
@@ -177,21 +213,46 @@ def test_local_driver_checks_at_launch(tmp_path, monkeypatch):
     stacks.mkdir()
     (stacks / "apionly.yaml").write_text("name: apionly\ncommand: [apionly]\nneeds_driver: true\n")
     with pytest.raises(Exception) as e:
-        load_sweep(write_sweep(tmp_path, agents=["apionly", {"name": "codex", "drivers": ["local:nope"]}],
-                               drivers=["local:tiny"], local_drivers=LOCAL_TINY,
-                               agent_paths=[str(FIXTURES / "agents"), str(stacks)]))
+        load_sweep(
+            write_sweep(
+                tmp_path,
+                agents=["apionly", {"name": "codex", "drivers": ["local:nope"]}],
+                drivers=["local:tiny"],
+                local_drivers=LOCAL_TINY,
+                agent_paths=[str(FIXTURES / "agents"), str(stacks)],
+            )
+        )
     assert e.value.lines == [
         f"{tmp_path / 't.yaml'}: agents[0]: agent 'apionly' cannot use local driver 'local:tiny': its stack declares "
         "no `openai_compatible` endpoint settings",
-        f"{tmp_path / 't.yaml'}: agents[1]: driver 'local:nope' names no entry of local_drivers (defined: tiny)"]
+        f"{tmp_path / 't.yaml'}: agents[1]: driver 'local:nope' names no entry of local_drivers (defined: tiny)",
+    ]
     # a local driver brings its own key: codex's OPENAI_API_KEY is not asked of the launcher, but with an API
     # driver it still is
-    proc = a2rl("launch", str(write_sweep(tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny", "gpt-5.4"]}],
-                                          local_drivers=LOCAL_TINY)), "--dry-run")
+    proc = a2rl(
+        "launch",
+        str(
+            write_sweep(
+                tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny", "gpt-5.4"]}], local_drivers=LOCAL_TINY
+            )
+        ),
+        "--dry-run",
+    )
     assert proc.returncode == 0 and "echo__codex__local-tiny__tiny-llama__s0" in proc.stdout
-    proc = a2rl("launch", str(write_sweep(tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny", "gpt-5.4"]}],
-                                          local_drivers=LOCAL_TINY)), "--sweep-dir", str(tmp_path / "sd"))
-    assert proc.returncode == 2 and "agents[0]: agent 'codex' needs OPENAI_API_KEY or CODEX_API_KEY, which is not set" in proc.stderr
+    proc = a2rl(
+        "launch",
+        str(
+            write_sweep(
+                tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny", "gpt-5.4"]}], local_drivers=LOCAL_TINY
+            )
+        ),
+        "--sweep-dir",
+        str(tmp_path / "sd"),
+    )
+    assert (
+        proc.returncode == 2
+        and "agents[0]: agent 'codex' needs OPENAI_API_KEY or CODEX_API_KEY, which is not set" in proc.stderr
+    )
 
 
 def test_cli_settings_are_written_into_the_runs_home_never_read_from_the_checkout(tmp_path):
@@ -208,7 +269,8 @@ def test_cli_settings_are_written_into_the_runs_home_never_read_from_the_checkou
     assert pointing == {"rdagent": "{stack_dir}/rdagent"}
     gemini = agent_registry().get("gemini")
     gemini.write_home_files(tmp_path)
-    assert json.loads((tmp_path / ".gemini" / "settings.json").read_text()) == \
-        {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+    assert json.loads((tmp_path / ".gemini" / "settings.json").read_text()) == {
+        "security": {"auth": {"selectedType": "gemini-api-key"}}
+    }
     with pytest.raises(ValidationError, match="stay under HOME"):
         AgentStack(name="x", command=["x"], home_files={"../.bashrc": {}})

@@ -52,8 +52,9 @@ def test_paper_grading_against_a_stub_judge(tiny_model: Path, data_root: Path) -
         policy = "M" if shown["m"] == baseline[instruction] else "m"
         answers[instruction] = shown[policy]
         p_m = wins[instruction] if policy == "m" else 1 - wins[instruction]
-        return 200, completion("m" if p_m > 0.5 else "M",
-                               top=[("m", math.log(p_m)), ("M", math.log(1 - p_m)), ("The", -9.0)])
+        return 200, completion(
+            "m" if p_m > 0.5 else "M", top=[("m", math.log(p_m)), ("M", math.log(1 - p_m)), ("The", -9.0)]
+        )
 
     with stub_llm(reply) as (url, seen):
         options = {"max_new_tokens": 8, "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
@@ -71,11 +72,17 @@ def test_paper_grading_against_a_stub_judge(tiny_model: Path, data_root: Path) -
     expected = [1 + wins[r["instruction"]] for r in rows]
     assert details["win_rate"] == pytest.approx(100 * sum(p - 1 for p in expected) / len(rows))
     lc, weights = EVAL.paper_length_controlled_winrate(
-        expected, [len(answers[r["instruction"]]) for r in rows], [len(r["output"]) for r in rows],
-        pd.read_csv(heldout / "df_gamed.csv"))
+        expected,
+        [len(answers[r["instruction"]]) for r in rows],
+        [len(r["output"]) for r in rows],
+        pd.read_csv(heldout / "df_gamed.csv"),
+    )
     assert score == details["length_controlled_winrate"] == pytest.approx(lc)
     assert details["lc_weights"] == pytest.approx(weights) and set(weights) == {
-        "length", "instruction_difficulty", "not_gamed_baseline"}
+        "length",
+        "instruction_difficulty",
+        "not_gamed_baseline",
+    }
     assert details["lc_method"].startswith("alpaca_eval glm length_controlled_v1")
 
 

@@ -112,8 +112,14 @@ def attack(*args: str) -> dict:
     agent_python = default_agent_python()
     if not agent_python.is_file():
         pytest.skip(f"no agents' environment at {agent_python}")
-    out = subprocess.run([str(agent_python), "-c", ATTACK, str(TASK_DIR / "prepare.py"), *args], capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(TASK_DIR.parents[1])}, check=True)
+    out = subprocess.run(
+        [str(agent_python), "-c", ATTACK, str(TASK_DIR / "prepare.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(TASK_DIR.parents[1])},
+        check=True,
+    )
     return json.loads(out.stdout)
 
 

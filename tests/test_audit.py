@@ -16,8 +16,16 @@ from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl, write_sweep
 from test_sandbox import needs_bwrap
 
-PROBES = {"held-out split of echo", "data root", "launcher's HOME", "prepare script of echo", "grader's packages",
-          "sweep directory", "secret in another process's environment", "host loopback port"}
+PROBES = {
+    "held-out split of echo",
+    "data root",
+    "launcher's HOME",
+    "prepare script of echo",
+    "grader's packages",
+    "sweep directory",
+    "secret in another process's environment",
+    "host loopback port",
+}
 
 
 def _results(stdout: str) -> dict[str, str]:

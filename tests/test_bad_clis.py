@@ -29,13 +29,18 @@ def test_a_hanging_or_unparseable_cli_gives_a_result_that_says_so(tmp_path, monk
         for var in agent_registry().get(stack).credential_vars():
             monkeypatch.setenv(var, "key")
     monkeypatch.setenv("A2RL_AGENT_BIN", str(bindir))
-    sweep = launch(tmp_path, agents=[{"name": "codex", "drivers": ["gpt-5.4"]},
-                                     {"name": "claude", "drivers": ["claude-sonnet-4-5"]}], budget=15)
+    sweep = launch(
+        tmp_path,
+        agents=[{"name": "codex", "drivers": ["gpt-5.4"]}, {"name": "claude", "drivers": ["claude-sonnet-4-5"]}],
+        budget=15,
+    )
     results = results_by_agent(sweep)
     hung, gibberish = results["codex"], results["claude"]
     assert hung.status == "timeout" and hung.usage.calls == 0, hung
     assert hung.failure_reason == "the agent CLI `codex` printed nothing before it was stopped", hung.failure_reason
     assert gibberish.status == "ok" and gibberish.agent_exit_code == 0, gibberish
-    assert gibberish.failure_reason == ("the agent CLI `claude` printed no transcript record the `claude` parser "
-                                        "reads (2 line(s) of other output): its tokens and cost are unknown")
+    assert gibberish.failure_reason == (
+        "the agent CLI `claude` printed no transcript record the `claude` parser "
+        "reads (2 line(s) of other output): its tokens and cost are unknown"
+    )
     assert gibberish.usage.calls == 0 and gibberish.usage.input_tokens is None

@@ -25,8 +25,15 @@ from variants import make_variant  # noqa: E402
 
 
 def test_sd_is_pooled_over_each_set_of_weights():
-    rec = NoiseRecord(task="t", model="m", protocol="paper", evaluator_version=1, repeats=3, measured_at=0.0,
-                      scores={"baseline": [1.0, 2.0, 3.0], "r.0001": [50.0, 52.0, 54.0], "r.0002": [7.0]})
+    rec = NoiseRecord(
+        task="t",
+        model="m",
+        protocol="paper",
+        evaluator_version=1,
+        repeats=3,
+        measured_at=0.0,
+        scores={"baseline": [1.0, 2.0, 3.0], "r.0001": [50.0, 52.0, 54.0], "r.0002": [7.0]},
+    )
     # squares about each mean: 2 + 8 over 2 + 2 degrees of freedom; the level of each set does not count
     assert rec.sd == pytest.approx(math.sqrt(10 / 4))
     assert rec.within(2 * rec.sd) and not rec.within(-2 * rec.sd - 0.01)
@@ -35,17 +42,32 @@ def test_sd_is_pooled_over_each_set_of_weights():
 @pytest.fixture
 def graded(tmp_path, tiny_model):
     """A finished run on the echo task whose best submission (score 40) was kept by the grader."""
-    sweep, (spec,) = open_sweep(write_sweep(tmp_path, grader={"poll_s": 0.05, "lease_s": 5, "keep_artifacts": True}),
-                                tmp_path / "sd")
+    sweep, (spec,) = open_sweep(
+        write_sweep(tmp_path, grader={"poll_s": 0.05, "lease_s": 5, "keep_artifacts": True}), tmp_path / "sd"
+    )
     task = get_task("echo", [FIXTURES / "tasks"])
-    ws = create_workspace(sweep.workspace(spec.run_id), task=task, data=task.ensure_prepared(sweep.data_root()),
-                          model_dir=tiny_model, budget_s=60, source_tree=REPO)
+    ws = create_workspace(
+        sweep.workspace(spec.run_id),
+        task=task,
+        data=task.ensure_prepared(sweep.data_root()),
+        model_dir=tiny_model,
+        budget_s=60,
+        source_tree=REPO,
+    )
     make_variant(tiny_model, ws.output / "v", score=40.0, salt=1)
     RunSubmitter(sweep, spec, ws, Budget(60)).submit("output/v", wait=False)
     grader = GradingDaemon(sweep)
     grader.grade(sweep.queue.claim(grader.holder, 60, sweep.ledger.has))
-    write_result(sweep, spec.run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
-                 started_at=0.0, ended_at=1.0)
+    write_result(
+        sweep,
+        spec.run_id,
+        status="ok",
+        failure_reason=None,
+        agent_exit_code=0,
+        agent_seconds=1.0,
+        started_at=0.0,
+        ended_at=1.0,
+    )
     return sweep
 
 
@@ -67,8 +89,9 @@ def test_rule_tasks_are_skipped_by_default_and_lost_weights_are_named(graded):
         shutil.rmtree(d)
     said.clear()
     (rec,) = calibrate(graded, 2, tasks=["echo"], best=True, say=said.append)
-    assert list(rec.scores) == ["baseline"] and any("not re-graded" in line and "keep_artifacts" in line
-                                                    for line in said)
+    assert list(rec.scores) == ["baseline"] and any(
+        "not re-graded" in line and "keep_artifacts" in line for line in said
+    )
 
 
 @pytest.mark.slow  # a subprocess that loads the grader's stack

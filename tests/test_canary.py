@@ -65,11 +65,14 @@ def test_prepare_writes_a_canary_into_heldout_only(tmp_path):
 def run(tmp_path, tiny_model):
     """A run of the leaky task: its workspace, a submit() graded by a grader driven by hand, and report()."""
     task = leaky_task(tmp_path)
-    sweep, (spec,) = open_sweep(write_sweep(tmp_path, tasks=["leaky"], task_paths=[str(tmp_path / "tasks")],
-                                            data_root=str(tmp_path / "data")), tmp_path / "sd")
+    sweep, (spec,) = open_sweep(
+        write_sweep(tmp_path, tasks=["leaky"], task_paths=[str(tmp_path / "tasks")], data_root=str(tmp_path / "data")),
+        tmp_path / "sd",
+    )
     data = task.ensure_prepared(sweep.data_root())
-    ws = create_workspace(sweep.workspace(spec.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60,
-                          source_tree=REPO)
+    ws = create_workspace(
+        sweep.workspace(spec.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO
+    )
     submitter, grader = RunSubmitter(sweep, spec, ws, Budget(60)), GradingDaemon(sweep)
 
     def submit(model: Path) -> None:
@@ -78,9 +81,19 @@ def run(tmp_path, tiny_model):
             grader.grade(claim)
 
     def report() -> tuple[RunMetrics, str]:
-        result = RunResult(run_id=spec.run_id, task="leaky", protocol=spec.protocol, agent=spec.agent.key, driver=spec.driver,
-                           model=spec.model.name, seed=spec.seed, status="ok", budget_s=60, started_at=0.0,
-                           ended_at=1.0)
+        result = RunResult(
+            run_id=spec.run_id,
+            task="leaky",
+            protocol=spec.protocol,
+            agent=spec.agent.key,
+            driver=spec.driver,
+            model=spec.model.name,
+            seed=spec.seed,
+            status="ok",
+            budget_s=60,
+            started_at=0.0,
+            ended_at=1.0,
+        )
         out = write_run_report(sweep, spec.run_id, result)
         return RunMetrics.load(out / "metrics.json"), (out / "summary.md").read_text()
 
@@ -93,9 +106,9 @@ def with_metadata(model: Path, **metadata: str) -> Path:
     weights = next(model.glob("*.safetensors"))
     raw = weights.read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    header = {**json.loads(raw[8:8 + n]), "__metadata__": metadata}
+    header = {**json.loads(raw[8 : 8 + n]), "__metadata__": metadata}
     text = json.dumps(header).encode()
-    weights.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+    weights.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
     return model
 
 
@@ -110,15 +123,21 @@ def test_canary_and_items_are_flagged_where_they_turn_up(run, tiny_model):
     (leaky / "notes.txt").write_text(f"copied: {ITEM}\n")  # an item in a submitted text file
     (leaky / "extra.json").write_text(json.dumps({"b64": base64.b64encode(ITEM.encode()).decode()}))  # encoded
     submit(leaky)
-    (run_dir / "agent.log").write_text(json.dumps({"type": "tool_result", "content": ITEM}) + "\n"
-                                       + f"[a2rl] cat heldout/CANARY\n{canary}\n")
+    (run_dir / "agent.log").write_text(
+        json.dumps({"type": "tool_result", "content": ITEM}) + "\n" + f"[a2rl] cat heldout/CANARY\n{canary}\n"
+    )
 
     m, md = report()
     assert m.leaks == [
-        "transcript: canary", "transcript: held-out item test.jsonl:1",
-        "snapshot 1 rows.gz: held-out item test.jsonl:1 (gzip)", "snapshot 1 train.py: held-out item test.jsonl:1",
-        "snapshot 2 notes.py: canary", "submission 2: held-out item test.jsonl:1 (base64) in extra.json",
-        "submission 2: canary in model.safetensors", "submission 2: held-out item test.jsonl:1 in notes.txt"]
+        "transcript: canary",
+        "transcript: held-out item test.jsonl:1",
+        "snapshot 1 rows.gz: held-out item test.jsonl:1 (gzip)",
+        "snapshot 1 train.py: held-out item test.jsonl:1",
+        "snapshot 2 notes.py: canary",
+        "submission 2: held-out item test.jsonl:1 (base64) in extra.json",
+        "submission 2: canary in model.safetensors",
+        "submission 2: held-out item test.jsonl:1 in notes.txt",
+    ]
     assert m.score_trajectory == [20.0, 30.0]  # flagged, still graded
     assert "**LEAK**: held-out data found: transcript: canary; " in md and "submission 2: canary in model" in md
 
@@ -186,9 +205,16 @@ def test_innocent_text_and_archives_are_not_flagged(heldout):
     found = leaks.markers(heldout)
     near = ITEM.replace("48", "49")  # one number changed: another problem
     other = ("The quick brown fox jumps over the lazy dog, " * 40).encode()
-    cut = ITEM[: len(ITEM) // 2] + " ... " + ITEM[len(ITEM) // 2 + 5:]  # a piece left out
-    for text in ["1+1= 2", near, near.upper(), base64.b64encode(near.encode()).decode(), other.hex(),
-                 base64.b64encode(os.urandom(3000)).decode(), cut]:
+    cut = ITEM[: len(ITEM) // 2] + " ... " + ITEM[len(ITEM) // 2 + 5 :]  # a piece left out
+    for text in [
+        "1+1= 2",
+        near,
+        near.upper(),
+        base64.b64encode(near.encode()).decode(),
+        other.hex(),
+        base64.b64encode(os.urandom(3000)).decode(),
+        cut,
+    ]:
         assert found.find(text) == [], text
     for data in [gzip.compress(other), _zip("a.txt", other), lzma.compress(near.encode()), os.urandom(1 << 20)]:
         assert found.find_bytes(data) == []

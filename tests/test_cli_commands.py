@@ -16,8 +16,14 @@ def test_validate_checks_a_sweep_and_writes_and_builds_nothing(tmp_path, capsys)
     sweep = write_sweep(tmp_path, seeds=[0, 1])
     before = sorted(tmp_path.rglob("*"))
     env = {**os.environ, "A2RL_CACHE": str(tmp_path / "cache")}  # where a built-in model would be built
-    proc = subprocess.run([sys.executable, "-m", "a2rl", "validate", str(sweep)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl", "validate", str(sweep)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "valid: 2 runs" in proc.stdout and "not checked for tiny-llama (not built yet)" in proc.stdout
     assert sorted(tmp_path.rglob("*")) == before  # no sweep directory, no model, no prepared data
@@ -30,8 +36,12 @@ def test_validate_checks_a_sweep_and_writes_and_builds_nothing(tmp_path, capsys)
 
 
 def test_ls_lists_each_registry_and_version_prints_the_version(capsys):
-    for what, expected in [("tasks", "level 1, rule, qa_short"), ("agents", "pipeline"), ("clusters", "generic"),
-                           ("presets", "greedy")]:
+    for what, expected in [
+        ("tasks", "level 1, rule, qa_short"),
+        ("agents", "pipeline"),
+        ("clusters", "generic"),
+        ("presets", "greedy"),
+    ]:
         assert main(["ls", what]) == 0
         assert expected in capsys.readouterr().out
     assert run_a2rl("--version", check=True).stdout.strip() == f"a2rl {a2rl.__version__}"

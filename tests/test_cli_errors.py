@@ -23,8 +23,9 @@ def read_request(conn: socket.socket) -> bytes:
     while b"\r\n\r\n" not in data:
         data += conn.recv(65536)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
     while len(body) < length:
         body += conn.recv(65536)
     return body
@@ -32,8 +33,12 @@ def read_request(conn: socket.socket) -> bytes:
 
 def http_answer(status: int, body: bytes, *, length: int | None = None) -> Callable[[socket.socket], None]:
     def act(conn: socket.socket) -> None:
-        conn.sendall(f"HTTP/1.1 {status} X\r\nContent-Length: {len(body) if length is None else length}\r\n"
-                     f"Connection: close\r\n\r\n".encode() + body)
+        conn.sendall(
+            f"HTTP/1.1 {status} X\r\nContent-Length: {len(body) if length is None else length}\r\n"
+            f"Connection: close\r\n\r\n".encode()
+            + body
+        )
+
     return act
 
 
@@ -84,17 +89,29 @@ def assert_one_error_line(rc: int, err: str, *needles: str) -> None:
         assert needle in lines[0], err
 
 
-@pytest.mark.parametrize("act, needles", [
-    (http_answer(500, b'{"error": "grading broke:\\nKeyError"}'), ["grading broke: KeyError (HTTP 500)"]),
-    (http_answer(502, b"<html>\n<h1>Bad Gateway</h1>\n</html>"), ["HTTP 502 without a JSON object", "Bad Gateway"]),
-    (http_answer(404, b""), ["HTTP 404 without a JSON object"]),
-    (http_answer(200, b"not json at all"), ["HTTP 200 without a JSON object"]),
-    (http_answer(200, b"[1, 2]"), ["HTTP 200 without a JSON object"]),
-    (http_answer(200, b'{"score": 1', length=100), ["broke off the answer"]),  # closed mid-body
-    (lambda conn: None, ["broke off the answer"]),  # closed without an answer
-    (reset, ["grading server at http://127.0.0.1"]),
-], ids=["http-error-json", "http-error-html", "http-error-empty", "ok-not-json", "ok-json-list", "truncated",
-        "closed", "reset"])
+@pytest.mark.parametrize(
+    "act, needles",
+    [
+        (http_answer(500, b'{"error": "grading broke:\\nKeyError"}'), ["grading broke: KeyError (HTTP 500)"]),
+        (http_answer(502, b"<html>\n<h1>Bad Gateway</h1>\n</html>"), ["HTTP 502 without a JSON object", "Bad Gateway"]),
+        (http_answer(404, b""), ["HTTP 404 without a JSON object"]),
+        (http_answer(200, b"not json at all"), ["HTTP 200 without a JSON object"]),
+        (http_answer(200, b"[1, 2]"), ["HTTP 200 without a JSON object"]),
+        (http_answer(200, b'{"score": 1', length=100), ["broke off the answer"]),  # closed mid-body
+        (lambda conn: None, ["broke off the answer"]),  # closed without an answer
+        (reset, ["grading server at http://127.0.0.1"]),
+    ],
+    ids=[
+        "http-error-json",
+        "http-error-html",
+        "http-error-empty",
+        "ok-not-json",
+        "ok-json-list",
+        "truncated",
+        "closed",
+        "reset",
+    ],
+)
 def test_submit_prints_one_error_line_whatever_the_server_does(act, needles, monkeypatch, capsys):
     with server(act) as url:
         rc, out, err = submit(url, monkeypatch, capsys)
@@ -143,7 +160,8 @@ def test_sweep_commands_on_a_directory_that_is_not_a_sweep(cmd, which, tmp_path)
 def test_python_m_a2rl_aggregate_on_a_directory_that_is_not_a_sweep(tmp_path):
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "a2rl.aggregate", str(tmp_path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl.aggregate", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [f"error: {tmp_path} is not a sweep directory (no sweep.json)"]

@@ -48,8 +48,16 @@ def test_a_login_lets_the_launch_pass_only_when_the_sweep_opts_in(tmp_path, monk
     proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"))
     assert proc.returncode == 2 and "agent 'claude' needs ANTHROPIC_API_KEY or" in proc.stderr
     with pytest.raises(SpecError) as e:
-        load_sweep(write_sweep(tmp_path, name="n", agents=["claude"], drivers=["claude-sonnet-4-5"],
-                               agent_logins=True, isolation="none"))
+        load_sweep(
+            write_sweep(
+                tmp_path,
+                name="n",
+                agents=["claude"],
+                drivers=["claude-sonnet-4-5"],
+                agent_logins=True,
+                isolation="none",
+            )
+        )
     assert any("agent_logins needs a sandbox" in line for line in e.value.lines), e.value.lines
 
 
@@ -69,12 +77,14 @@ def test_a_login_is_mounted_read_only_and_never_copied(tmp_path, monkeypatch):
     monkeypatch.delenv("A2RL_AGENT_BIN", raising=False)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-scripted")
     # the agent proves it can read the file by its hash: printing the token would put it in the transcript
-    probe = Step("shell", 'sha256sum "$HOME/.claude/.credentials.json"; '
-                          'echo x >> "$HOME/.claude/.credentials.json" && echo WROTE || echo READ-ONLY')
+    probe = Step(
+        "shell",
+        'sha256sum "$HOME/.claude/.credentials.json"; '
+        'echo x >> "$HOME/.claude/.credentials.json" && echo WROTE || echo READ-ONLY',
+    )
     with scripted_server([PLAN_SUBMIT[0], probe, Step("finish")]) as (url, model, _):
         monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
-        sweep = launch(tmp_path, agents=["claude"], drivers=["claude-sonnet-4-5"], network="full",
-                       agent_logins=True)
+        sweep = launch(tmp_path, agents=["claude"], drivers=["claude-sonnet-4-5"], network="full", agent_logins=True)
     result = only_result(sweep)
     log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
     assert result.status == "ok", log[-3000:]

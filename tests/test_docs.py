@@ -61,15 +61,20 @@ def test_relative_links_point_at_existing_files_and_headings():
 
 def test_code_blocks_close():
     """An unclosed fence turns the rest of a page into code, hiding its links from the checks above."""
-    open_at_end = [p.relative_to(REPO).as_posix() for p in [README, *PAGES]
-                   if len(re.findall(r"^(?:```|~~~)", p.read_text(), re.M)) % 2]
+    open_at_end = [
+        p.relative_to(REPO).as_posix()
+        for p in [README, *PAGES]
+        if len(re.findall(r"^(?:```|~~~)", p.read_text(), re.M)) % 2
+    ]
     assert not open_at_end, f"a code fence left open in {open_at_end}"
 
 
 def test_the_checks_see_links_and_headings(tmp_path):
     """The parsing above finds what it must: a link outside code, none inside, a heading's GitHub anchor."""
     page = tmp_path / "p.md"
-    page.write_text("## The `sweep.yaml`: keys\n## Caps\n## Caps\n[a](x.md#caps-1) ![b](y.png)\n"
-                    "```\n[c](z.md)\n```\n[d](https://example.org)\n")
+    page.write_text(
+        "## The `sweep.yaml`: keys\n## Caps\n## Caps\n[a](x.md#caps-1) ![b](y.png)\n"
+        "```\n[c](z.md)\n```\n[d](https://example.org)\n"
+    )
     assert relative_links(page) == ["x.md#caps-1", "y.png"]
     assert anchors(page) == {"the-sweepyaml-keys", "caps", "caps-1"}

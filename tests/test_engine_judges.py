@@ -43,7 +43,8 @@ def small_root(data_root: Path, tmp_path: Path) -> Path:
         small.mkdir(parents=True)
         (small / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(heldout / "test.jsonl")[:4]))
     (tmp_path / "alpacaeval" / "heldout" / "df_gamed.csv").write_bytes(
-        (ALPACA.data(data_root).heldout_dir / "df_gamed.csv").read_bytes())
+        (ALPACA.data(data_root).heldout_dir / "df_gamed.csv").read_bytes()
+    )
     return tmp_path
 
 
@@ -54,8 +55,9 @@ def corpus(data_root: Path) -> Path:
 
 def vllm_engine(monkeypatch, reply) -> Engine:
     monkeypatch.setattr(RecordingVLLM, "instances", [])
-    monkeypatch.setattr(vllm_backend, "vllm_api",
-                        lambda: (lambda **kw: RecordingVLLM(reply=reply, **kw), RecordingSamplingParams))
+    monkeypatch.setattr(
+        vllm_backend, "vllm_api", lambda: (lambda **kw: RecordingVLLM(reply=reply, **kw), RecordingSamplingParams)
+    )
     return Engine(BackendSettings("vllm", "cuda", 1, 0.9, None, None))
 
 
@@ -66,9 +68,14 @@ def judged_calls() -> list[tuple]:
 
 
 def names_the_engine_judge(details: dict, tiny_model: Path, backend: str, requests: int) -> None:
-    assert details["judge"] == {"model": "tiny-llama", "version": "tiny-llama",
-                                "system_fingerprint": "wh-" + weights_hash(tiny_model)[:16],
-                                "model_path": str(tiny_model), "backend": backend, "requests": requests}
+    assert details["judge"] == {
+        "model": "tiny-llama",
+        "version": "tiny-llama",
+        "system_fingerprint": "wh-" + weights_hash(tiny_model)[:16],
+        "model_path": str(tiny_model),
+        "backend": backend,
+        "requests": requests,
+    }
 
 
 def test_alpacaeval_paper_prefers_from_first_token_logprobs_on_the_vllm_engine(tiny_model, small_root, monkeypatch):
@@ -77,8 +84,14 @@ def test_alpacaeval_paper_prefers_from_first_token_logprobs_on_the_vllm_engine(t
         return shown[POLICY] if shown else POLICY
 
     engine = vllm_engine(monkeypatch, reply)
-    score, details = evaluate_model(ALPACA, tiny_model, tiny_model, data_root=small_root, engine=engine,
-                                    options={"judge": {"model_path": str(tiny_model)}})
+    score, details = evaluate_model(
+        ALPACA,
+        tiny_model,
+        tiny_model,
+        data_root=small_root,
+        engine=engine,
+        options={"judge": {"model_path": str(tiny_model)}},
+    )
     names_the_engine_judge(details, tiny_model, "vllm", 4)
     # P(policy) = 1 from the "m"/"M" logprobs on every prompt, mirrored back after alpaca_eval's switch
     assert details["win_rate"] == 100.0 and details["n_wins"] == 4 and details["unparsed_verdicts"] == 0
@@ -90,9 +103,15 @@ def test_alpacaeval_paper_prefers_from_first_token_logprobs_on_the_vllm_engine(t
 
 def test_alpacaeval_judges_with_the_real_tiny_model_on_transformers(tiny_model, small_root):
     engine = Engine(CPU_SETTINGS)
-    score, details = evaluate_model(ALPACA, tiny_model, tiny_model, data_root=small_root, engine=engine,
-                                    protocol="a2rl", options={"max_new_tokens": 8,
-                                                              "judge": {"model_path": str(tiny_model)}})
+    score, details = evaluate_model(
+        ALPACA,
+        tiny_model,
+        tiny_model,
+        data_root=small_root,
+        engine=engine,
+        protocol="a2rl",
+        options={"max_new_tokens": 8, "judge": {"model_path": str(tiny_model)}},
+    )
     names_the_engine_judge(details, tiny_model, "transformers", 8)  # each prompt judged in both orders
     assert 0.0 <= score <= 100.0 and details["n_total"] == 4
 
@@ -118,9 +137,17 @@ def test_deepsearchqa_paper_judges_on_the_vllm_engine(tiny_model, small_root, co
         return " I know. Action: answer[Paris]"
 
     engine = vllm_engine(monkeypatch, reply)
-    score, details = evaluate_model(DSQA, tiny_model, tiny_model, data_root=small_root, engine=engine, options={
-        "search": {"backend": "local", "corpus": str(corpus)}, "judge": {"model_path": str(tiny_model),
-                                                                             "max_tokens": 3}})
+    score, details = evaluate_model(
+        DSQA,
+        tiny_model,
+        tiny_model,
+        data_root=small_root,
+        engine=engine,
+        options={
+            "search": {"backend": "local", "corpus": str(corpus)},
+            "judge": {"model_path": str(tiny_model), "max_tokens": 3},
+        },
+    )
     single = sum(r["answer_type"] == "Single Answer" for r in rows)
     assert 0 < single < len(rows)  # both verdicts occur
     assert score == 100 * single / len(rows) and details["correct"] == single
@@ -132,20 +159,32 @@ def test_deepsearchqa_paper_judges_on_the_vllm_engine(tiny_model, small_root, co
 def test_deepsearchqa_judges_with_the_real_tiny_model_on_transformers(tiny_model, small_root, corpus):
     heldout = small_root / "deepsearchqa" / "heldout" / "test.jsonl"
     heldout.write_text("".join(heldout.read_text().splitlines(keepends=True)[:2]))  # the paper loop is slow on CPU
-    score, details = evaluate_model(DSQA, tiny_model, tiny_model, data_root=small_root, engine=Engine(CPU_SETTINGS),
-                                    options={"max_steps": 1, "search": {"backend": "local", "corpus": str(corpus)},
-                                             "judge": {"model_path": str(tiny_model), "max_tokens": 3}})
+    score, details = evaluate_model(
+        DSQA,
+        tiny_model,
+        tiny_model,
+        data_root=small_root,
+        engine=Engine(CPU_SETTINGS),
+        options={
+            "max_steps": 1,
+            "search": {"backend": "local", "corpus": str(corpus)},
+            "judge": {"model_path": str(tiny_model), "max_tokens": 3},
+        },
+    )
     names_the_engine_judge(details, tiny_model, "transformers", 2)  # the paper loop answers every question
     assert 0.0 <= score <= 100.0 and details["n"] == 2
 
 
-@pytest.mark.parametrize("judge, message", [
-    ({"base_url": "http://x/v1", "model": "m", "model_path": "/m"}, "exactly one of base_url .* it has both"),
-    ({"api_key_env": "K"}, "exactly one of base_url .* it has neither"),
-    ({"model_path": "/nowhere/judge"}, "judge.model_path: /nowhere/judge is not a model directory"),
-    ({"model_path": "/m", "api_key_env": "K"}, "the task option judge: api_key_env: unknown key"),
-    ("gpt-4", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "judge, message",
+    [
+        ({"base_url": "http://x/v1", "model": "m", "model_path": "/m"}, "exactly one of base_url .* it has both"),
+        ({"api_key_env": "K"}, "exactly one of base_url .* it has neither"),
+        ({"model_path": "/nowhere/judge"}, "judge.model_path: /nowhere/judge is not a model directory"),
+        ({"model_path": "/m", "api_key_env": "K"}, "the task option judge: api_key_env: unknown key"),
+        ("gpt-4", "must be a mapping"),
+    ],
+)
 def test_judge_option_errors_are_one_line(judge, message):
     with pytest.raises(JudgeError, match=message) as e:
         judge_client(judge, Engine(CPU_SETTINGS))

@@ -10,47 +10,92 @@ from a2rl.store.results import RunResult
 
 
 def entry(status: str = "scored", score: float | None = 50.0, copy_of_base: bool = False) -> LedgerEntry:
-    return LedgerEntry(submission_id="r.1", run_id="r", seq=1, submitted_at=10.0, claimed_at=11.0, graded_at=12.0,
-                       status=status, score=score, model_path="output/v1", copy_of_base=copy_of_base, task="echo",
-                       protocol="paper", evaluator_version=1, grader="g", attempt=1)
+    return LedgerEntry(
+        submission_id="r.1",
+        run_id="r",
+        seq=1,
+        submitted_at=10.0,
+        claimed_at=11.0,
+        graded_at=12.0,
+        status=status,
+        score=score,
+        model_path="output/v1",
+        copy_of_base=copy_of_base,
+        task="echo",
+        protocol="paper",
+        evaluator_version=1,
+        grader="g",
+        attempt=1,
+    )
 
 
-def result(status: str = "ok", baseline: float | None = 40.0, ungraded: int = 0,
-           exit_code: int | None = 0) -> RunResult:
-    return RunResult(run_id="r", task="echo", protocol="paper", agent="a", driver="d", model="m", seed=0, status=status,
-                     agent_exit_code=exit_code, baseline=baseline, ungraded_submissions=ungraded, budget_s=60.0,
-                     started_at=0.0, ended_at=60.0)
+def result(
+    status: str = "ok", baseline: float | None = 40.0, ungraded: int = 0, exit_code: int | None = 0
+) -> RunResult:
+    return RunResult(
+        run_id="r",
+        task="echo",
+        protocol="paper",
+        agent="a",
+        driver="d",
+        model="m",
+        seed=0,
+        status=status,
+        agent_exit_code=exit_code,
+        baseline=baseline,
+        ungraded_submissions=ungraded,
+        budget_s=60.0,
+        started_at=0.0,
+        ended_at=60.0,
+    )
 
 
 def row(failure_type: str | None, seq: int = 1, score: float | None = 50.0) -> SubmissionRow:
-    return SubmissionRow(iteration=seq, submission_id=f"r.{seq}", at_s=float(seq), status="scored", score=score,
-                         improvement=None, delta_prev=None, copy_of_base=False, train_type="none",
-                         failure_type=failure_type)
+    return SubmissionRow(
+        iteration=seq,
+        submission_id=f"r.{seq}",
+        at_s=float(seq),
+        status="scored",
+        score=score,
+        improvement=None,
+        delta_prev=None,
+        copy_of_base=False,
+        train_type="none",
+        failure_type=failure_type,
+    )
 
 
 # --------------------------------------------------------------------------- per submission
 
-@pytest.mark.parametrize("e, baseline, types, expected", [
-    (entry("invalid", None), 40.0, ["GRPO"], "code_error_runtime"),  # invalid wins over everything below
-    (entry(copy_of_base=True, score=40.0), 40.0, [], "copy_model_fallback"),
-    (entry(copy_of_base=True, score=90.0), None, [], "copy_model_fallback"),  # before the baseline check
-    (entry(score=90.0), None, ["SFT"], "unknown"),  # no baseline: nothing to compare with
-    (entry(score=40.5), 40.0, [], None),  # improved
-    (entry(score=19.9), 40.0, ["GRPO"], "training_diverged"),  # below half the baseline
-    (entry(score=20.0), 40.0, [], "unknown"),  # exactly half: not diverged
-    (entry(score=40.0), 40.0, ["SFT", "GRPO"], "rollout_logic_wrong"),  # not better, RL in the code
-    (entry(score=30.0), 40.0, ["PPO"], "rollout_logic_wrong"),
-    (entry(score=40.0), 40.0, ["SFT", "DPO"], "unknown"),  # not better, no RL
-    (entry(score=30.0), 40.0, [], "unknown"),
-])
+
+@pytest.mark.parametrize(
+    "e, baseline, types, expected",
+    [
+        (entry("invalid", None), 40.0, ["GRPO"], "code_error_runtime"),  # invalid wins over everything below
+        (entry(copy_of_base=True, score=40.0), 40.0, [], "copy_model_fallback"),
+        (entry(copy_of_base=True, score=90.0), None, [], "copy_model_fallback"),  # before the baseline check
+        (entry(score=90.0), None, ["SFT"], "unknown"),  # no baseline: nothing to compare with
+        (entry(score=40.5), 40.0, [], None),  # improved
+        (entry(score=19.9), 40.0, ["GRPO"], "training_diverged"),  # below half the baseline
+        (entry(score=20.0), 40.0, [], "unknown"),  # exactly half: not diverged
+        (entry(score=40.0), 40.0, ["SFT", "GRPO"], "rollout_logic_wrong"),  # not better, RL in the code
+        (entry(score=30.0), 40.0, ["PPO"], "rollout_logic_wrong"),
+        (entry(score=40.0), 40.0, ["SFT", "DPO"], "unknown"),  # not better, no RL
+        (entry(score=30.0), 40.0, [], "unknown"),
+    ],
+)
 def test_submission_failure(e, baseline, types, expected):
     assert submission_failure(e, baseline, types) == expected
 
 
 # --------------------------------------------------------------------------- per run
 
-@pytest.mark.parametrize("res", [result(status="failed"), result(baseline=None), result(ungraded=1)],
-                         ids=["failed run", "no baseline", "ungraded submission"])
+
+@pytest.mark.parametrize(
+    "res",
+    [result(status="failed"), result(baseline=None), result(ungraded=1)],
+    ids=["failed run", "no baseline", "ungraded submission"],
+)
 def test_infra_failures_come_before_the_agents(res):
     """Even an improved best is not read when the run, its baseline or its grading did not complete."""
     assert run_failure(res, row(None), [row(None)], "loss: nan") == ("unknown", "infra")
@@ -61,28 +106,29 @@ def test_an_improved_best_is_no_failure():
     assert run_failure(result(), rows[1], rows, "loss = nan") == (None, None)
 
 
-@pytest.mark.parametrize("status, exit_code, log, expected", [
-    ("timeout", 0, "", "timeout_no_submission"),
-    ("timeout", 1, "Traceback (most recent call last):", "timeout_no_submission"),  # the timeout is the story
-    ("ok", 1, "", "code_error_runtime"),  # crashed: non-zero exit
-    ("ok", -9, "", "code_error_runtime"),  # killed by a signal
-    ("ok", 0, "x\nTraceback (most recent call last):\n  File ...", "code_error_runtime"),  # exit 0, traceback
-    ("ok", None, "", "unknown"),  # no exit code recorded, nothing in the log
-    ("ok", 0, "training done", "unknown"),  # ended cleanly without submitting
-])
+@pytest.mark.parametrize(
+    "status, exit_code, log, expected",
+    [
+        ("timeout", 0, "", "timeout_no_submission"),
+        ("timeout", 1, "Traceback (most recent call last):", "timeout_no_submission"),  # the timeout is the story
+        ("ok", 1, "", "code_error_runtime"),  # crashed: non-zero exit
+        ("ok", -9, "", "code_error_runtime"),  # killed by a signal
+        ("ok", 0, "x\nTraceback (most recent call last):\n  File ...", "code_error_runtime"),  # exit 0, traceback
+        ("ok", None, "", "unknown"),  # no exit code recorded, nothing in the log
+        ("ok", 0, "training done", "unknown"),  # ended cleanly without submitting
+    ],
+)
 def test_no_submissions(status, exit_code, log, expected):
     assert run_failure(result(status=status, exit_code=exit_code), None, [], log) == (expected, "agent")
 
 
-@pytest.mark.parametrize("log", ["{'loss': nan, 'grad_norm': 1.0}", "loss = NaN", "step 3 loss: inf",
-                                 '"loss": "nan"'])
+@pytest.mark.parametrize("log", ["{'loss': nan, 'grad_norm': 1.0}", "loss = NaN", "step 3 loss: inf", '"loss": "nan"'])
 def test_a_nan_or_inf_loss_in_the_log_is_divergence(log):
     rows = [row("rollout_logic_wrong")]
     assert run_failure(result(), rows[0], rows, f"step 1\n{log}\n") == ("training_diverged", "agent")
 
 
-@pytest.mark.parametrize("log", ["loss: 0.5", "loss: nano", "loss: infinite", "eval_nan_count: 0",
-                                 "no loss here: nan"])
+@pytest.mark.parametrize("log", ["loss: 0.5", "loss: nano", "loss: infinite", "eval_nan_count: 0", "no loss here: nan"])
 def test_other_logs_are_not_divergence(log):
     rows = [row("rollout_logic_wrong")]
     assert run_failure(result(), rows[0], rows, log) == ("rollout_logic_wrong", "agent")

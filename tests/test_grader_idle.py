@@ -18,16 +18,18 @@ def never_left():
 
 
 def test_the_grader_waits_while_a_run_is_at_work_and_leaves_idle_after(tmp_path, tiny_model):
-    sweep, (run,) = open_sweep(write_sweep(tmp_path, grader={"poll_s": 5.0, "lease_s": 5,
-                                                             "idle_timeout_s": IDLE_S}), tmp_path / "sd")
+    sweep, (run,) = open_sweep(
+        write_sweep(tmp_path, grader={"poll_s": 5.0, "lease_s": 5, "idle_timeout_s": IDLE_S}), tmp_path / "sd"
+    )
     status = sweep.run_dir(run.run_id) / "status.json"
     RunStatus(run_id=run.run_id, state="running", heartbeat_at=now()).dump(status)
     grader = GradingDaemon(sweep)
     clock = FakeClock(start=0.0)
     grader.sleep, grader.clock = clock.sleep, clock
     went_quiet = 3 * IDLE_S  # the run trains, silent, for three idle limits; then its job dies unseen
-    clock.at[went_quiet] = lambda: RunStatus(run_id=run.run_id, state="running",
-                                             heartbeat_at=now() - 2 * STALE_S).dump(status)
+    clock.at[went_quiet] = lambda: RunStatus(run_id=run.run_id, state="running", heartbeat_at=now() - 2 * STALE_S).dump(
+        status
+    )
     clock.at[went_quiet + 5 * IDLE_S] = never_left
     assert grader.run() == 0
     # idle counted from the last poll that saw the run at work (within poll_s of its going quiet)

@@ -22,15 +22,25 @@ from fakes import RecordingSamplingParams, RecordingVLLM
 PROMPTS = ["Question: Tom has 3 apples. How many?\nAnswer:", "Question: 1 + 2 =\nAnswer:"]
 
 
-def copy_model(base: Path, dest: Path, *, bump: float = 0.0, dtype: torch.dtype | None = None,
-               config: dict | None = None, tokenizer_extra: dict | None = None) -> Path:
+def copy_model(
+    base: Path,
+    dest: Path,
+    *,
+    bump: float = 0.0,
+    dtype: torch.dtype | None = None,
+    config: dict | None = None,
+    tokenizer_extra: dict | None = None,
+) -> Path:
     """A copy of `base` with its weights shifted by `bump` (or cast to `dtype`), config.json fields and
     tokenizer_config.json fields changed."""
     shutil.copytree(base, dest)
     for f in dest.glob("*.safetensors"):
         tensors = load_file(str(f))
-        save_file({k: (v + bump).to(dtype or v.dtype).contiguous() for k, v in tensors.items()}, str(f),
-                  metadata={"format": "pt"})
+        save_file(
+            {k: (v + bump).to(dtype or v.dtype).contiguous() for k, v in tensors.items()},
+            str(f),
+            metadata={"format": "pt"},
+        )
     for name, extra in (("config.json", config), ("tokenizer_config.json", tokenizer_extra)):
         if extra:
             data = json.loads((dest / name).read_text())
@@ -38,14 +48,17 @@ def copy_model(base: Path, dest: Path, *, bump: float = 0.0, dtype: torch.dtype 
     return dest
 
 
-@pytest.mark.parametrize("choice,gpus,vllm,expected", [
-    ("auto", 1, True, "vllm"),
-    ("auto", 0, True, "transformers"),  # no GPU visible
-    ("auto", 2, False, "transformers"),  # vllm does not import
-    ("transformers", 1, True, "transformers"),
-    ("vllm", 4, True, "vllm"),
-    ("vllm", 0, True, "vllm"),  # vLLM's CPU build (tests/test_vllm_real.py runs it)
-])
+@pytest.mark.parametrize(
+    "choice,gpus,vllm,expected",
+    [
+        ("auto", 1, True, "vllm"),
+        ("auto", 0, True, "transformers"),  # no GPU visible
+        ("auto", 2, False, "transformers"),  # vllm does not import
+        ("transformers", 1, True, "transformers"),
+        ("vllm", 4, True, "vllm"),
+        ("vllm", 0, True, "vllm"),  # vLLM's CPU build (tests/test_vllm_real.py runs it)
+    ],
+)
 def test_backend_selection(choice, gpus, vllm, expected):
     assert select_backend(choice, gpus=gpus, vllm_available=vllm) == expected
 
@@ -56,8 +69,10 @@ def test_explicit_vllm_without_vllm_is_an_infrastructure_error(gpus):
         select_backend("vllm", gpus=gpus, vllm_available=False)
 
 
-@pytest.mark.parametrize("version,ok", [("0.32.0", True), ("0.32.1", True), ("0.32.0+cpu", True),
-                                        ("0.31.9", False), ("0.33.0", False), ("1.0.0", False)])
+@pytest.mark.parametrize(
+    "version,ok",
+    [("0.32.0", True), ("0.32.1", True), ("0.32.0+cpu", True), ("0.31.9", False), ("0.33.0", False), ("1.0.0", False)],
+)
 def test_the_supported_vllm_range_is_checked_in_one_place(version, ok):
     low, high = vllm_backend.SUPPORTED_VLLM
     if ok:
@@ -70,9 +85,13 @@ def test_the_supported_vllm_range_is_checked_in_one_place(version, ok):
 def test_engine_key_tells_apart_what_needs_a_new_engine(tmp_path, tiny_model):
     base = engine_key(tiny_model, tiny_model)
     assert engine_key(copy_model(tiny_model, tmp_path / "w", bump=0.5), tiny_model) == base
-    assert engine_key(copy_model(tiny_model, tmp_path / "noise", config={"use_cache": False,
-                                                                         "transformers_version": "x"}),
-                      tiny_model) == base  # fields that do not change the network
+    assert (
+        engine_key(
+            copy_model(tiny_model, tmp_path / "noise", config={"use_cache": False, "transformers_version": "x"}),
+            tiny_model,
+        )
+        == base
+    )  # fields that do not change the network
     arch = engine_key(copy_model(tiny_model, tmp_path / "a", config={"rms_norm_eps": 1e-3}), tiny_model)
     dtype = engine_key(copy_model(tiny_model, tmp_path / "d", dtype=torch.bfloat16), tiny_model)
     tok = engine_key(copy_model(tiny_model, tmp_path / "t", tokenizer_extra={"model_max_length": 99}), tiny_model)
@@ -96,15 +115,24 @@ def test_vllm_engine_reused_for_same_architecture_new_for_another(tmp_path, tiny
     first = engine.get(tiny_model, tiny_model, greedy)
     (llm,) = recording_vllm
     assert llm.kwargs | {"model": None, "tokenizer": None} == {
-        "model": None, "tokenizer": None, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.85,
-        "max_model_len": 4096, "dtype": "bfloat16", "trust_remote_code": False, "seed": 0,
-        "load_format": "safetensors"}
+        "model": None,
+        "tokenizer": None,
+        "tensor_parallel_size": 2,
+        "gpu_memory_utilization": 0.85,
+        "max_model_len": 4096,
+        "dtype": "bfloat16",
+        "trust_remote_code": False,
+        "seed": 0,
+        "load_format": "safetensors",
+    }
     assert llm.kwargs["model"] == str(tiny_model)
 
     trained = copy_model(tiny_model, tmp_path / "trained", bump=0.25)
     assert engine.get(trained, tiny_model, greedy) is first and len(recording_vllm) == 1
-    assert llm.calls == [("collective_rpc", "reload_weights", (), {"weights_path": str(trained)}),
-                         ("reset_prefix_cache",)]
+    assert llm.calls == [
+        ("collective_rpc", "reload_weights", (), {"weights_path": str(trained)}),
+        ("reset_prefix_cache",),
+    ]
     assert engine.last == "reloaded"
 
     other = copy_model(tiny_model, tmp_path / "other", config={"rms_norm_eps": 1e-3})
@@ -118,8 +146,9 @@ def test_vllm_engine_new_for_another_dtype_tokenizer_or_preset(tmp_path, tiny_mo
     engine = Engine(VLLM_SETTINGS)
     engine.get(tiny_model, tiny_model, get_preset())
     engine.get(copy_model(tiny_model, tmp_path / "bf16", dtype=torch.bfloat16), tiny_model, get_preset())
-    engine.get(copy_model(tiny_model, tmp_path / "tok", tokenizer_extra={"model_max_length": 99}), tiny_model,
-               get_preset())
+    engine.get(
+        copy_model(tiny_model, tmp_path / "tok", tokenizer_extra={"model_max_length": 99}), tiny_model, get_preset()
+    )
     engine.get(tiny_model, tiny_model, get_preset("qwen3-thinking"))
     assert len(recording_vllm) == 4 and engine.reloads == 0
     assert not any(c[0] == "collective_rpc" for llm in recording_vllm for c in llm.calls)
@@ -128,12 +157,18 @@ def test_vllm_engine_new_for_another_dtype_tokenizer_or_preset(tmp_path, tiny_mo
 def test_vllm_generate_is_greedy_with_stops_and_cut(tiny_model, recording_vllm):
     gen = Engine(VLLM_SETTINGS).get(tiny_model, tiny_model, get_preset())
     assert gen.generate(PROMPTS, max_new_tokens=7, stop=["\n"]) == [" 8", " 6"]
-    (_, prompts, params), = [c for c in recording_vllm[0].calls if c[0] == "generate"]
+    ((_, prompts, params),) = [c for c in recording_vllm[0].calls if c[0] == "generate"]
     assert prompts == PROMPTS and params == {"max_tokens": 7, "stop": ["\n"], "temperature": 0.0}
     sampled = Engine(VLLM_SETTINGS).get(tiny_model, tiny_model, get_preset("qwen3-thinking"))
     sampled.generate(PROMPTS, max_new_tokens=7, stop=None)
-    assert recording_vllm[1].calls[-1][2] == {"max_tokens": 7, "stop": [], "temperature": 0.6, "top_p": 0.95,
-                                               "top_k": 20, "seed": 0}
+    assert recording_vllm[1].calls[-1][2] == {
+        "max_tokens": 7,
+        "stop": [],
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "top_k": 20,
+        "seed": 0,
+    }
 
 
 def test_failed_reload_drops_the_engine_and_loads_fresh(tmp_path, tiny_model, recording_vllm, monkeypatch):

@@ -26,8 +26,14 @@ def make_run(tmp_path, tiny_model, **fields):
     """A run's sweep, workspace and a `submit(path) -> ledger entry` driving the given grader by hand."""
     sweep, (spec,) = open_sweep(write_sweep(tmp_path, **fields), tmp_path / "sd")
     task = get_task("echo", [FIXTURES / "tasks"])
-    ws = create_workspace(sweep.workspace(spec.run_id), task=task, data=task.ensure_prepared(sweep.data_root()),
-                          model_dir=tiny_model, budget_s=600, source_tree=REPO)
+    ws = create_workspace(
+        sweep.workspace(spec.run_id),
+        task=task,
+        data=task.ensure_prepared(sweep.data_root()),
+        model_dir=tiny_model,
+        budget_s=600,
+        source_tree=REPO,
+    )
     submitter = RunSubmitter(sweep, spec, ws, Budget(600))
 
     def submit(grader: GradingDaemon, path) -> object:
@@ -55,8 +61,14 @@ def test_same_weights_reuse_the_score_and_the_ledger_says_so(tmp_path, tiny_mode
     reconfigured = submit(grader, make_variant(tiny_model, ws.output / "c", score=55, salt=5))
     assert trained.cached_from is None and trained.grading_key != first.grading_key
     assert reconfigured.cached_from is None and reconfigured.score == 55
-    assert first.backend == {"backend": "transformers", "device": "cpu", "gpus": 0, "gpu_memory_utilization": 0.9,
-                             "max_model_len": None, "batch_size": None}
+    assert first.backend == {
+        "backend": "transformers",
+        "device": "cpu",
+        "gpus": 0,
+        "gpu_memory_utilization": 0.9,
+        "max_model_len": None,
+        "batch_size": None,
+    }
 
 
 def test_cache_key_separates_backend_settings(tmp_path, tiny_model):
@@ -70,8 +82,11 @@ def test_cache_key_separates_backend_settings(tmp_path, tiny_model):
 
 
 def test_every_entry_records_its_generation_preset(tmp_path, tiny_model):
-    sweep, ws, submit = make_run(tmp_path, tiny_model, models=[{"name": "tiny-llama", "path": "builtin:tiny-llama",
-                                                                "generation": "qwen3-thinking"}])
+    sweep, ws, submit = make_run(
+        tmp_path,
+        tiny_model,
+        models=[{"name": "tiny-llama", "path": "builtin:tiny-llama", "generation": "qwen3-thinking"}],
+    )
     grader = GradingDaemon(sweep)
     scored = submit(grader, make_variant(tiny_model, ws.output / "a", score=40, salt=5))
     (ws.output / "empty").mkdir()
@@ -111,10 +126,22 @@ def test_one_engine_serves_submissions_of_one_architecture(tmp_path, tiny_model)
 def test_the_ledger_says_when_new_tokens_were_capped_at_the_context(tmp_path, tiny_model):
     """A prompt 12 positions short of the tiny model's 512, and 8,192 new tokens asked (the paper protocol's
     HumanEval limit): generation stops at the context and the ledger entry says so."""
-    sweep, ws, submit = make_run(tmp_path, tiny_model, grader={
-        "poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 120,
-        "task_options": {"echo": {"room": 12, "max_new_tokens": 8192}}})
+    sweep, ws, submit = make_run(
+        tmp_path,
+        tiny_model,
+        grader={
+            "poll_s": 0.05,
+            "lease_s": 5,
+            "idle_timeout_s": 120,
+            "task_options": {"echo": {"room": 12, "max_new_tokens": 8192}},
+        },
+    )
     entry = submit(GradingDaemon(sweep), make_variant(tiny_model, ws.output / "a", score=40, salt=5))
     assert entry.status == "scored" and entry.score == 40
-    assert entry.details["context_cap"] == {"context": 512, "max_new_tokens": 8192, "capped": 1, "filled": 1,
-                                            "no_room": 0}
+    assert entry.details["context_cap"] == {
+        "context": 512,
+        "max_new_tokens": 8192,
+        "capped": 1,
+        "filled": 1,
+        "no_room": 0,
+    }

@@ -23,9 +23,11 @@ from conftest import FIXTURES
 from fakes import FakeGenerator, RecordingSamplingParams, RecordingVLLM
 
 NO_THINK = "<think>\n\n</think>\n\n"
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>\n"
-            "{% if enable_thinking is defined and enable_thinking is false %}" + NO_THINK + "{% endif %}{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}" + NO_THINK + "{% endif %}{% endif %}"
+)
 MESSAGES = [{"role": "user", "content": "What is 6*7?"}]
 
 
@@ -59,9 +61,19 @@ def test_judge_and_paper_protocols_pass_the_presets_kwargs(tokenizer, tmp_path, 
     """generate_answers (alpacaeval, localjudge) and the paper protocols of humaneval and gsm8k."""
     gen = FakeGenerator("x", tokenizer=tokenizer, preset=get_preset(preset))
     generate_answers(gen, ["Say hi."], max_new_tokens=4, batch_size=1)
-    (tmp_path / "test.jsonl").write_text(json.dumps({"question": "What is 6*7?", "answer": "#### 42",
-                                                     "prompt": "def f():\n", "task_id": "t", "test": "",
-                                                     "entry_point": "f"}) + "\n")
+    (tmp_path / "test.jsonl").write_text(
+        json.dumps(
+            {
+                "question": "What is 6*7?",
+                "answer": "#### 42",
+                "prompt": "def f():\n",
+                "task_id": "t",
+                "test": "",
+                "entry_point": "f",
+            }
+        )
+        + "\n"
+    )
     get_task("gsm8k").evaluator.evaluate(gen, tmp_path, {"protocol": "paper"})
     get_task("humaneval").evaluator.evaluate(gen, tmp_path, {"protocol": "paper"})
     assert len(gen.prompts) == 3
@@ -92,9 +104,16 @@ def test_the_graded_prompt_carries_the_kwargs_on_each_backend(backend, thinking_
 
         monkeypatch.setattr(inference.Generator, "generate", recording)
         settings = BackendSettings("transformers", "cpu", 0, 0.9, None, None)
-    evaluate_model(get_task("gsm8k"), thinking_model, thinking_model, data_root=gsm8k_root, protocol="paper",
-                   engine=Engine(settings), preset=get_preset("qwen3-nothinking"),
-                   options={"limit": 2, "max_new_tokens": 2})
+    evaluate_model(
+        get_task("gsm8k"),
+        thinking_model,
+        thinking_model,
+        data_root=gsm8k_root,
+        protocol="paper",
+        engine=Engine(settings),
+        preset=get_preset("qwen3-nothinking"),
+        options={"limit": 2, "max_new_tokens": 2},
+    )
     if backend == "vllm":
         (llm,) = RecordingVLLM.instances
         calls = [c[1] for c in llm.calls if c[0] == "generate"]

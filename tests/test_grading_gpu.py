@@ -22,8 +22,7 @@ from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.generation import get_preset
 from a2rl.spec.tasks import get_task
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 CUDA = BackendSettings("transformers", "cuda", 1, 0.9, None, None)
 VLLM = BackendSettings("vllm", "cuda", 1, 0.5, 512, None)
@@ -67,8 +66,9 @@ def trained(arith, tiny_model, tmp_path_factory):
 
 
 def scores(task, root, models, tokenizer_dir, engine=None) -> list[float]:
-    return [evaluate_model(task, m, tokenizer_dir, data_root=root, engine=engine, preset=get_preset())[0]
-            for m in models]
+    return [
+        evaluate_model(task, m, tokenizer_dir, data_root=root, engine=engine, preset=get_preset())[0] for m in models
+    ]
 
 
 def test_transformers_gpu_equals_cpu_on_arith_in_bf16_reusing_the_engine(arith, trained, tiny_model):

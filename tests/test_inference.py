@@ -10,8 +10,10 @@ from a2rl.llm.inference import Generator
 from a2rl.spec.tinymodel import build_tiny_model
 
 # Mixed lengths, so batches really are left-padded.
-PROMPTS = [f"Question: {name} has {n} {item}.{' How many?' * (n % 4)}\nAnswer:"
-           for n, (name, item) in enumerate([("Tom", "apples"), ("Anna", "books"), ("Ben", "cards")] * 12)]
+PROMPTS = [
+    f"Question: {name} has {n} {item}.{' How many?' * (n % 4)}\nAnswer:"
+    for n, (name, item) in enumerate([("Tom", "apples"), ("Anna", "books"), ("Ben", "cards")] * 12)
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ def test_several_stop_strings_cut_at_the_earliest(generator, unstopped):
     expected = [o[:i] for o, i in zip(unstopped, cuts)]
     # One batch with rows cut by either string, at different positions, and rows holding both: in one of the two
     # orders below the earliest is not the first listed.
-    assert {o[i:i + 3] for o, i in zip(unstopped, cuts) if i < len(o)} == set(stops)
+    assert {o[i : i + 3] for o, i in zip(unstopped, cuts) if i < len(o)} == set(stops)
     assert len(set(cuts)) > 3 and any(all(s in o for s in stops) for o in unstopped)
     for order in (stops, stops[::-1]):
         assert generator.generate(PROMPTS, max_new_tokens=12, batch_size=64, stop=list(order)) == expected
@@ -151,11 +153,17 @@ def test_generation_stops_at_the_models_context(generator):
     generator.context_cap = ContextCap()
     prompt = near_context(generator, 12)
     out = []
-    assert sequence_lengths(generator, lambda: out.extend(
-        generator.generate([prompt], max_new_tokens=8192, stop=None))) == [512]
+    assert sequence_lengths(
+        generator, lambda: out.extend(generator.generate([prompt], max_new_tokens=8192, stop=None))
+    ) == [512]
     assert out[0]
-    assert generator.context_cap.record() == {"context": 512, "max_new_tokens": 8192, "capped": 1, "filled": 1,
-                                              "no_room": 0}
+    assert generator.context_cap.record() == {
+        "context": 512,
+        "max_new_tokens": 8192,
+        "capped": 1,
+        "filled": 1,
+        "no_room": 0,
+    }
 
 
 def test_each_prompt_of_a_batch_gets_its_own_room(generator, unstopped):
@@ -164,8 +172,13 @@ def test_each_prompt_of_a_batch_gets_its_own_room(generator, unstopped):
     generator.context_cap = ContextCap()
     long_prompt, full = near_context(generator, 5), near_context(generator, 0)
     together = generator.generate([PROMPTS[0], long_prompt, full], max_new_tokens=12, batch_size=3, stop=None)
-    assert generator.context_cap.record() == {"context": 512, "max_new_tokens": 12, "capped": 2, "filled": 1,
-                                              "no_room": 1}
+    assert generator.context_cap.record() == {
+        "context": 512,
+        "max_new_tokens": 12,
+        "capped": 2,
+        "filled": 1,
+        "no_room": 1,
+    }
     assert together[0] == unstopped[0]  # 12 new tokens, as alone
     assert together[1] == generator.generate([long_prompt], max_new_tokens=5, stop=None)[0] and together[1]
     assert together[2] == ""

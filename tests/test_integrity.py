@@ -40,9 +40,14 @@ class Run:
     def __init__(self, sweep, spec, tiny_model):
         task = get_task("echo", [FIXTURES / "tasks"])
         self.sweep, self.spec = sweep, spec
-        self.ws = create_workspace(sweep.workspace(spec.run_id), task=task,
-                                   data=task.ensure_prepared(sweep.data_root()), model_dir=tiny_model,
-                                   budget_s=60, source_tree=REPO)
+        self.ws = create_workspace(
+            sweep.workspace(spec.run_id),
+            task=task,
+            data=task.ensure_prepared(sweep.data_root()),
+            model_dir=tiny_model,
+            budget_s=60,
+            source_tree=REPO,
+        )
         self.submitter = RunSubmitter(sweep, spec, self.ws, Budget(60))
 
     def variant(self, name: str, score: float, tiny_model: Path) -> Path:
@@ -52,8 +57,12 @@ class Run:
 @pytest.fixture
 def two(tmp_path, tiny_model):
     """A sweep of two runs (the victim and the attacker), their submitters, and a grader driven by hand."""
-    sweep, specs = open_sweep(write_sweep(tmp_path, seeds=[0, 1], grader={
-        "poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 120, "lock_timeout_s": 0.3}), tmp_path / "sd")
+    sweep, specs = open_sweep(
+        write_sweep(
+            tmp_path, seeds=[0, 1], grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 120, "lock_timeout_s": 0.3}
+        ),
+        tmp_path / "sd",
+    )
     runs = [Run(sweep, s, tiny_model) for s in specs]
     grader = GradingDaemon(sweep)
 
@@ -116,7 +125,10 @@ def test_a_forged_baseline_is_ignored_and_graded_again(two, tiny_model):
     assert fresh.baseline("echo", "tiny-llama", "paper").score == 0.0
     copy = victim.ws.output / "copy"
     shutil.copytree(tiny_model, copy)
-    drain_fresh = lambda: [fresh.grade(c) for c in iter(lambda: sweep.queue.claim(fresh.holder, 60, sweep.ledger.has), None)]  # noqa: E731
+
+    def drain_fresh():
+        return [fresh.grade(c) for c in iter(lambda: sweep.queue.claim(fresh.holder, 60, sweep.ledger.has), None)]
+
     answer = graded(sweep, victim, copy, drain_fresh)
     assert answer["score"] == answer["baseline_score"] == 0.0
 
@@ -124,8 +136,16 @@ def test_a_forged_baseline_is_ignored_and_graded_again(two, tiny_model):
 def test_a_rewritten_result_json_is_refused_by_every_reader(two, tiny_model):
     sweep, (victim, attacker), grader, drain = two
     graded(sweep, attacker, attacker.variant("v", 10, tiny_model), drain)
-    write_result(sweep, attacker.spec.run_id, status="ok", failure_reason=None, agent_exit_code=0,
-                 agent_seconds=1.0, started_at=now(), ended_at=now())
+    write_result(
+        sweep,
+        attacker.spec.run_id,
+        status="ok",
+        failure_reason=None,
+        agent_exit_code=0,
+        agent_seconds=1.0,
+        started_at=now(),
+        ended_at=now(),
+    )
     assert load_result(sweep, attacker.spec.run_id).best == 10.0
     path = sweep.result_path(attacker.spec.run_id)
     path.write_text(json.dumps(dict(json.loads(path.read_text()), best=100.0, improvement=100.0)))
@@ -141,8 +161,14 @@ def test_a_hand_written_queue_entry_is_never_graded_and_its_artifact_never_delet
     precious = tmp_path / "precious"
     make_variant(tiny_model, precious, score=99, salt=9)
     sid = f"{attacker.spec.run_id}.0007"
-    QueueEntry(submission_id=sid, run_id=attacker.spec.run_id, seq=7, submitted_at=now(), model_path="x",
-               artifact=str(precious)).dump(sweep.queue.pending / f"{sid}.json")
+    QueueEntry(
+        submission_id=sid,
+        run_id=attacker.spec.run_id,
+        seq=7,
+        submitted_at=now(),
+        model_path="x",
+        artifact=str(precious),
+    ).dump(sweep.queue.pending / f"{sid}.json")
     assert sweep.queue.claim(grader.holder, 60, sweep.ledger.has) is None
     assert (sweep.queue.rejected / f"{sid}.json").exists() and not sweep.ledger.has(sid)
     # even a signed entry (the key leaked) naming a directory outside submissions/ is refused, and kept
@@ -156,17 +182,20 @@ def test_a_hand_written_queue_entry_is_never_graded_and_its_artifact_never_delet
 
 def _frozen(sweep, run: Run, name: str, tiny_model: Path, edit) -> str:
     """A signed queue entry whose frozen copy the test edits (as a same-user agent could, after the checks)."""
+
     def freeze(sid: str) -> str:
         dest = sweep.submissions / sid
         make_variant(tiny_model, dest, score=50, salt=11)
         edit(dest)
         return str(dest)
+
     return sweep.queue.submit(run.spec.run_id, name, freeze).submission_id
 
 
 def _shard_index_outside(d: Path) -> None:
-    (d / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {}, "weight_map": {"w": "/etc/model.safetensors", "v": "../x/model.safetensors"}}))
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {"w": "/etc/model.safetensors", "v": "../x/model.safetensors"}})
+    )
 
 
 def _lying_header(d: Path) -> None:
@@ -181,9 +210,14 @@ def _remote_code(d: Path) -> None:
     (d / "evil.py").write_text("open('MARKER', 'w').write('ran')\n")
 
 
-@pytest.mark.parametrize("edit,expected", [(_shard_index_outside, "not a weights file"),
-                                           (_lying_header, "safetensors header claims"),
-                                           (_remote_code, "custom model code")])
+@pytest.mark.parametrize(
+    "edit,expected",
+    [
+        (_shard_index_outside, "not a weights file"),
+        (_lying_header, "safetensors header claims"),
+        (_remote_code, "custom model code"),
+    ],
+)
 def test_the_grader_refuses_frozen_copies_it_cannot_trust(two, tiny_model, edit, expected):
     sweep, (victim, attacker), grader, drain = two
     sid = _frozen(sweep, attacker, "x", tiny_model, edit)
@@ -247,8 +281,16 @@ def test_held_locks_cost_the_grader_a_round_not_its_life(two, tiny_model, caplog
         assert grader.run() == 0  # idle: the lock never came free, the grader went on polling
     assert f"lock {sweep.queue.root / '.lock'} held for 0.3 s; skipping this round" in caplog.text
     assert not sweep.ledger.has(sid)
-    write_result(sweep, victim.spec.run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
-                 started_at=now(), ended_at=now())
+    write_result(
+        sweep,
+        victim.spec.run_id,
+        status="ok",
+        failure_reason=None,
+        agent_exit_code=0,
+        agent_seconds=1.0,
+        started_at=now(),
+        ended_at=now(),
+    )
     with FileLock(str(sweep.result_path(victim.spec.run_id)) + ".lock"):
         drain()  # records the score; folding it into result.json waits for the run's next score
     assert sweep.ledger.get(sid).score == 30.0
@@ -256,8 +298,14 @@ def test_held_locks_cost_the_grader_a_round_not_its_life(two, tiny_model, caplog
 
 
 # ------------------------------------------------------------------ the HTTP API
-def _call(api: GradingAPI, method: str, route: str, body: bytes | None = None, token: str | None = "ok",
-          path: str | None = None) -> tuple[int, dict]:
+def _call(
+    api: GradingAPI,
+    method: str,
+    route: str,
+    body: bytes | None = None,
+    token: str | None = "ok",
+    path: str | None = None,
+) -> tuple[int, dict]:
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {api.token if token == 'ok' else token}"
@@ -277,9 +325,19 @@ def test_the_api_answers_every_request_in_json_and_only_its_run(two, tiny_model)
             assert _call(api, "GET", "/time", token=token)[0] == 401
             assert _call(api, "POST", "/submit", b'{"model_path": "output/x"}', token=token)[0] == 401
         assert _call(api, "GET", "/time", token=None, path=f"{api.url}/time?token={api.token}")[0] == 200
-        bad = [b"[1]", b'"s"', b"5", b"null", b"\xff\xfe", b"{", b'{"model_path": 5}', b'{"model_path": ["a"]}',
-               json.dumps({"model_path": "output/a\0b"}).encode(), json.dumps({"model_path": "a" * 5000}).encode(),
-               json.dumps({"model_path": "output/" + "b" * 300}).encode()]
+        bad = [
+            b"[1]",
+            b'"s"',
+            b"5",
+            b"null",
+            b"\xff\xfe",
+            b"{",
+            b'{"model_path": 5}',
+            b'{"model_path": ["a"]}',
+            json.dumps({"model_path": "output/a\0b"}).encode(),
+            json.dumps({"model_path": "a" * 5000}).encode(),
+            json.dumps({"model_path": "output/" + "b" * 300}).encode(),
+        ]
         for body in bad:
             code, answer = _call(api, "POST", "/submit", body)
             assert code == 400 and answer["error"], (body, code, answer)
@@ -308,8 +366,9 @@ def test_a_second_submission_in_flight_gets_429_and_a_burst_is_answered(two, tin
         threading.Thread(target=grade_loop, daemon=True).start()
         assert first.result()[0] == 200
         with ThreadPoolExecutor(50) as pool:
-            answers = list(pool.map(lambda _: _call(api, "POST", "/submit", b'{"model_path": "output/none"}'),
-                                    range(200)))
+            answers = list(
+                pool.map(lambda _: _call(api, "POST", "/submit", b'{"model_path": "output/none"}'), range(200))
+            )
         stop.set()
     codes = [c for c, _ in answers]
     assert set(codes) <= {200, 429} and all(a.get("error") for _, a in answers)
@@ -323,8 +382,9 @@ def test_submissions_after_the_budget_are_refused_and_nothing_is_enqueued(two, t
     run.submitter.budget = budget = Budget(10, clock=lambda: t[0])
     with GradingAPI(run.submitter, budget) as api:
         t[0] = 10.0
-        code, answer = _call(api, "POST", "/submit", json.dumps(
-            {"model_path": str(run.variant("late", 40, tiny_model))}).encode())
+        code, answer = _call(
+            api, "POST", "/submit", json.dumps({"model_path": str(run.variant("late", 40, tiny_model))}).encode()
+        )
     assert code == 403 and "used up" in answer["error"]
     assert sweep.queue.count(run.spec.run_id) == 0 and not sweep.queue.pending_ids()
     another_run_finishes_normally(sweep, victim, drain, tiny_model)
@@ -337,12 +397,28 @@ def test_a_planted_result_does_not_end_the_grader_while_its_run_works(tmp_path):
     from a2rl.scheduling.launcher import open_sweep
 
     sweep, (done, working) = open_sweep(write_sweep(tmp_path, seeds=[0, 1]), tmp_path / "sd")
-    write_result(sweep, done.run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
-                 started_at=now(), ended_at=now())
+    write_result(
+        sweep,
+        done.run_id,
+        status="ok",
+        failure_reason=None,
+        agent_exit_code=0,
+        agent_seconds=1.0,
+        started_at=now(),
+        ended_at=now(),
+    )
     planted = json.loads(sweep.result_path(done.run_id).read_text())
     sweep.result_path(working.run_id).write_text(json.dumps(dict(planted, run_id=working.run_id)))
     grader = GradingDaemon(sweep)
     assert not grader.sweep_finished()
-    write_result(sweep, working.run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
-                 started_at=now(), ended_at=now())
+    write_result(
+        sweep,
+        working.run_id,
+        status="ok",
+        failure_reason=None,
+        agent_exit_code=0,
+        agent_seconds=1.0,
+        started_at=now(),
+        ended_at=now(),
+    )
     assert grader.sweep_finished()

@@ -31,9 +31,18 @@ def completion(text: str, *, top: list[tuple[str, float]] | None = None, model: 
     """An OpenAI chat.completion body."""
     choice: dict = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
     if top is not None:
-        choice["logprobs"] = {"content": [{"token": text[:1], "logprob": 0.0,
-                                           "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top]}]}
-    return {"id": "x", "object": "chat.completion", "model": model, "system_fingerprint": "fp_stub", "choices": [choice]}
+        choice["logprobs"] = {
+            "content": [
+                {"token": text[:1], "logprob": 0.0, "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top]}
+            ]
+        }
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": model,
+        "system_fingerprint": "fp_stub",
+        "choices": [choice],
+    }
 
 
 @contextmanager
@@ -56,6 +65,7 @@ HELLO = [{"role": "user", "content": "Name three colors."}]
 
 
 # ---------------------------------------------------------------- client
+
 
 def test_client_retries_a_server_error_then_succeeds() -> None:
     def reply(body: dict, headers: dict) -> tuple[int, dict]:
@@ -103,6 +113,7 @@ def test_client_sends_the_key_from_the_named_variable_and_never_shows_it(monkeyp
 
 # ---------------------------------------------------------------- local server
 
+
 def test_local_server_serves_the_model_over_real_http(tiny_model: Path) -> None:
     generator = Generator.load(tiny_model)
     expected = generator.generate([chat_prompt(generator.tokenizer, HELLO)], max_new_tokens=6, stop=None)[0]
@@ -115,7 +126,9 @@ def test_local_server_serves_the_model_over_real_http(tiny_model: Path) -> None:
         again = client.chat(HELLO, max_tokens=6, top_logprobs=5)
         # A raw request: the OpenAI response shape, and the stop string honoured.
         body = json.dumps({"model": "tiny-llama", "messages": HELLO, "max_tokens": 6, "stop": ["\n\n"]}).encode()
-        with urlopen(Request(f"{url}/chat/completions", data=body, headers={"Authorization": "Bearer k"}), timeout=10) as r:
+        with urlopen(
+            Request(f"{url}/chat/completions", data=body, headers={"Authorization": "Bearer k"}), timeout=10
+        ) as r:
             raw = json.load(r)
         with pytest.raises(JudgeError, match="401"):
             ChatClient(url, "tiny-llama", retries=0).chat(HELLO, max_tokens=1)
@@ -131,6 +144,7 @@ def test_local_server_serves_the_model_over_real_http(tiny_model: Path) -> None:
 
 
 # ---------------------------------------------------------------- the offline judge task
+
 
 @pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_localjudge_scores_end_to_end_with_a_local_judge(tiny_model: Path, tmp_path: Path) -> None:

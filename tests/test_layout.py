@@ -9,8 +9,21 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "a2rl"
 # earlier layers never import later ones; a layer may import itself
 # (reporting reads what runs and graders recorded; they tell it through a result hook scheduling passes them)
-LAYERS = [{"errors", "records", "httpjson", "weights"}, {"spec"}, {"store"}, {"llm"}, {"tasklib"}, {"recording"}, {"grading"},
-          {"drivers"}, {"run"}, {"reporting"}, {"scheduling"}, {"reference"}, {"cli", "launch", "aggregate", "__main__"}]
+LAYERS = [
+    {"errors", "records", "httpjson", "weights"},
+    {"spec"},
+    {"store"},
+    {"llm"},
+    {"tasklib"},
+    {"recording"},
+    {"grading"},
+    {"drivers"},
+    {"run"},
+    {"reporting"},
+    {"scheduling"},
+    {"reference"},
+    {"cli", "launch", "aggregate", "__main__"},
+]
 
 
 def layer(name: str) -> int:
@@ -40,17 +53,23 @@ def test_imports_point_one_way():
         own = path.relative_to(PKG).parts[0].removesuffix(".py")
         if own == "__init__":
             continue
-        upward += [f"{path.relative_to(PKG.parent)} imports a2rl.{m}" for m in a2rl_imports(path)
-                   if layer(m) > layer(own)]
+        upward += [
+            f"{path.relative_to(PKG.parent)} imports a2rl.{m}" for m in a2rl_imports(path) if layer(m) > layer(own)
+        ]
     assert not upward, "imports against the flow:\n" + "\n".join(sorted(upward))
 
 
 def test_only_results_writes_result_json():
-    writers = [p.relative_to(PKG.parent) for p in PKG.rglob("*.py")
-               if p.name != "results.py" and "result_path" in p.read_text()
-               and any(w in p.read_text() for w in ("publish_once(sweep.result_path", ".dump(sweep.result_path",
-                                                     ".dump(path)"))
-               and "RunResult" in p.read_text()]
+    writers = [
+        p.relative_to(PKG.parent)
+        for p in PKG.rglob("*.py")
+        if p.name != "results.py"
+        and "result_path" in p.read_text()
+        and any(
+            w in p.read_text() for w in ("publish_once(sweep.result_path", ".dump(sweep.result_path", ".dump(path)")
+        )
+        and "RunResult" in p.read_text()
+    ]
     assert not writers, f"result.json has one writer, store/results.py; also written by {writers}"
 
 
@@ -58,8 +77,9 @@ def test_the_monitor_only_reads():
     """collect() is a read; reaping lost runs is the explicit reap_lost(), and it writes through store.results."""
     tree = ast.parse((PKG / "scheduling" / "monitor.py").read_text())
     collect = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "collect")
-    called = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr
-              for n in ast.walk(collect) if isinstance(n, ast.Call)}
+    called = {
+        n.func.id if isinstance(n.func, ast.Name) else n.func.attr for n in ast.walk(collect) if isinstance(n, ast.Call)
+    }
     assert not called & {"mark_lost", "dump", "publish_once", "write_result", "atomic_write_text"}
 
 
@@ -71,8 +91,11 @@ def test_the_main_types_say_what_they_are():
     from a2rl.store.queue import SubmissionQueue
     from a2rl.store.sweepdir import SweepDir
 
-    undocumented = [c.__name__ for c in (AgentRun, Launcher, GradingDaemon, SweepDir, SubmissionQueue, Budget)
-                    if not (c.__doc__ or "").strip()]
+    undocumented = [
+        c.__name__
+        for c in (AgentRun, Launcher, GradingDaemon, SweepDir, SubmissionQueue, Budget)
+        if not (c.__doc__ or "").strip()
+    ]
     assert not undocumented
 
 
@@ -81,12 +104,17 @@ def test_tasks_use_one_surface():
     contract (generator, heldout_dir, options; `engine` the only keyword)."""
     wrong = []
     for path in sorted((PKG.parent / "tasks").glob("*/*.py")):
-        wrong += [f"{path.relative_to(PKG.parent)} imports a2rl.{m}" for m in a2rl_imports(path)
-                  if m not in ("tasklib", "llm")]
+        wrong += [
+            f"{path.relative_to(PKG.parent)} imports a2rl.{m}"
+            for m in a2rl_imports(path)
+            if m not in ("tasklib", "llm")
+        ]
         if path.name == "evaluator.py":
-            fn = next(n for n in ast.parse(path.read_text()).body
-                      if isinstance(n, ast.FunctionDef) and n.name == "evaluate")
-            if [a.arg for a in fn.args.args] != ["generator", "heldout_dir", "options"] \
-                    or {a.arg for a in fn.args.kwonlyargs} - {"engine"}:
+            fn = next(
+                n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "evaluate"
+            )
+            if [a.arg for a in fn.args.args] != ["generator", "heldout_dir", "options"] or {
+                a.arg for a in fn.args.kwonlyargs
+            } - {"engine"}:
                 wrong.append(f"{path.relative_to(PKG.parent)}: evaluate() does not match a2rl.tasklib.evaluator")
     assert not wrong, "\n".join(wrong)

@@ -18,19 +18,29 @@ from test_runs import launch, only_result
 
 
 def _event(tokens_in: int, tokens_out: int, cost: float) -> str:
-    return ('{"type": "result", "total_cost_usd": %s, "usage": {"input_tokens": %d, "output_tokens": %d}}\n'
-            % (cost, tokens_in, tokens_out))
+    return '{"type": "result", "total_cost_usd": %s, "usage": {"input_tokens": %d, "output_tokens": %d}}\n' % (
+        cost,
+        tokens_in,
+        tokens_out,
+    )
 
 
 def test_ledger_entries_carry_budget_time_and_tokens_so_far(tmp_path, tiny_model, fake_clock, monkeypatch):
     monkeypatch.setattr(a2rl.run.budget, "time", fake_clock)
     sweep, (spec,) = open_sweep(write_sweep(tmp_path), tmp_path / "sd")
     task = get_task("echo", [FIXTURES / "tasks"])
-    ws = create_workspace(sweep.workspace(spec.run_id), task=task, data=task.ensure_prepared(sweep.data_root()),
-                          model_dir=tiny_model, budget_s=600, source_tree=REPO)
+    ws = create_workspace(
+        sweep.workspace(spec.run_id),
+        task=task,
+        data=task.ensure_prepared(sweep.data_root()),
+        model_dir=tiny_model,
+        budget_s=600,
+        source_tree=REPO,
+    )
     transcript = [""]
-    submitter = RunSubmitter(sweep, spec, ws, Budget(600, clock=fake_clock),
-                             usage=lambda: parse_usage("claude", transcript[0]))
+    submitter = RunSubmitter(
+        sweep, spec, ws, Budget(600, clock=fake_clock), usage=lambda: parse_usage("claude", transcript[0])
+    )
     grader = GradingDaemon(sweep)
     for dt, event in ((30, ""), (45, _event(100, 20, 0.25)), (60, _event(300, 80, 0.5))):
         fake_clock.sleep(dt)
@@ -47,8 +57,14 @@ def test_ledger_entries_carry_budget_time_and_tokens_so_far(tmp_path, tiny_model
 def test_a_transcript_that_cannot_be_read_costs_the_tokens_not_the_submission(tmp_path, tiny_model):
     sweep, (spec,) = open_sweep(write_sweep(tmp_path), tmp_path / "sd")
     task = get_task("echo", [FIXTURES / "tasks"])
-    ws = create_workspace(sweep.workspace(spec.run_id), task=task, data=task.ensure_prepared(sweep.data_root()),
-                          model_dir=tiny_model, budget_s=600, source_tree=REPO)
+    ws = create_workspace(
+        sweep.workspace(spec.run_id),
+        task=task,
+        data=task.ensure_prepared(sweep.data_root()),
+        model_dir=tiny_model,
+        budget_s=600,
+        source_tree=REPO,
+    )
 
     def broken():
         raise OSError("gone")

@@ -28,10 +28,17 @@ from test_real_clis import clis_prefix
 
 STACKS = HOME / "configs" / "agents"
 BASH = Tool("Bash", "run a command", {"type": "object", "properties": {"command": {"type": "string"}}})
-REQ = Request("anthropic", "m", [
-    Message("system", "Be brief."), Message("user", "list files"),
-    Message("assistant", "ok", tool_calls=[ToolCall("t1", "Bash", {"command": "ls"})]),
-    Message("tool", tool_results=[ToolResult("t1", "a.txt")])], [BASH])
+REQ = Request(
+    "anthropic",
+    "m",
+    [
+        Message("system", "Be brief."),
+        Message("user", "list files"),
+        Message("assistant", "ok", tool_calls=[ToolCall("t1", "Bash", {"command": "ls"})]),
+        Message("tool", tool_results=[ToolResult("t1", "a.txt")]),
+    ],
+    [BASH],
+)
 BAD_CALL = '<tool_call>{"name": "Bash", "arguments": {oops}</tool_call>'
 
 
@@ -45,14 +52,19 @@ def test_reply_text_is_split_into_text_and_tool_calls():
     assert read_reply("just words", REQ) == ("just words", [])
 
 
-@pytest.mark.parametrize("text, says", [
-    (BAD_CALL, "not JSON"),
-    ('<tool_call>{"name": "Bash", "arguments": {"command": "ls"}', "not JSON"),  # never closed, cut off
-    ('<tool_call>{"arguments": {}}</tool_call>', "without a name"),
-    ('<tool_call>{"name": "Rm", "arguments": {}}</tool_call>',
-     "'Rm', which the request does not offer (offered: Bash)"),
-    ('<tool_call>{"name": "Bash", "arguments": [1]}</tool_call>', "arguments are not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (BAD_CALL, "not JSON"),
+        ('<tool_call>{"name": "Bash", "arguments": {"command": "ls"}', "not JSON"),  # never closed, cut off
+        ('<tool_call>{"arguments": {}}</tool_call>', "without a name"),
+        (
+            '<tool_call>{"name": "Rm", "arguments": {}}</tool_call>',
+            "'Rm', which the request does not offer (offered: Bash)",
+        ),
+        ('<tool_call>{"name": "Bash", "arguments": [1]}</tool_call>', "arguments are not a JSON object"),
+    ],
+)
 def test_malformed_tool_calls_are_refused(text, says):
     with pytest.raises(MalformedToolCall, match=says.replace("(", r"\(").replace(")", r"\)")):
         read_reply(text, REQ)
@@ -103,21 +115,45 @@ def _post(url: str, body: dict, headers: dict) -> tuple[int, bytes]:
 
 
 CASES = {  # protocol: (path, body, key header)
-    "anthropic": ("/v1/messages?beta=true", {"model": "x", "max_tokens": 8, "stream": True, "system": "s " * 900,
-                                             "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
-                                             "messages": [{"role": "user", "content": "hi"},
-                                                          {"role": "system", "content": "reminder"}]},
-                  lambda k: {"x-api-key": k}),
-    "responses": ("/v1/responses", {"model": "x", "stream": True, "input": "hi", "max_output_tokens": 8,
-                                    "tools": [{"type": "function", "name": "shell", "parameters": {}}]},
-                  lambda k: {"Authorization": f"Bearer {k}"}),
-    "chat": ("/v1/chat/completions", {"model": "x", "stream": True, "max_tokens": 8,
-                                      "messages": [{"role": "user", "content": "hi"}],
-                                      "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
-             lambda k: {"Authorization": f"Bearer {k}"}),
-    "gemini": ("/v1beta/models/x:streamGenerateContent?alt=sse",
-               {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 8}},
-               lambda k: {"x-goog-api-key": k}),
+    "anthropic": (
+        "/v1/messages?beta=true",
+        {
+            "model": "x",
+            "max_tokens": 8,
+            "stream": True,
+            "system": "s " * 900,
+            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "reminder"}],
+        },
+        lambda k: {"x-api-key": k},
+    ),
+    "responses": (
+        "/v1/responses",
+        {
+            "model": "x",
+            "stream": True,
+            "input": "hi",
+            "max_output_tokens": 8,
+            "tools": [{"type": "function", "name": "shell", "parameters": {}}],
+        },
+        lambda k: {"Authorization": f"Bearer {k}"},
+    ),
+    "chat": (
+        "/v1/chat/completions",
+        {
+            "model": "x",
+            "stream": True,
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        },
+        lambda k: {"Authorization": f"Bearer {k}"},
+    ),
+    "gemini": (
+        "/v1beta/models/x:streamGenerateContent?alt=sse",
+        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 8}},
+        lambda k: {"x-goog-api-key": k},
+    ),
 }
 
 
@@ -142,8 +178,10 @@ def test_every_protocol_is_served_from_the_tiny_model(tiny_model):
                 assert events[-1]["usageMetadata"]["candidatesTokenCount"] == 8
             status, data = _post(root + path, body, key("wrong"))
             assert status == 401 and b"missing or wrong API key" in data
-        assert json.loads(_post(root + "/v1/messages", {"messages": "x"}, {"x-api-key": "k"})[1]) == \
-            {"type": "error", "error": {"type": "invalid_request_error", "message": "'messages' must be a list"}}
+        assert json.loads(_post(root + "/v1/messages", {"messages": "x"}, {"x-api-key": "k"})[1]) == {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": "'messages' must be a list"},
+        }
 
 
 def tuned_model(tiny_model: Path, answer: str, out: Path, steps: int = 120) -> Path:
@@ -159,8 +197,9 @@ def tuned_model(tiny_model: Path, answer: str, out: Path, steps: int = 120) -> P
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     rng, vocab = random.Random(0), "the a files list say hi run tool user system you please ok code".split()
     contexts = [chat_prompt(tok, Request("anthropic", "m", [Message("user", "hi")], [BASH]))]
-    contexts += [f"<|user|>\n{' '.join(rng.choices(vocab, k=rng.randint(1, 150)))}<|eos|>\n<|assistant|>\n"
-                 for _ in range(7)]
+    contexts += [
+        f"<|user|>\n{' '.join(rng.choices(vocab, k=rng.randint(1, 150)))}<|eos|>\n<|assistant|>\n" for _ in range(7)
+    ]
     ids_answer = tok(answer + "<|eos|>", add_special_tokens=False)["input_ids"]
     rows = [tok(c, add_special_tokens=False)["input_ids"][-250:] for c in contexts]
     width = max(len(r) for r in rows) + len(ids_answer)
@@ -170,7 +209,7 @@ def tuned_model(tiny_model: Path, answer: str, out: Path, steps: int = 120) -> P
     for i, r in enumerate(rows):
         n = len(r) + len(ids_answer)
         ids[i, :n] = torch.tensor(r + ids_answer)
-        labels[i, len(r):n] = torch.tensor(ids_answer)
+        labels[i, len(r) : n] = torch.tensor(ids_answer)
         mask[i, :n] = 1
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -216,11 +255,13 @@ def run_stack(name: str, url: str, key: str, home: Path, checkout: Path | None =
     home.mkdir(parents=True, exist_ok=True)
     (home / ".codex").mkdir(exist_ok=True)
     stack.write_home_files(home)
-    argv = stack.argv({}, workspace=home, driver=driver, seed=0, stack_dir=stack_dir, python=Path(sys.executable),
-                      env=env)
+    argv = stack.argv(
+        {}, workspace=home, driver=driver, seed=0, stack_dir=stack_dir, python=Path(sys.executable), env=env
+    )
     argv[0] = stack.find_cli(env)
-    return subprocess.run(argv, env=env, cwd=home, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        argv, env=env, cwd=home, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900
+    )
 
 
 def _events(stdout: str) -> list[dict]:
@@ -255,13 +296,14 @@ def _codex_turn(stdout: str) -> tuple[str, int]:
     # back to HTTP; the turn itself must not fail)
     assert not [e for e in events if e["type"] == "turn.failed"], events
     done = [e for e in events if e["type"] == "turn.completed"]
-    texts = [e["item"]["text"] for e in events if e["type"] == "item.completed"
-             and e["item"]["type"] == "agent_message"]
+    texts = [
+        e["item"]["text"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"
+    ]
     return "".join(texts), done[0]["usage"]["output_tokens"]
 
 
 def _gemini_turn(stdout: str) -> tuple[str, int]:
-    doc = json.loads(stdout[stdout.index("{"):])
+    doc = json.loads(stdout[stdout.index("{") :])
     assert "error" not in doc, doc["error"]
     return doc["response"], doc["stats"]["models"]["tiny"]["tokens"]["candidates"]
 
@@ -292,13 +334,23 @@ def test_real_cli_completes_a_turn_on_the_local_driver(talking_driver, world_wri
 def test_a_malformed_tool_call_is_an_error_the_cli_sees(miscalling_model, tmp_path):
     with serve_local_model(miscalling_model, api_key="k", model_id="tiny", fit_prompt=True, max_output=40) as url:
         root = url.removesuffix("/v1")
-        status, data = _post(root + "/v1/messages", {"model": "x", "max_tokens": 40, "messages": [
-            {"role": "user", "content": "hi"}], "tools": [{"name": "Bash", "input_schema": {}}]}, {"x-api-key": "k"})
+        status, data = _post(
+            root + "/v1/messages",
+            {
+                "model": "x",
+                "max_tokens": 40,
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"name": "Bash", "input_schema": {}}],
+            },
+            {"x-api-key": "k"},
+        )
         assert status == 422 and json.loads(data)["error"]["message"].startswith(
-            "malformed tool call: the model wrote a tool call that is not JSON"), data
+            "malformed tool call: the model wrote a tool call that is not JSON"
+        ), data
         proc = run_stack("claude", url, "k", tmp_path / "claude")
         result = _result(proc.stdout)
-        assert result["is_error"] and "422" in result["result"] and "malformed tool call" in result["result"], \
+        assert result["is_error"] and "422" in result["result"] and "malformed tool call" in result["result"], (
             proc.stdout[-3000:]
+        )
         with urlopen(HTTPRequest(url + "/models", headers={"Authorization": "Bearer k"}), timeout=60) as r:
             assert json.loads(r.read())["data"][0]["id"] == "tiny"  # the server still answers

@@ -13,7 +13,6 @@ from a2rl.store.sweepdir import SweepDir
 from conftest import REPO, a2rl
 
 
-
 @pytest.mark.slow
 def test_offline_tasks_of_every_level_in_one_sweep(tmp_path):
     spec = yaml.safe_load((REPO / "configs" / "sweeps" / "offline-levels.yaml").read_text())
@@ -26,8 +25,9 @@ def test_offline_tasks_of_every_level_in_one_sweep(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sweep = SweepDir(tmp_path / "sd")
     results = {(r.task, r.agent): r for r in (RunResult.load(sweep.result_path(run.run_id)) for run in sweep.runs())}
-    assert len(results) == 6 and all(r.status == "ok" for r in results.values()), \
-        {k: r.failure_reason for k, r in results.items()}
+    assert len(results) == 6 and all(r.status == "ok" for r in results.values()), {
+        k: r.failure_reason for k, r in results.items()
+    }
     for task in ("arith", "localjudge", "textworld"):
         pipeline, control = results[task, "pipeline"], results[task, "baseline"]
         assert pipeline.baseline is not None and pipeline.baseline == control.baseline

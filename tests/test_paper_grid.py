@@ -31,10 +31,12 @@ def test_fetch_model_plumbing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(huggingface_hub, "snapshot_download", recorder)
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     assert main(["fetch-model", "Qwen/Qwen2.5-7B-Instruct", "--to", str(tmp_path / "m"), "--revision", "v1"]) == 0
-    (repo, kw), = calls
+    ((repo, kw),) = calls
     assert repo == "Qwen/Qwen2.5-7B-Instruct" and kw["local_dir"] == tmp_path / "m" and kw["revision"] == "v1"
     assert kw["token"] == "hf_secret"
-    assert "*.safetensors" in kw["allow_patterns"] and not any("bin" in p or "pt" == p[-2:] for p in kw["allow_patterns"])
+    assert "*.safetensors" in kw["allow_patterns"] and not any(
+        "bin" in p or "pt" == p[-2:] for p in kw["allow_patterns"]
+    )
     assert "7.616B parameters" in capsys.readouterr().out
 
 

@@ -52,15 +52,20 @@ def test_paper_plays_the_references_episodes(tmp_path):
 
     gen = FakeGenerator(script=model, cut=True)
     result = TASK.evaluator.evaluate(gen, _heldout(tmp_path), {**TASK.spec.eval, "protocol": "paper"})
-    assert {t: len(c) for t, c in calls.items()} == {t: sum(c["task"] == t for c in PARITY["cases"])
-                                                     for t in PARITY["heads"]}
+    assert {t: len(c) for t, c in calls.items()} == {
+        t: sum(c["task"] == t for c in PARITY["cases"]) for t in PARITY["heads"]
+    }
     assert {tuple(s) for s in gen.stops} == {tuple(c["stop"]) for c in PARITY["cases"]} == {("\n",)}
     summary = PARITY["summary"]
     assert (result["score"], result["successes"], result["n"]) == (
-        pytest.approx(PARITY["score"]), summary["success_count"], summary["total_count"])
+        pytest.approx(PARITY["score"]),
+        summary["success_count"],
+        summary["total_count"],
+    )
     prefix = {key: prefix for prefix, key in alf.TASK_PREFIXES.items()}
     assert {prefix[t]: {"success": v["successes"], "total": v["n"]} for t, v in result["per_type"].items()} == {
-        p: {"success": v["success"], "total": v["total"]} for p, v in summary["per_task"].items()}
+        p: {"success": v["success"], "total": v["total"]} for p, v in summary["per_task"].items()
+    }
 
 
 def test_where_a2rl_differs_and_why(tmp_path):

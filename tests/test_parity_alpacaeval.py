@@ -27,19 +27,27 @@ TOLERANCE = 1e-6  # percentage points
 # and the gamed-baseline rows and fits a ridge instead of the CV'd L1. On the verbose models the L1/gamed-row
 # regularisation pulls the length weight toward the baseline's, so LC stays higher upstream.
 A2RL_DIFFERS = {
-    "verbose_and_good": -5.273, "verbose_and_weak": -6.310, "concise_and_good": 1.025, "concise_and_weak": 1.459,
-    "like_the_baseline": 0.576, "much_better": 0.645, "with_nan_and_draws": 0.351,
+    "verbose_and_good": -5.273,
+    "verbose_and_weak": -6.310,
+    "concise_and_good": 1.025,
+    "concise_and_weak": 1.459,
+    "like_the_baseline": 0.576,
+    "much_better": 0.645,
+    "with_nan_and_draws": 0.351,
 }
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_paper_lc_agrees_with_alpaca_eval(name: str) -> None:
     model, upstream = MODELS[name], MODELS[name]["upstream"]
-    lc, _ = EVAL.paper_length_controlled_winrate(model["preference"], model["lengths"], model["baseline_lengths"],
-                                                 GAMED)
+    lc, _ = EVAL.paper_length_controlled_winrate(
+        model["preference"], model["lengths"], model["baseline_lengths"], GAMED
+    )
     assert lc == pytest.approx(upstream["length_controlled_winrate"], abs=TOLERANCE)
     given = [1.5 if p == 0 else p for p in model["preference"]]  # alpaca_eval's legacy draw
-    summary = EVAL.paper_summary(given, ["o" * n for n in model["lengths"]], ["b" * n for n in model["baseline_lengths"]])
+    summary = EVAL.paper_summary(
+        given, ["o" * n for n in model["lengths"]], ["b" * n for n in model["baseline_lengths"]]
+    )
     assert summary["win_rate"] == pytest.approx(upstream["win_rate"], abs=TOLERANCE)
     assert (summary["n_wins"], summary["n_draws"]) == (upstream["n_wins"], upstream["n_draws"])
 
@@ -74,8 +82,13 @@ def test_paper_annotator_agrees_with_alpaca_eval() -> None:
         return 200, completion(case["text"], top=[tuple(t) for t in case["top_logprobs"]])
 
     with stub_llm(reply) as (url, seen):
-        preferences = EVAL.paper_preferences([c["instruction"] for c in JUDGED], [c["baseline"] for c in JUDGED],
-                                             [c["output"] for c in JUDGED], EVAL.ChatClient(url, "judge", retries=0))
+        preferences = EVAL.paper_preferences(
+            [c["instruction"] for c in JUDGED],
+            [c["baseline"] for c in JUDGED],
+            [c["output"] for c in JUDGED],
+            EVAL.ChatClient(url, "judge", retries=0),
+        )
     assert len(seen) == sum(c["baseline"] != c["output"] for c in JUDGED)  # identical outputs are not sent
-    assert preferences == [None if c["preference"] is None else pytest.approx(c["preference"], abs=1e-12)
-                           for c in JUDGED]
+    assert preferences == [
+        None if c["preference"] is None else pytest.approx(c["preference"], abs=1e-12) for c in JUDGED
+    ]

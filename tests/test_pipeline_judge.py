@@ -43,8 +43,14 @@ def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_
     assert JUDGED.reward is None  # a judge task: no rule reward
     pairs = JUDGED.sft_pairs(rows, Chat(tok))
     policy = FakeGenerator("4", tokenizer=tok)  # it remembers the prompts the judge protocol feeds the policy
-    compare_to_references(policy, [r["instruction"] for r in rows], [r["reference"] for r in rows], AlwaysA(),
-                          max_new_tokens=64, batch_size=64)
+    compare_to_references(
+        policy,
+        [r["instruction"] for r in rows],
+        [r["reference"] for r in rows],
+        AlwaysA(),
+        max_new_tokens=64,
+        batch_size=64,
+    )
     assert [p["prompt"] for p in pairs] == policy.prompts
     for pair, row in zip(pairs, rows):
         assert pair["completion"] == row["reference"] + tok.eos_token  # the grader's answer ends at EOS
@@ -55,8 +61,11 @@ def test_sft_pairs_are_the_graders_prompts_answered_by_the_reference(data, tiny_
 
 def test_rows_not_of_the_declared_format_are_a_clear_error():
     assert check_rows("qa_short", [{"prompt": "1+1=", "answer": "2"}]).routes["paper"].reward is not None
-    with pytest.raises(ValueError, match=r"format qa_short needs fields \{prompt, answer\}; a row has "
-                                         r"\['answer', 'question'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"format qa_short needs fields \{prompt, answer\}; a row has "
+        r"\['answer', 'question'\]",
+    ):
         check_rows("qa_short", [{"question": "1+1?", "answer": "2"}])  # gsm8k's rows
     with pytest.raises(ValueError, match="no rows"):
         check_rows("qa_numeric", [])
@@ -64,12 +73,22 @@ def test_rows_not_of_the_declared_format_are_a_clear_error():
 
 def run_pipeline(data: Path, model: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
     # One thread: the tiny model gains nothing from more, and on a busy machine their spin-waits cost minutes.
-    env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out), TASK="localjudge",
-               OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        MODEL_PATH=str(model),
+        DATA_PATH=str(data),
+        OUTPUT_DIR=str(out),
+        TASK="localjudge",
+        OMP_NUM_THREADS="1",
+    )
     env.pop("GRADING_SERVER_URL", None)
-    return subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "instruction_reference",
-                           *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "instruction_reference", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow  # trains
@@ -86,8 +105,14 @@ def test_pipeline_trains_on_judge_rows_and_skips_grpo(data, tiny_model, tmp_path
     rows = read_jsonl(data.heldout_dir / "test.jsonl")[:16]
     for model, answered in ((tiny_model, False), (out / "sft", True)):
         policy = Generator.load(model)
-        answers = compare_to_references(policy, [r["instruction"] for r in rows], [r["reference"] for r in rows],
-                                        AlwaysA(), max_new_tokens=16, batch_size=16).answers
+        answers = compare_to_references(
+            policy,
+            [r["instruction"] for r in rows],
+            [r["reference"] for r in rows],
+            AlwaysA(),
+            max_new_tokens=16,
+            batch_size=16,
+        ).answers
         tokens = sum(len(policy.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers)
         assert (all(answers) and tokens < 4 * len(rows)) == answered, (model, answers)
 

@@ -49,8 +49,12 @@ def data(data_root):
 def test_judge_reward_is_the_training_judges_pairwise_verdict_in_both_orders():
     with stub_llm(shorter_wins) as (url, seen):
         reward = P.judge_reward(ChatClient(url, "train-judge", retries=0))
-        got = reward(completions=[" ok\n", "a much longer answer than the reference"], instruction=["Say ok."] * 2,
-                     reference=["a fine reference"] * 2, prompts=["p", "p"])
+        got = reward(
+            completions=[" ok\n", "a much longer answer than the reference"],
+            instruction=["Say ok."] * 2,
+            reference=["a fine reference"] * 2,
+            prompts=["p", "p"],
+        )
     assert got == [1.0, 0.0]
     assert len(seen) == 4 and {s["body"]["model"] for s in seen} == {"train-judge"}
     shown = {SHOWN.search(s["body"]["messages"][-1]["content"]).groups() for s in seen}  # sent concurrently
@@ -63,8 +67,9 @@ def test_train_judge_without_its_model_is_a_one_line_error(tmp_path, monkeypatch
     assert "error: --train-judge needs --train-judge-model" in capsys.readouterr().out
 
 
-def test_without_a_train_judge_grpo_is_skipped_in_the_log_and_the_stage_records(data, tiny_model, tmp_path,
-                                                                                 monkeypatch, capsys):
+def test_without_a_train_judge_grpo_is_skipped_in_the_log_and_the_stage_records(
+    data, tiny_model, tmp_path, monkeypatch, capsys
+):
     out = tmp_path / "out"
     monkeypatch.delenv("GRADING_SERVER_URL", raising=False)
     for k, v in dict(MODEL_PATH=tiny_model, DATA_PATH=data.train_dir, OUTPUT_DIR=out).items():
@@ -81,16 +86,41 @@ def test_sft_then_grpo_with_rewards_from_the_training_judge(data_root, data, tin
     train = read_jsonl(data.train_dir / "train.jsonl")
     heldout = read_jsonl(data.heldout_dir / "test.jsonl")
     out = tmp_path / "out"
-    env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(data.train_dir), OUTPUT_DIR=str(out),
-               OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(data.train_dir), OUTPUT_DIR=str(out), OMP_NUM_THREADS="1"
+    )
     env.pop("GRADING_SERVER_URL", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     with stub_llm(shorter_wins) as (url, seen):
-        proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "instruction_reference",
-                               "--sft-steps", "2", "--sft-batch-size", "2", "--grpo-steps", "2", "--grpo-prompts", "2",
-                               "--num-generations", "2", "--max-completion-length", "8", "--train-judge", url,
-                               "--train-judge-model", "train-judge"], env=env, capture_output=True, text=True,
-                              timeout=900)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "a2rl.reference.pipeline",
+                "--train-format",
+                "instruction_reference",
+                "--sft-steps",
+                "2",
+                "--sft-batch-size",
+                "2",
+                "--grpo-steps",
+                "2",
+                "--grpo-prompts",
+                "2",
+                "--num-generations",
+                "2",
+                "--max-completion-length",
+                "8",
+                "--train-judge",
+                url,
+                "--train-judge-model",
+                "train-judge",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"rewards from the judge at {url}" in proc.stdout
 
@@ -111,11 +141,15 @@ def test_sft_then_grpo_with_rewards_from_the_training_judge(data_root, data, tin
     # The GRPO model as the grader takes it: a valid artifact, scored on the held-out split by the grader's judge.
     check_artifact(out / "grpo", out, Limits(64, 1 << 30, 1 << 30)).close()
     with stub_llm(shorter_wins) as (grader_url, graded):
-        score, details = evaluate_model(TASK, out / "grpo", out / "grpo", data_root=data_root, protocol="a2rl",
-                                        options={"max_new_tokens": 8, "judge": {"base_url": grader_url,
-                                                                                "model": "grader-judge", "retries": 0}})
+        score, details = evaluate_model(
+            TASK,
+            out / "grpo",
+            out / "grpo",
+            data_root=data_root,
+            protocol="a2rl",
+            options={"max_new_tokens": 8, "judge": {"base_url": grader_url, "model": "grader-judge", "retries": 0}},
+        )
     assert 0.0 <= score <= 100.0 and len(graded) == 2 * len(heldout) and details["n_total"] == len(heldout)
-
 
 
 def test_a_failing_training_judge_is_a_one_line_error(data, tiny_model, tmp_path, monkeypatch, capsys):
@@ -124,8 +158,25 @@ def test_a_failing_training_judge_is_a_one_line_error(data, tiny_model, tmp_path
     for k, v in dict(MODEL_PATH=tiny_model, DATA_PATH=data.train_dir, OUTPUT_DIR=out).items():
         monkeypatch.setenv(k, str(v))
     with stub_llm(lambda body, headers: (400, {"error": "no such model"})) as (url, seen):
-        code = P.main(["--train-format", "instruction_reference", "--sft-steps", "0", "--grpo-steps", "1",
-                       "--grpo-prompts", "1", "--num-generations", "2", "--max-completion-length", "2",
-                       "--train-judge", url, "--train-judge-model", "nope"])
+        code = P.main(
+            [
+                "--train-format",
+                "instruction_reference",
+                "--sft-steps",
+                "0",
+                "--grpo-steps",
+                "1",
+                "--grpo-prompts",
+                "1",
+                "--num-generations",
+                "2",
+                "--max-completion-length",
+                "2",
+                "--train-judge",
+                url,
+                "--train-judge-model",
+                "nope",
+            ]
+        )
     assert code == 1 and seen  # asked once: a 400 is not retried
     assert "error: stage grpo: the training judge failed: " in capsys.readouterr().out

@@ -15,16 +15,32 @@ from conftest import a2rl
 
 pytest.importorskip("trl")
 
-SHORT = {"sft_steps": 2, "sft_batch_size": 4, "grpo_steps": 1, "grpo_prompts": 2, "num_generations": 2,
-         "max_completion_length": 8, "no_schedule": True, "processes": 2}
+SHORT = {
+    "sft_steps": 2,
+    "sft_batch_size": 4,
+    "grpo_steps": 1,
+    "grpo_prompts": 2,
+    "num_generations": 2,
+    "max_completion_length": 8,
+    "no_schedule": True,
+    "processes": 2,
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"deepspeed": "zero2", "lora_r": 4}], ids=["ddp", "deepspeed-zero2-lora"])
 def test_two_cpu_processes_train_and_rank_zero_alone_submits_and_records(tmp_path, extra):
-    spec = {"name": "mp", "tasks": ["arith"], "agents": [{"name": "pipeline", "args": {**SHORT, **extra}}],
-            "models": ["builtin:tiny-llama"], "seeds": [0], "budget": "15m", "executor": "local",
-            "resources": {"cpus": 2, "mem_gb": 8}, "grader": {"workers": 1}}
+    spec = {
+        "name": "mp",
+        "tasks": ["arith"],
+        "agents": [{"name": "pipeline", "args": {**SHORT, **extra}}],
+        "models": ["builtin:tiny-llama"],
+        "seeds": [0],
+        "budget": "15m",
+        "executor": "local",
+        "resources": {"cpus": 2, "mem_gb": 8},
+        "grader": {"workers": 1},
+    }
     path = tmp_path / "mp.yaml"
     path.write_text(yaml.safe_dump(spec))
     proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=1500)

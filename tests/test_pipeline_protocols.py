@@ -26,15 +26,19 @@ from test_pipeline_routes import SOURCES, run_pipeline, scored  # noqa: E402
 
 N = 3  # train rows graded as if they were held out
 OPTIONS = {"gsm8k": {}, "humaneval": {"workers": 1}}
-WRONG = {"gsm8k": lambda reply: re.sub(r"(answer is|####) \S+", r"\1 0.5", reply),  # another final answer
-         "humaneval": lambda reply: reply.replace("return ", "return None  # ")}
+WRONG = {
+    "gsm8k": lambda reply: re.sub(r"(answer is|####) \S+", r"\1 0.5", reply),  # another final answer
+    "humaneval": lambda reply: reply.replace("return ", "return None  # "),
+}
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    return {name: get_task(name).ensure_prepared(root, source=SOURCES.get(name))
-            for name in ("gsm8k", "humaneval", "alpacaeval")}
+    return {
+        name: get_task(name).ensure_prepared(root, source=SOURCES.get(name))
+        for name in ("gsm8k", "humaneval", "alpacaeval")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +64,11 @@ def test_sft_and_grpo_prompts_are_what_the_grader_sends(task, protocol, prepared
     items = rows[-N:]  # past gsm8k's exemplars
     reply = {p["prompt"]: p["completion"].removesuffix(tok.eos_token) for p in pairs[-N:]}
     grader = FakeGenerator(script=lambda prompt: reply[prompt], cut=True, tokenizer=tok)
-    result = get_task(task).evaluator.evaluate(grader, graded_as_heldout(task, data, items, tmp_path),
-                                               {**get_task(task).spec.eval, **OPTIONS[task], "protocol": protocol})
+    result = get_task(task).evaluator.evaluate(
+        grader,
+        graded_as_heldout(task, data, items, tmp_path),
+        {**get_task(task).spec.eval, **OPTIONS[task], "protocol": protocol},
+    )
     assert grader.prompts == [p["prompt"] for p in pairs[-N:]] == [g["prompt"] for g in grpo[-N:]]
     assert result["score"] == 100.0  # the SFT completions are replies the grader scores right...
     extra = {k: [g[k] for g in grpo[-N:]] for k in grpo[0] if k != "prompt"}
@@ -80,15 +87,19 @@ def test_instruction_prompts_are_what_the_grader_sends_under_both_protocols(prep
     assert [p["prompt"] for p in routes["paper"].sft_pairs(rows, P.Chat(tok))] == policy.prompts
 
 
-THINKING = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}"
-            "<|assistant|>\n{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n{% endif %}"
-            "{% endif %}")  # as Qwen3's: thinking off opens the reply with an empty think block
+THINKING = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}"
+    "<|assistant|>\n{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n{% endif %}"
+    "{% endif %}"
+)  # as Qwen3's: thinking off opens the reply with an empty think block
 
 
-@pytest.mark.parametrize("fmt, task", [("qa_numeric", "gsm8k"), ("code_with_tests", "humaneval"),
-                                       ("instruction_reference", "alpacaeval")])
-def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(fmt, task, prepared, tiny_model, tmp_path,
-                                                                       monkeypatch):
+@pytest.mark.parametrize(
+    "fmt, task", [("qa_numeric", "gsm8k"), ("code_with_tests", "humaneval"), ("instruction_reference", "alpacaeval")]
+)
+def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(
+    fmt, task, prepared, tiny_model, tmp_path, monkeypatch
+):
     """A model graded with a preset that sets chat_template_kwargs (qwen3-nothinking) trains on the prompts the
     grader renders with them, as run_meta.json tells them."""
     from a2rl.spec.generation import get_preset
@@ -107,8 +118,11 @@ def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(fmt, task,
     if task == "alpacaeval":
         generate_answers(grader, [r["instruction"] for r in rows], max_new_tokens=8, batch_size=8)
     else:
-        get_task(task).evaluator.evaluate(grader, graded_as_heldout(task, prepared[task], rows, tmp_path),
-                                          {**get_task(task).spec.eval, **OPTIONS[task], "protocol": "paper"})
+        get_task(task).evaluator.evaluate(
+            grader,
+            graded_as_heldout(task, prepared[task], rows, tmp_path),
+            {**get_task(task).spec.eval, **OPTIONS[task], "protocol": "paper"},
+        )
     assert grader.prompts == prompts
 
 
@@ -132,21 +146,42 @@ def test_the_protocol_comes_from_the_workspaces_run_meta(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task_name,options", [("gsm8k", {"limit": 2, "max_new_tokens": 32}),
-                                               ("humaneval", {"limit": 2, "max_new_tokens": 32})])
+@pytest.mark.parametrize(
+    "task_name,options",
+    [("gsm8k", {"limit": 2, "max_new_tokens": 32}), ("humaneval", {"limit": 2, "max_new_tokens": 32})],
+)
 def test_a_short_run_under_paper_submits_models_paper_scores(task_name, options, tmp_path, tiny_model, monkeypatch):
     task = get_task(task_name)
     data = task.ensure_prepared(tmp_path / "data", source=SOURCES.get(task_name))
     monkeypatch.setenv("WORKSPACE", str(tmp_path))
     (tmp_path / "run_meta.json").write_text(json.dumps({"protocol": "paper"}))  # what the run tells the agent
     out = tmp_path / "out"
-    proc = run_pipeline(data.train_dir, tiny_model, out, task.spec.train_format, "--sft-steps", "2",
-                        "--sft-batch-size", "2", "--grpo-steps", "1", "--grpo-prompts", "2", "--num-generations", "2",
-                        "--max-completion-length", "16")
+    proc = run_pipeline(
+        data.train_dir,
+        tiny_model,
+        out,
+        task.spec.train_format,
+        "--sft-steps",
+        "2",
+        "--sft-batch-size",
+        "2",
+        "--grpo-steps",
+        "1",
+        "--grpo-prompts",
+        "2",
+        "--num-generations",
+        "2",
+        "--max-completion-length",
+        "16",
+    )
     assert "prompted as protocol paper grades" in proc.stdout
     for stage in ("sft", "grpo"):
         assert scored(task_name, tmp_path / "data", out / stage, out, protocol="paper", **options) >= 0.0
     stages = StageLog.load(out / "stages.json").stages
-    assert [(s.name, s.steps, s.hyperparameters["protocol"]) for s in stages] == [("sft", 2, "paper"),
-                                                                                   ("grpo", 1, "paper")]
-    assert stages[1].hyperparameters["reward"] == P.STATIC_FORMATS[task.spec.train_format].routes["paper"].reward.__name__
+    assert [(s.name, s.steps, s.hyperparameters["protocol"]) for s in stages] == [
+        ("sft", 2, "paper"),
+        ("grpo", 1, "paper"),
+    ]
+    assert (
+        stages[1].hyperparameters["reward"] == P.STATIC_FORMATS[task.spec.train_format].routes["paper"].reward.__name__
+    )

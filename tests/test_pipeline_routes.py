@@ -65,9 +65,23 @@ def test_gpus_come_from_the_job_and_each_gets_a_process(monkeypatch):
     assert P.gpu_count({"CUDA_VISIBLE_DEVICES": "0,1"}, False, 0) == 0
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     cmd = P.launch_command(["--sft-steps", "3"], 3, True, None, port=29600)
-    assert cmd[1:] == ["-m", "accelerate.commands.launch", "--num_processes", "3", "--num_machines", "1",
-                       "--main_process_port", "29600", "--mixed_precision", "bf16", "--multi_gpu",
-                       "--module", "a2rl.reference.pipeline", "--sft-steps", "3"]
+    assert cmd[1:] == [
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "3",
+        "--num_machines",
+        "1",
+        "--main_process_port",
+        "29600",
+        "--mixed_precision",
+        "bf16",
+        "--multi_gpu",
+        "--module",
+        "a2rl.reference.pipeline",
+        "--sft-steps",
+        "3",
+    ]
     zero3 = HOME / "configs" / "agents" / "deepspeed" / "zero3.json"
     ds = P.launch_command([], 2, True, zero3)
     assert ds[11:14] == ["--use_deepspeed", "--deepspeed_config_file", str(zero3)] and "--multi_gpu" not in ds
@@ -120,23 +134,31 @@ def test_stages_share_the_budget_left_and_stop_at_their_deadline():
 
 def test_rewards_are_the_graders_checks():
     gold = "She has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"
-    assert P.final_number_reward([" 3 + 4 = 7.\n#### 7\n\nQuestion: 8", " #### 8", " 7 then\n\nQuestion: #### 9"],
-                                 [gold] * 3) == [1.0, 0.0, 1.0]  # cut where the grader stops generating
+    assert P.final_number_reward(
+        [" 3 + 4 = 7.\n#### 7\n\nQuestion: 8", " #### 8", " 7 then\n\nQuestion: #### 9"], [gold] * 3
+    ) == [1.0, 0.0, 1.0]  # cut where the grader stops generating
 
 
 def test_unit_test_reward_runs_the_visible_tests(tmp_path):
     rows = read_jsonl(get_task("humaneval").ensure_prepared(tmp_path).train_dir / "train.jsonl")[:2]
-    rewards = P.unit_test_reward([r["canonical_solution"] for r in rows] + ["    return None\n"],
-                                 [r["prompt"] for r in rows] + [rows[0]["prompt"]],
-                                 [r["test"] for r in rows] + [rows[0]["test"]],
-                                 [r["entry_point"] for r in rows] + [rows[0]["entry_point"]])
+    rewards = P.unit_test_reward(
+        [r["canonical_solution"] for r in rows] + ["    return None\n"],
+        [r["prompt"] for r in rows] + [rows[0]["prompt"]],
+        [r["test"] for r in rows] + [rows[0]["test"]],
+        [r["entry_point"] for r in rows] + [rows[0]["entry_point"]],
+    )
     assert rewards == [1.0, 1.0, 0.0]
 
 
 def test_report_types_come_from_code_else_from_the_self_reported_stages(tmp_path):
     stage = dict(hyperparameters={}, planned_steps=5, wall_s=1.0)
-    log = StageLog(agent="pipeline", stages=[Stage(name="sft", steps=5, model_dir="sft", submission_id="s1", **stage),
-                                             Stage(name="grpo", steps=2, model_dir="grpo", submission_id="s2", **stage)])
+    log = StageLog(
+        agent="pipeline",
+        stages=[
+            Stage(name="sft", steps=5, model_dir="sft", submission_id="s1", **stage),
+            Stage(name="grpo", steps=2, model_dir="grpo", submission_id="s2", **stage),
+        ],
+    )
     assert log.route() == "SFT→GRPO"
     assert typed([], log, "s1") == (["SFT"], "self-reported")
     assert typed([], log, "s2") == (["SFT", "GRPO"], "self-reported")
@@ -159,8 +181,13 @@ def run_pipeline(data: Path, model: Path, out: Path, fmt: str, *args: str) -> su
     env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out), OMP_NUM_THREADS="1")
     env.pop("GRADING_SERVER_URL", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", fmt, *args], env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", fmt, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -171,20 +198,40 @@ def scored(task_name: str, data_root: Path, model: Path, out: Path, protocol: st
 
     check_artifact(model, out, Limits(64, 1 << 30, 1 << 30)).close()  # raises for what the grader would refuse
     task = get_task(task_name)
-    return task.evaluator.evaluate(Generator.load(model), task.data(data_root).heldout_dir,
-                                   {**task.spec.eval, **options, "protocol": protocol})["score"]
+    return task.evaluator.evaluate(
+        Generator.load(model), task.data(data_root).heldout_dir, {**task.spec.eval, **options, "protocol": protocol}
+    )["score"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task_name,options", [("gsm8k", {"limit": 4, "max_new_tokens": 32}),
-                                               ("humaneval", {"limit": 2, "max_new_tokens": 32})])
+@pytest.mark.parametrize(
+    "task_name,options",
+    [("gsm8k", {"limit": 4, "max_new_tokens": 32}), ("humaneval", {"limit": 2, "max_new_tokens": 32})],
+)
 def test_sft_then_grpo_on_the_fixture_rows_submits_scorable_models(task_name, options, tmp_path, tiny_model):
     task = get_task(task_name)
     data = task.ensure_prepared(tmp_path / "data", source=SOURCES.get(task_name))
     out = tmp_path / "out"
-    run_pipeline(data.train_dir, tiny_model, out, task.spec.train_format, "--protocol", "a2rl", "--sft-steps", "3",
-                 "--sft-batch-size", "2", "--grpo-steps", "2", "--grpo-prompts", "2", "--num-generations", "2",
-                 "--max-completion-length", "16")
+    run_pipeline(
+        data.train_dir,
+        tiny_model,
+        out,
+        task.spec.train_format,
+        "--protocol",
+        "a2rl",
+        "--sft-steps",
+        "3",
+        "--sft-batch-size",
+        "2",
+        "--grpo-steps",
+        "2",
+        "--grpo-prompts",
+        "2",
+        "--num-generations",
+        "2",
+        "--max-completion-length",
+        "16",
+    )
     for stage in ("sft", "grpo"):
         assert scored(task_name, tmp_path / "data", out / stage, out, **options) >= 0.0
     stages = StageLog.load(out / "stages.json")
@@ -198,8 +245,9 @@ def test_sft_then_grpo_on_the_fixture_rows_submits_scorable_models(task_name, op
 def test_instruction_rows_get_sft_only(tmp_path, tiny_model):
     data = get_task("alpacaeval").ensure_prepared(tmp_path / "data", source=SOURCES["alpacaeval"])
     out = tmp_path / "out"
-    proc = run_pipeline(data.train_dir, tiny_model, out, "instruction_reference", "--sft-steps", "2",
-                        "--sft-batch-size", "2")
+    proc = run_pipeline(
+        data.train_dir, tiny_model, out, "instruction_reference", "--sft-steps", "2", "--sft-batch-size", "2"
+    )
     assert "stage grpo skipped" in proc.stdout and not (out / "grpo").exists()
     check_artifact(out / "sft", out, Limits(64, 1 << 30, 1 << 30)).close()
     assert StageLog.load(out / "stages.json").route() == "SFT"
@@ -209,8 +257,9 @@ def test_instruction_rows_get_sft_only(tmp_path, tiny_model):
 def test_lora_run_submits_a_merged_model_that_learned(tmp_path, tiny_model):
     data = get_task("arith").ensure_prepared(tmp_path / "data")
     out = tmp_path / "out"
-    run_pipeline(data.train_dir, tiny_model, out, "qa_short", "--sft-steps", "150", "--grpo-steps", "0",
-                 "--lora-r", "16")
+    run_pipeline(
+        data.train_dir, tiny_model, out, "qa_short", "--sft-steps", "150", "--grpo-steps", "0", "--lora-r", "16"
+    )
     files = {p.name for p in (out / "sft").iterdir()}
     assert "model.safetensors" in files and "adapter_config.json" not in files  # merged full weights
     assert StageLog.load(out / "stages.json").stages[0].hyperparameters["lora_r"] == 16
@@ -221,28 +270,74 @@ def test_lora_run_submits_a_merged_model_that_learned(tmp_path, tiny_model):
 @pytest.mark.gpu
 @cuda
 def test_one_sft_and_one_grpo_step_in_bf16_on_a_gpu(tmp_path, tiny_model):
-    env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(get_task("arith").ensure_prepared(
-        tmp_path / "data").train_dir), OUTPUT_DIR=str(tmp_path / "out"), CUDA_VISIBLE_DEVICES="0")
-    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "qa_short",
-                           "--sft-steps", "1", "--grpo-steps", "1", "--grpo-prompts", "2", "--num-generations", "2"],
-                          env=env, capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ,
+        MODEL_PATH=str(tiny_model),
+        DATA_PATH=str(get_task("arith").ensure_prepared(tmp_path / "data").train_dir),
+        OUTPUT_DIR=str(tmp_path / "out"),
+        CUDA_VISIBLE_DEVICES="0",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "a2rl.reference.pipeline",
+            "--train-format",
+            "qa_short",
+            "--sft-steps",
+            "1",
+            "--grpo-steps",
+            "1",
+            "--grpo-prompts",
+            "2",
+            "--num-generations",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     stages = StageLog.load(tmp_path / "out" / "stages.json").stages
-    assert [(s.name, s.steps, s.hyperparameters["dtype"]) for s in stages] == [("sft", 1, "bfloat16"),
-                                                                               ("grpo", 1, "bfloat16")]
+    assert [(s.name, s.steps, s.hyperparameters["dtype"]) for s in stages] == [
+        ("sft", 1, "bfloat16"),
+        ("grpo", 1, "bfloat16"),
+    ]
 
 
 @pytest.mark.gpu
 @cuda
 def test_accelerate_launch_with_the_runs_gpus(tmp_path, tiny_model):
     gpus = torch.cuda.device_count()
-    env = dict(os.environ, MODEL_PATH=str(tiny_model), DATA_PATH=str(get_task("arith").ensure_prepared(
-        tmp_path / "data").train_dir), OUTPUT_DIR=str(tmp_path / "out"),
-        CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))))
-    proc = subprocess.run([sys.executable, "-m", "a2rl.reference.pipeline", "--train-format", "qa_short",
-                           "--sft-steps", "2", "--grpo-steps", "0", "--deepspeed", "zero2",
-                           "--deepspeed-dir", str(HOME / "configs" / "agents" / "deepspeed")],
-                          env=env, capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ,
+        MODEL_PATH=str(tiny_model),
+        DATA_PATH=str(get_task("arith").ensure_prepared(tmp_path / "data").train_dir),
+        OUTPUT_DIR=str(tmp_path / "out"),
+        CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "a2rl.reference.pipeline",
+            "--train-format",
+            "qa_short",
+            "--sft-steps",
+            "2",
+            "--grpo-steps",
+            "0",
+            "--deepspeed",
+            "zero2",
+            "--deepspeed-dir",
+            str(HOME / "configs" / "agents" / "deepspeed"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"--num_processes {gpus}" in proc.stdout
     assert StageLog.load(tmp_path / "out" / "stages.json").stages[0].hyperparameters["processes"] == gpus

@@ -66,7 +66,9 @@ def test_stale_data_of_an_online_task_is_an_error_that_says_why(tmp_path):
     task.ensure_prepared(root, allow_network=True)
     task.ensure_prepared(root)  # current: no network needed
     edit(prepare_py)
-    with pytest.raises(SpecError, match="'echo' was prepared by another version of its prepare script.*a2rl prepare echo"):
+    with pytest.raises(
+        SpecError, match="'echo' was prepared by another version of its prepare script.*a2rl prepare echo"
+    ):
         task.ensure_prepared(root)
     task.ensure_prepared(root, allow_network=True)
     assert task.prepared(root) is not None
@@ -88,9 +90,11 @@ def test_a_task_whose_engine_is_not_installed_names_the_extra(tmp_path):
     yaml.write_text(yaml.read_text() + "engines: [a2rl_no_such_engine]\n")
     with pytest.raises(SpecError) as e:
         get_task("echo", [tmp_path / "tasks"]).ensure_prepared(root)
-    assert e.value.lines == ["task 'echo' needs a2rl_no_such_engine (the `games` extra; Fast Downward and jericho "
-                             "compile from source: cmake and a C/C++ compiler): "
-                             "A2RL_EXTRAS=train,test,tasks,games bash tools/setup-env.sh"]
+    assert e.value.lines == [
+        "task 'echo' needs a2rl_no_such_engine (the `games` extra; Fast Downward and jericho "
+        "compile from source: cmake and a C/C++ compiler): "
+        "A2RL_EXTRAS=train,test,tasks,games bash tools/setup-env.sh"
+    ]
     assert not root.exists()
     for name in ("textworld", "alfworld"):  # the tasks that declare it
         assert get_task(name).spec.engines

@@ -14,10 +14,27 @@ from test_tables import finish, sweep  # noqa: F401  (the fixture: a synthetic s
 def running_run_with_tokens(sweep):  # noqa: F811
     run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed) == ("gsm8k", "sft-only", 2))  # no result yet
     for seq, (tokens, cost) in enumerate([(300, 0.05), (777, 0.1)], 1):
-        sweep.ledger.record(LedgerEntry(
-            submission_id=f"{run.run_id}.{seq:04d}", run_id=run.run_id, seq=seq, submitted_at=1.0, claimed_at=1.0,
-            graded_at=1.0, status="scored", score=12.0, model_path="m", task="gsm8k", protocol="paper", evaluator_version=1,
-            grader="g", attempt=1, budget_used_s=5.0 * seq, tokens=tokens, cost_usd=cost))
+        sweep.ledger.record(
+            LedgerEntry(
+                submission_id=f"{run.run_id}.{seq:04d}",
+                run_id=run.run_id,
+                seq=seq,
+                submitted_at=1.0,
+                claimed_at=1.0,
+                graded_at=1.0,
+                status="scored",
+                score=12.0,
+                model_path="m",
+                task="gsm8k",
+                protocol="paper",
+                evaluator_version=1,
+                grader="g",
+                attempt=1,
+                budget_used_s=5.0 * seq,
+                tokens=tokens,
+                cost_usd=cost,
+            )
+        )
     return run
 
 
@@ -61,4 +78,5 @@ def test_the_follower_prints_each_run_as_it_ends_with_its_tokens_and_cost(sweep,
         " · tokens 12.3k, $0.25",
         "humaneval__claude__gpt-x__tiny-llama__sft-only__s0: ok · best — · baseline — · 0 submissions (0 valid)",
         "humaneval__claude__gpt-x__tiny-llama__sft-only__s1: ok · best — · baseline — · 0 submissions (0 valid)",
-        "humaneval__claude__gpt-x__tiny-llama__sft-only__s2: failed · best — · baseline — · 0 submissions (0 valid)"]
+        "humaneval__claude__gpt-x__tiny-llama__sft-only__s2: failed · best — · baseline — · 0 submissions (0 valid)",
+    ]

@@ -20,6 +20,7 @@ KEYS = [f"react_{t}_{k}" for t in ("put", "clean", "heat", "cool", "puttwo", "ex
 
 class CountingEnv(FakeAlfEnv):
     """FakeAlfEnv that counts the actions it is sent and prefixes "You arrive at loc 3. " like ALFWorld 0.3."""
+
     sent: list[str] = []
 
     def step(self, action: str):
@@ -58,21 +59,41 @@ def test_the_references_examples_hold_12_put_in_on_actions_of_127_and_a2rl_fixes
 def _evaluate(tmp_path, gen, protocol, max_steps=4) -> dict:
     _game(tmp_path / "games", "pick_two_obj_and_place-Apple-None-CounterTop-1", "pick_two_obj_and_place")
     CountingEnv.sent = []
-    return TASK.evaluator.evaluate(gen, tmp_path, {**TASK.spec.eval, "max_steps": max_steps, "protocol": protocol,
-                                                   "env_factory": "test_protocol_alfworld:CountingEnv"})
+    return TASK.evaluator.evaluate(
+        gen,
+        tmp_path,
+        {
+            **TASK.spec.eval,
+            "max_steps": max_steps,
+            "protocol": protocol,
+            "env_factory": "test_protocol_alfworld:CountingEnv",
+        },
+    )
 
 
 def test_paper_is_the_references_raw_react_loop(tmp_path):
-    gen = FakeGenerator(replies=[" think: find the apple\n> go", "put apple 1 in/on countertop 1", "look",
-                                 " move apple 1 to countertop 1\nmore"])
+    gen = FakeGenerator(
+        replies=[
+            " think: find the apple\n> go",
+            "put apple 1 in/on countertop 1",
+            "look",
+            " move apple 1 to countertop 1\nmore",
+        ]
+    )
     result = _evaluate(tmp_path, gen, "paper")
     prompts = json.loads((TASK.folder / "react_prompts.json").read_text())
     first = gen.prompts[0]
-    assert first == (alf.PAPER_HEAD + prompts["react_puttwo_1"] + prompts["react_puttwo_0"] + alf.PAPER_TAIL
-                     + "You see a countertop 1 (pick_two_obj_and_place-Apple-None-CounterTop-1).\nYour task is to: "
-                     "put some apple on countertop.\n>")
-    assert gen.prompts[3].endswith("> think: find the apple\nOK.\n> put apple 1 in/on countertop 1\nNothing "
-                                   "happens.\n> look\nNothing happens.\n>")  # "You arrive at loc 3. " dropped
+    assert first == (
+        alf.PAPER_HEAD
+        + prompts["react_puttwo_1"]
+        + prompts["react_puttwo_0"]
+        + alf.PAPER_TAIL
+        + "You see a countertop 1 (pick_two_obj_and_place-Apple-None-CounterTop-1).\nYour task is to: "
+        "put some apple on countertop.\n>"
+    )
+    assert gen.prompts[3].endswith(
+        "> think: find the apple\nOK.\n> put apple 1 in/on countertop 1\nNothing happens.\n> look\nNothing happens.\n>"
+    )  # "You arrive at loc 3. " dropped
     assert CountingEnv.sent[0] == "think: find the apple"  # a thought is stepped in the game, as the reference does
     assert result["score"] == 100.0 and result["mean_steps"] == 4.0
     assert result["per_type"] == {"puttwo": {"successes": 1, "n": 1}}

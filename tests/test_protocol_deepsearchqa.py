@@ -23,8 +23,10 @@ class Recorder:
 
     def search(self, query: str) -> list[dict[str, str]]:
         self.queries.append(query)
-        return [{"title": "Cagoren1", "snippet": "Its capital city is Fahalis1.", "url": "u"},
-                {"title": "x", "snippet": "second", "url": "v"}]
+        return [
+            {"title": "Cagoren1", "snippet": "Its capital city is Fahalis1.", "url": "u"},
+            {"title": "x", "snippet": "second", "url": "v"},
+        ]
 
 
 def _react(replies: list[str], max_steps: int = 6) -> tuple[list[str], FakeGenerator, Recorder]:
@@ -36,8 +38,9 @@ def test_an_action_on_its_own_line_is_cut_off_and_the_answer_forced():
     answers, gen, backend = _react([" I should search.\nAction: search[Cagoren1 capital]", " Paris"])
     assert answers == ["Paris"] and backend.queries == []  # the search never ran
     assert gen.stops == [ev.PAPER_STOP, "]"]
-    assert gen.prompts[0] == (f"{ev.PAPER_SYSTEM}\n\nQuestion: Capital of Cagoren1?\nAnswer type: Single Answer"
-                              "\n\nThought:")
+    assert gen.prompts[0] == (
+        f"{ev.PAPER_SYSTEM}\n\nQuestion: Capital of Cagoren1?\nAnswer type: Single Answer\n\nThought:"
+    )
     assert gen.prompts[1] == gen.prompts[0] + " I should search.\nAction: answer["
 
 
@@ -48,8 +51,10 @@ def test_an_inline_search_runs_and_an_empty_forced_answer_is_the_answer():
 
 
 def test_the_placeholder_is_rejected_and_the_last_real_answer_kept_after_the_last_step():
-    answers, gen, _ = _react([" ok Action: answer[Your final answer]", " ok Action: answer[Fahalis1] Action: "
-                              "answer[your final answer]"], max_steps=2)
+    answers, gen, _ = _react(
+        [" ok Action: answer[Your final answer]", " ok Action: answer[Fahalis1] Action: answer[your final answer]"],
+        max_steps=2,
+    )
     assert "\nThat is not a valid answer. Please think again.\nThought:" in gen.prompts[1]
     assert answers == ["Fahalis1"]  # the first answer[...] of step 2 is real, so it is taken at once
     answers, _, _ = _react([" x", "your final answer"], max_steps=1)
@@ -58,14 +63,22 @@ def test_the_placeholder_is_rejected_and_the_last_real_answer_kept_after_the_las
 
 def test_paper_sends_empty_answers_to_the_judge_with_its_prompt(tmp_path):
     (tmp_path / "heldout").mkdir()
-    (tmp_path / "heldout" / "test.jsonl").write_text('{"problem": "Capital of Cagoren1?", "answer": "Fahalis1", '
-                                                     '"answer_type": "Single Answer"}\n')
-    TASK.evaluator.search.build_index([{"title": "t", "text": "Its capital city is Fahalis1.", "url": "u"}],
-                                      tmp_path / "corpus.sqlite")
+    (tmp_path / "heldout" / "test.jsonl").write_text(
+        '{"problem": "Capital of Cagoren1?", "answer": "Fahalis1", "answer_type": "Single Answer"}\n'
+    )
+    TASK.evaluator.search.build_index(
+        [{"title": "t", "text": "Its capital city is Fahalis1.", "url": "u"}], tmp_path / "corpus.sqlite"
+    )
     with stub_llm(lambda body, headers: (200, completion("Correct.\nbecause"))) as (url, seen):
-        details = ev.evaluate(FakeGenerator(replies=[" hmm", ""], cut=True), tmp_path / "heldout", {
-            **TASK.spec.eval, "search": {"backend": "local", "corpus": str(tmp_path / "corpus.sqlite")},
-            "judge": {"base_url": url, "model": "stub-judge", "retries": 0}})
+        details = ev.evaluate(
+            FakeGenerator(replies=[" hmm", ""], cut=True),
+            tmp_path / "heldout",
+            {
+                **TASK.spec.eval,
+                "search": {"backend": "local", "corpus": str(tmp_path / "corpus.sqlite")},
+                "judge": {"base_url": url, "model": "stub-judge", "retries": 0},
+            },
+        )
     assert details["answered"] == 0 and details["correct"] == 1 and details["score"] == 100.0  # the quirk
     prompt = seen[0]["body"]["messages"][-1]["content"]
     assert seen[0]["body"]["messages"][0]["content"] == ev.PAPER_JUDGE_SYSTEM and "Predicted answer: \n" in prompt

@@ -35,15 +35,18 @@ def test_synthetic_goals_are_get_synthetic_goals_in_simservers_order(prepared):
             continue
         names = sorted(product["options"])
         for combo in itertools.product(*(product["options"][n] for n in names)):
-            text = ins[asin]["instruction"] + (" with " + ", and ".join(f"{n}: {v}" for n, v in zip(names, combo))
-                                               if names else "")
+            text = ins[asin]["instruction"] + (
+                " with " + ", and ".join(f"{n}: {v}" for n, v in zip(names, combo)) if names else ""
+            )
             expected.append((asin, text, dict(zip(names, combo)), ins[asin]["instruction_attributes"]))
     state = random.getstate()
     random.seed(233)
     random.shuffle(expected)
     random.setstate(state)
-    got = [(g["asin"], g["instruction_text"].split(", and price lower than")[0], g["goal_options"], g["attributes"])
-           for g in prepared.synthetic]
+    got = [
+        (g["asin"], g["instruction_text"].split(", and price lower than")[0], g["goal_options"], g["attributes"])
+        for g in prepared.synthetic
+    ]
     assert got == expected[:N_HELDOUT] and len(expected) > 20
     caps = {}
     for goal in prepared.synthetic:  # one price cap per product, above its price
@@ -65,14 +68,16 @@ def _chat_script(prepared, scripts: dict[str, list[str]]) -> FakeGenerator:
         instruction = re.search(r"\nInstruction: (.*?)\n\nAvailable actions:", prompt).group(1)
         step_no = int(re.findall(r"Action (\d+):", prompt)[-1])
         return scripts[instruction][step_no - 1] + "\nmore text"
+
     return FakeGenerator(script=step, tokenizer=_tokenizer)
 
 
 def _options(prepared, goal: dict, right: bool) -> list[str]:
     product = prepared.catalogue.products[goal["asin"]]
-    return [goal["goal_options"][n] if right else next(v for v in product["options"][n]
-                                                         if v != goal["goal_options"][n])
-            for n in sorted(goal["goal_options"])]
+    return [
+        goal["goal_options"][n] if right else next(v for v in product["options"][n] if v != goal["goal_options"][n])
+        for n in sorted(goal["goal_options"])
+    ]
 
 
 def _evaluate(prepared, gen, protocol="paper") -> dict:
@@ -80,9 +85,15 @@ def _evaluate(prepared, gen, protocol="paper") -> dict:
 
 
 def test_paper_grades_synthetic_goals_with_the_references_prompt(prepared):
-    scripts = {g["instruction_text"]: [f"search[{g['query']}]", f"Action: click[{g['asin'].lower()}]",
-                                       *(f"choose[{o}]" for o in _options(prepared, g, True)), "click[buy now]"]
-               for g in prepared.synthetic}
+    scripts = {
+        g["instruction_text"]: [
+            f"search[{g['query']}]",
+            f"Action: click[{g['asin'].lower()}]",
+            *(f"choose[{o}]" for o in _options(prepared, g, True)),
+            "click[buy now]",
+        ]
+        for g in prepared.synthetic
+    }
     gen = _chat_script(prepared, scripts)
     result = _evaluate(prepared, gen)
     assert (result["score"], result["reward_1_rate"], result["mean_reward"]) == (100.0, 100.0, 1.0)
@@ -90,17 +101,25 @@ def test_paper_grades_synthetic_goals_with_the_references_prompt(prepared):
     first = gen.prompts[0]
     assert first.startswith(f"System: {ws.PAPER_SYSTEM}\nUser: You are shopping on an e-commerce website.")
     assert "\n\nAvailable actions:\n  search[<your query>]\n  click[search]\n\nRules:\n" in first
-    assert first.endswith("\nObservation 1: WebShop [SEP] Instruction: [SEP] "
-                          f"{prepared.synthetic[0]['instruction_text']} [SEP] Search\nAction 1:\nAssistant:")
+    assert first.endswith(
+        "\nObservation 1: WebShop [SEP] Instruction: [SEP] "
+        f"{prepared.synthetic[0]['instruction_text']} [SEP] Search\nAction 1:\nAssistant:"
+    )
     assert set(gen.stops) == {"\n"}
 
 
 def test_paper_counts_half_rewards_as_successes_and_a2rl_does_not(prepared):
     with_options = [g for g in prepared.synthetic if g["goal_options"]]
     assert with_options
-    scripts = {g["instruction_text"]: [f"search[{g['query']}]", f"click[{g['asin']}]",
-                                       *(f"click[{o}]" for o in _options(prepared, g, False)), "click[buy now]"]
-               for g in prepared.synthetic}
+    scripts = {
+        g["instruction_text"]: [
+            f"search[{g['query']}]",
+            f"click[{g['asin']}]",
+            *(f"click[{o}]" for o in _options(prepared, g, False)),
+            "click[buy now]",
+        ]
+        for g in prepared.synthetic
+    }
     result = _evaluate(prepared, _chat_script(prepared, scripts))
     rewards = []
     for g in prepared.synthetic:

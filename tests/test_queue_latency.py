@@ -75,8 +75,9 @@ def drive(grader: GradingDaemon, run_id: str, idle_sleeps: int = 20) -> tuple[fl
 
 @pytest.fixture
 def grader(tmp_path, tiny_model) -> tuple[GradingDaemon, str]:
-    sweep, (run,) = open_sweep(write_sweep(tmp_path, grader={"poll_s": POLL_S, "lease_s": 5,
-                                                             "idle_timeout_s": 3600}), tmp_path / "sd")
+    sweep, (run,) = open_sweep(
+        write_sweep(tmp_path, grader={"poll_s": POLL_S, "lease_s": 5, "idle_timeout_s": 3600}), tmp_path / "sd"
+    )
     return GradingDaemon(sweep), run.run_id
 
 

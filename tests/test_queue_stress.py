@@ -23,8 +23,12 @@ SUBMITTERS, EACH = 20, 10
 
 def start_grader(sweep_dir: Path, log: Path, hold: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "A2RL_TEST_HOLD_GRADING": str(hold)} if hold else None
-    return subprocess.Popen([sys.executable, "-m", "a2rl", "grade", str(sweep_dir)], env=env,
-                            stdout=open(log, "a"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "a2rl", "grade", str(sweep_dir)],
+        env=env,
+        stdout=open(log, "a"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def kill_mid_evaluation(grader: subprocess.Popen, sweep_dir: Path, hold: Path, timeout: float = 120) -> str:
@@ -38,8 +42,11 @@ def kill_mid_evaluation(grader: subprocess.Popen, sweep_dir: Path, hold: Path, t
         assert grader.poll() is None, f"the grader exited ({grader.returncode}) before evaluating"
         assert time.monotonic() < deadline, "the grader never started an evaluation"
         time.sleep(0.01)
-    held = [lease for f in (sweep_dir / "queue" / "leases").glob("*.json")
-            if (lease := Lease.load(f)).holder.endswith(f":{grader.pid}")]
+    held = [
+        lease
+        for f in (sweep_dir / "queue" / "leases").glob("*.json")
+        if (lease := Lease.load(f)).holder.endswith(f":{grader.pid}")
+    ]
     assert len(held) == 1, held
     os.kill(grader.pid, signal.SIGKILL)
     grader.wait()
@@ -60,14 +67,20 @@ def wait_recorded(sweep_dir: Path, n: int, timeout: float = 300) -> None:
 
 @pytest.mark.slow  # a whole sweep
 def test_no_submission_lost_or_doubled_when_the_grader_is_killed(tmp_path, tiny_model):
-    spec = write_sweep(tmp_path, seeds=list(range(SUBMITTERS)),
-                       grader={"poll_s": 0.02, "lease_s": 3, "idle_timeout_s": 600})
+    spec = write_sweep(
+        tmp_path, seeds=list(range(SUBMITTERS)), grader={"poll_s": 0.02, "lease_s": 3, "idle_timeout_s": 600}
+    )
     sweep, runs = open_sweep(spec, tmp_path / "sd")
     log, hold = tmp_path / "grader.log", tmp_path / "hold"
     grader = start_grader(sweep.root, log, hold)
-    submitters = [subprocess.Popen([sys.executable, str(FIXTURES / "stress_submitter.py"), str(sweep.root),
-                                    run.run_id, str(EACH), str(i)], stdout=subprocess.PIPE, text=True)
-                  for i, run in enumerate(runs)]
+    submitters = [
+        subprocess.Popen(
+            [sys.executable, str(FIXTURES / "stress_submitter.py"), str(sweep.root), run.run_id, str(EACH), str(i)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i, run in enumerate(runs)
+    ]
     killed = []
     try:
         wait_recorded(sweep.root, 30)

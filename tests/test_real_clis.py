@@ -63,11 +63,13 @@ def cli_env(monkeypatch):
     def setup(name: str, url: str) -> str:
         _, url_var, suffix, _ = CLIS[name]
         return use_real_cli(monkeypatch, name, url_var, url + suffix)
+
     return setup
 
 
-def every_cli_sweep(tmp_path_factory, plan: list[Step], **fields) -> tuple[SweepDir, dict[str, RunResult],
-                                                                          ScriptedModel, dict[str, set[str]]]:
+def every_cli_sweep(
+    tmp_path_factory, plan: list[Step], **fields
+) -> tuple[SweepDir, dict[str, RunResult], ScriptedModel, dict[str, set[str]]]:
     """One sweep of the four CLIs, each with its own driver, whose runs go in parallel against the scripted
     server with `plan`: the sweep, each run's result by stack, the server's model, and each stack's keys as the
     launcher held them."""
@@ -75,8 +77,12 @@ def every_cli_sweep(tmp_path_factory, plan: list[Step], **fields) -> tuple[Sweep
         for name, (_, url_var, suffix, _) in CLIS.items():
             use_real_cli(mp, name, url_var, url + suffix)
         keys = {name: {os.environ[var] for var in agent_registry().get(name).credential_vars()} for name in CLIS}
-        sweep = launch(tmp_path_factory.mktemp("clis"), network="full", **fields,
-                       agents=[{"name": name, "drivers": [CLIS[name][0]]} for name in sorted(CLIS)])
+        sweep = launch(
+            tmp_path_factory.mktemp("clis"),
+            network="full",
+            **fields,
+            agents=[{"name": name, "drivers": [CLIS[name][0]]} for name in sorted(CLIS)],
+        )
     return sweep, results_by_agent(sweep), model, keys
 
 
@@ -90,8 +96,9 @@ def wrap_up_sweep(tmp_path_factory):
     # each reaches its wait in under 40 s here (2 busy cores, the four at once); the signal comes 4.5 s before
     # the end. The grader's idle limit is far shorter than the runs: it must stay while they are at work, so
     # the auto-submissions find it.
-    return every_cli_sweep(tmp_path_factory, PLAN_WRAP_UP, budget=90,
-                           grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20})
+    return every_cli_sweep(
+        tmp_path_factory, PLAN_WRAP_UP, budget=90, grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20}
+    )
 
 
 def files_holding(root: Path, text: str) -> list[str]:
@@ -142,8 +149,9 @@ def test_real_cli_gets_the_wrap_up_signal_and_times_out(wrap_up_sweep, name):
         assert usage.calls >= 1 and usage.input_tokens > 0 and result.failure_reason is None, result.failure_reason
     else:  # no totals: the reason says so
         assert usage.calls == 0 and usage.input_tokens is None
-        assert result.failure_reason.startswith(f"the agent CLI `{name}` printed no transcript record the "
-                                                f"`{name}` parser reads before it was stopped ("), result.failure_reason
+        assert result.failure_reason.startswith(
+            f"the agent CLI `{name}` printed no transcript record the `{name}` parser reads before it was stopped ("
+        ), result.failure_reason
 
 
 @pytest.mark.slow  # a whole sweep with the real claude
@@ -156,8 +164,9 @@ def test_a_crashing_cli_gives_a_result_that_says_so(tmp_path, cli_env):
     result = only_result(sweep)
     log = (sweep.run_dir(result.run_id) / "agent.log").read_text()
     assert requests and result.status == "ok" and result.agent_exit_code not in (0, None), log[-3000:]
-    assert result.failure_reason.startswith(f"the agent CLI `claude` exited with code {result.agent_exit_code} "
-                                            "(its last output line: "), result.failure_reason
+    assert result.failure_reason.startswith(
+        f"the agent CLI `claude` exited with code {result.agent_exit_code} (its last output line: "
+    ), result.failure_reason
     assert "scripted refusal" in result.failure_reason
 
 
@@ -185,14 +194,30 @@ def test_opencode_speaks_chat_completions_with_an_openai_compatible_provider(tmp
         (tmp_path / "code").mkdir()
         (tmp_path / "home").mkdir()
         config = tmp_path / "opencode.json"
-        config.write_text(json.dumps({"provider": {"loc": {
-            "npm": "@ai-sdk/openai-compatible", "name": "loc", "options": {"baseURL": url + "/v1", "apiKey": "x"},
-            "models": {"m": {"name": "m"}}}}}))
+        config.write_text(
+            json.dumps(
+                {
+                    "provider": {
+                        "loc": {
+                            "npm": "@ai-sdk/openai-compatible",
+                            "name": "loc",
+                            "options": {"baseURL": url + "/v1", "apiKey": "x"},
+                            "models": {"m": {"name": "m"}},
+                        }
+                    }
+                }
+            )
+        )
         binary = agent_registry().get("opencode").find_cli(dict(os.environ))
-        proc = subprocess.run([binary, "run", "--model", "loc/m", "--format", "json", "go"], cwd=tmp_path / "code",
-                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"),
-                                   "OPENCODE_CONFIG": str(config)},
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [binary, "run", "--model", "loc/m", "--format", "json", "go"],
+            cwd=tmp_path / "code",
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "OPENCODE_CONFIG": str(config)},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {path for path, _ in requests} == {"/v1/chat/completions"}
     assert any(json.loads(body).get("stream") for _, body in requests)

@@ -32,10 +32,16 @@ def openhands_sweep(tmp_path_factory):
         key = use_real_cli(mp, "openhands", "LLM_BASE_URL", url + "/v1")
         # the grader's idle limit is far shorter than the runs: it must stay while they are at work, so the
         # auto-submission finds it
-        sweep = launch(tmp_path_factory.mktemp("openhands"), network="full", budget=150,
-                       agents=[{"name": "openhands", "drivers": ["openai/gpt-5.4"]},
-                               {"name": "openhands", "label": "openhands-wrap-up", "drivers": ["openai/gpt-4o"]}],
-                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20})
+        sweep = launch(
+            tmp_path_factory.mktemp("openhands"),
+            network="full",
+            budget=150,
+            agents=[
+                {"name": "openhands", "drivers": ["openai/gpt-5.4"]},
+                {"name": "openhands", "label": "openhands-wrap-up", "drivers": ["openai/gpt-4o"]},
+            ],
+            grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20},
+        )
     return sweep, results_by_agent(sweep), server_model, key
 
 
@@ -44,8 +50,13 @@ def test_openhands_state_parses():
     table for gpt-5.4)."""
     text = (FIXTURE / "stdout.jsonl").read_text() + (FIXTURE / "base_state.json").read_text()
     u = parse_usage("openhands", text)
-    assert (u.calls, u.input_tokens, u.cached_input_tokens, u.output_tokens, u.cost_usd) == \
-        (6, 27055, 60, 120, 0.069303)
+    assert (u.calls, u.input_tokens, u.cached_input_tokens, u.output_tokens, u.cost_usd) == (
+        6,
+        27055,
+        60,
+        120,
+        0.069303,
+    )
     assert parse_usage("openhands", (FIXTURE / "stdout.jsonl").read_text()).input_tokens is None  # none on stdout
     stopped = '{"stats": {"usage_to_metrics": {"agent": {"accumulated_cost": 0.0, "response_latencies": []}}}}'
     assert parse_usage("openhands", stopped).input_tokens is None  # zeros of a state never finished: unknown
@@ -105,5 +116,6 @@ def test_real_openhands_gets_the_wrap_up_signal_and_times_out(openhands_sweep):
     assert "auto-submitting" in log and result.scores == [0.0], log[-3000:]
     # its state file gets its totals only when the conversation ends: stopped, they are unknown, and it says so
     assert result.usage.calls == 0 and result.usage.input_tokens is None
-    assert result.failure_reason.startswith("the agent CLI `openhands` printed no transcript record the `openhands` "
-                                            "parser reads before it was stopped ("), result.failure_reason
+    assert result.failure_reason.startswith(
+        "the agent CLI `openhands` printed no transcript record the `openhands` parser reads before it was stopped ("
+    ), result.failure_reason

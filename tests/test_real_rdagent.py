@@ -31,10 +31,16 @@ def rdagent_sweep(tmp_path_factory):
         key = use_real_cli(mp, "rdagent", "OPENAI_API_BASE", url + "/v1")
         # the grader's idle limit is far shorter than the runs: it must stay while they are at work, so the
         # auto-submission finds it
-        sweep = launch(tmp_path_factory.mktemp("rdagent"), network="full", budget=120,
-                       agents=[{"name": "rdagent", "args": {"loop_n": 1}, "drivers": ["openai/gpt-5.4"]},
-                               {"name": "rdagent", "label": "rdagent-wrap-up", "drivers": ["openai/gpt-4o"]}],
-                       grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20})
+        sweep = launch(
+            tmp_path_factory.mktemp("rdagent"),
+            network="full",
+            budget=120,
+            agents=[
+                {"name": "rdagent", "args": {"loop_n": 1}, "drivers": ["openai/gpt-5.4"]},
+                {"name": "rdagent", "label": "rdagent-wrap-up", "drivers": ["openai/gpt-4o"]},
+            ],
+            grader={"poll_s": 0.05, "lease_s": 5, "idle_timeout_s": 20},
+        )
     return sweep, results_by_agent(sweep), server_model, key
 
 

@@ -21,8 +21,12 @@ def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess:
     exe = shutil.which("chromium")
     if exe is None:
         pytest.fail("no chromium: tools/test.sh installs Debian's package (apt-get install chromium)")
-    return subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'chr'}",
-                           *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'chr'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow  # the demo sweep

@@ -19,8 +19,19 @@ from a2rl.store.results import AgentUsage, RunResult
 from conftest import a2rl
 from test_tables import sweep  # noqa: F401 (the fixture: the synthetic sweep with known numbers)
 
-ALL_TABLES = ["--layout", "paper", "--by", "mode", "--pass-at", "1,2", "--scaling", "--routes", "--failures", "--usage",
-              "--submissions"]
+ALL_TABLES = [
+    "--layout",
+    "paper",
+    "--by",
+    "mode",
+    "--pass-at",
+    "1,2",
+    "--scaling",
+    "--routes",
+    "--failures",
+    "--usage",
+    "--submissions",
+]
 GOLDEN = Path(__file__).parent / "fixtures" / "report_speed" / "all_tables.txt"
 
 
@@ -56,8 +67,9 @@ def test_read_many_gives_each_files_bytes_or_error_in_order(tmp_path, monkeypatc
         if i % 7:
             path.write_text(f"x{i}")
     out = records.read_many(paths, threads=4, probe=10)
-    assert [o if isinstance(o, bytes) else type(o) for o in out] == \
-           [f"x{i}".encode() if i % 7 else FileNotFoundError for i in range(100)]
+    assert [o if isinstance(o, bytes) else type(o) for o in out] == [
+        f"x{i}".encode() if i % 7 else FileNotFoundError for i in range(100)
+    ]
     assert (len(readers) > 1) == slow
     assert Note.load_or_none(paths[0], out[0]) is None  # a missing file read ahead loads as None, as when not
     with pytest.raises(RecordError, match=f"cannot read Note from {paths[1]}"):
@@ -67,10 +79,13 @@ def test_read_many_gives_each_files_bytes_or_error_in_order(tmp_path, monkeypatc
 def test_aggregate_imports_no_plotting_or_ml_library(sweep):  # noqa: F811
     """Their imports would cost `a2rl aggregate` a second or more of its 3."""
     heavy = ("matplotlib", "numpy", "torch", "pandas", "sklearn", "transformers", "PIL")
-    code = ("import sys; from a2rl.cli import main; main(['aggregate', *sys.argv[1:]]); "
-            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code, str(sweep.root), *ALL_TABLES], capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        "import sys; from a2rl.cli import main; main(['aggregate', *sys.argv[1:]]); "
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(sweep.root), *ALL_TABLES], capture_output=True, text=True, check=True
+    ).stdout
     assert out.splitlines()[-1] == "[]"
 
 
@@ -80,14 +95,17 @@ class Note(Record):
     at: float = 0.0
 
 
-@pytest.mark.parametrize("content, error", [
-    ('{"schema_version": 2, "text": "hi"', "cannot read Note from"),
-    ('{"text": "hi"}', "Note schema_version None, this a2rl reads 2"),
-    ('{"schema_version": 1, "text": "hi"}', "Note schema_version 1, this a2rl reads 2"),
-    ('{"schema_version": 2, "text": 3}', "not a valid Note: 1 validation error for Note"),
-    ('{"schema_version": 2, "text": "hi", "x": 1}', "not a valid Note: 1 validation error for Note"),
-    ('[2]', "Note schema_version None, this a2rl reads 2"),
-])
+@pytest.mark.parametrize(
+    "content, error",
+    [
+        ('{"schema_version": 2, "text": "hi"', "cannot read Note from"),
+        ('{"text": "hi"}', "Note schema_version None, this a2rl reads 2"),
+        ('{"schema_version": 1, "text": "hi"}', "Note schema_version 1, this a2rl reads 2"),
+        ('{"schema_version": 2, "text": 3}', "not a valid Note: 1 validation error for Note"),
+        ('{"schema_version": 2, "text": "hi", "x": 1}', "not a valid Note: 1 validation error for Note"),
+        ("[2]", "Note schema_version None, this a2rl reads 2"),
+    ],
+)
 def test_a_record_that_does_not_load_says_why(tmp_path, content, error):
     path = tmp_path / "note.json"
     path.write_text(content)
@@ -104,11 +122,28 @@ def test_a_non_utf8_record_does_not_load(tmp_path):
 
 def test_a_record_loads_as_its_parsed_json_validates_and_still_verifies(tmp_path):
     """Floats, big integers, None and nested models come back exactly, so the signature still verifies."""
-    result = RunResult(run_id="r", task="gsm8k", protocol="paper", agent="claude", driver="d", model="m", seed=3,
-                       status="ok", baseline=1 / 3, best=0.1 + 0.2, improvement=1e-17, submissions=2,
-                       valid_submissions=1, scores=[None, 2.5e-300], submitted_budget_s=[1e21, None],
-                       submitted_tokens=[2**62, None], budget_s=36000, started_at=0, ended_at=1.5,
-                       usage=AgentUsage(parser="claude", input_tokens=10**15, cost_usd=1e-9))
+    result = RunResult(
+        run_id="r",
+        task="gsm8k",
+        protocol="paper",
+        agent="claude",
+        driver="d",
+        model="m",
+        seed=3,
+        status="ok",
+        baseline=1 / 3,
+        best=0.1 + 0.2,
+        improvement=1e-17,
+        submissions=2,
+        valid_submissions=1,
+        scores=[None, 2.5e-300],
+        submitted_budget_s=[1e21, None],
+        submitted_tokens=[2**62, None],
+        budget_s=36000,
+        started_at=0,
+        ended_at=1.5,
+        usage=AgentUsage(parser="claude", input_tokens=10**15, cost_usd=1e-9),
+    )
     path, key = tmp_path / "result.json", b"k" * 32
     result.sign(key).dump(path)
     written = result.model_copy(update={"schema_version": RunResult.SCHEMA})
@@ -116,13 +151,15 @@ def test_a_record_loads_as_its_parsed_json_validates_and_still_verifies(tmp_path
     assert RunResult.load_verified(path, key) == written
 
 
-CELLS = [("a", 100.0, 10.0, [(0, [(20.0, 30.0), (60.0, 25.0)]), (1, [(50.0, 5.0)])]),
-         ("b", 50.0, None, [(0, [(5.0, 3.0)]), (1, [(7.0, 1.0)])]),
-         ("one value", 100.0, None, [(0, [(5.0, 3.0)])]),
-         ("zero", 100.0, 0.0, [(0, [(5.0, 0.0)])]),
-         ("baseline only", 100.0, 10.0, []),
-         ("nothing", 100.0, None, []),
-         ("many", 100.0, 2.0, [(s, [(10.0 * s, float(s))]) for s in range(9)])]
+CELLS = [
+    ("a", 100.0, 10.0, [(0, [(20.0, 30.0), (60.0, 25.0)]), (1, [(50.0, 5.0)])]),
+    ("b", 50.0, None, [(0, [(5.0, 3.0)]), (1, [(7.0, 1.0)])]),
+    ("one value", 100.0, None, [(0, [(5.0, 3.0)])]),
+    ("zero", 100.0, 0.0, [(0, [(5.0, 0.0)])]),
+    ("baseline only", 100.0, 10.0, []),
+    ("nothing", 100.0, None, []),
+    ("many", 100.0, 2.0, [(s, [(10.0 * s, float(s))]) for s in range(9)]),
+]
 
 
 def test_cell_plots_scale_as_matplotlib_autoscaling_would(tmp_path, monkeypatch):
@@ -154,8 +191,9 @@ def test_a_cells_plot_does_not_depend_on_the_cells_drawn_before_it(tmp_path):
     for i, cell in enumerate(CELLS):
         html.plot_cells([(cell, str(tmp_path / "alone" / "p.png"))])
         assert (tmp_path / f"{i}.png").read_bytes() == (tmp_path / "alone" / "p.png").read_bytes(), cell[0]
-    assert [(tmp_path / f"{i}.png").read_bytes() for i in (0, 1)] == \
-           [(tmp_path / f"{i}.png").read_bytes() for i in (len(CELLS), len(CELLS) + 1)]
+    assert [(tmp_path / f"{i}.png").read_bytes() for i in (0, 1)] == [
+        (tmp_path / f"{i}.png").read_bytes() for i in (len(CELLS), len(CELLS) + 1)
+    ]
 
 
 def test_only_a_missing_record_loads_as_none(tmp_path):

@@ -74,11 +74,14 @@ def test_a_root_that_cannot_be_created_names_its_setting(tmp_path):
     assert len(e.value.lines) == 1 and "scratch root" in e.value.lines[0] and "A2RL_SCRATCH" in e.value.lines[0]
 
 
-@pytest.mark.parametrize("variable, field, setting", [
-    ("A2RL_SCRATCH", None, "scratch_root"),
-    (None, "data_root", "data_root"),
-    ("A2RL_CACHE", None, "A2RL_CACHE"),
-])
+@pytest.mark.parametrize(
+    "variable, field, setting",
+    [
+        ("A2RL_SCRATCH", None, "scratch_root"),
+        (None, "data_root", "data_root"),
+        ("A2RL_CACHE", None, "A2RL_CACHE"),
+    ],
+)
 def test_launch_with_a_root_it_cannot_use_is_one_line(tmp_path, tiny_model, variable, field, setting):
     """The launch (its preparation and audit) stops with one line naming the setting: no traceback."""
     blocker = tmp_path / "a-file"
@@ -87,8 +90,13 @@ def test_launch_with_a_root_it_cannot_use_is_one_line(tmp_path, tiny_model, vari
     if variable:
         env[variable] = str(blocker / "root")
     spec = write_sweep(tmp_path, **({field: str(blocker / "root")} if field else {}))
-    proc = subprocess.run([sys.executable, "-m", "a2rl", "launch", str(spec), "--sweep-dir", str(tmp_path / "sd")],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl", "launch", str(spec), "--sweep-dir", str(tmp_path / "sd")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -107,5 +115,8 @@ def test_a_run_whose_scratch_root_cannot_be_used_fails_with_that_line(tmp_path, 
     (run,) = sweep.runs()
     result = AgentRun(sweep, run.run_id).execute()
     assert result.status == "failed"
-    assert result.failure_reason.startswith("run set-up failed: scratch root ") and "A2RL_SCRATCH" in \
-        result.failure_reason and "\n" not in result.failure_reason, result.failure_reason
+    assert (
+        result.failure_reason.startswith("run set-up failed: scratch root ")
+        and "A2RL_SCRATCH" in result.failure_reason
+        and "\n" not in result.failure_reason
+    ), result.failure_reason

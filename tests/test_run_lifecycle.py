@@ -35,8 +35,15 @@ def test_grading_wait_reacts_to_a_time_limit_signal_during_the_wait():
     clock = FakeClock()
     start = clock.now
     clock.at[start + 5] = lambda: kill.append(clock.now + 30)
-    why = wait_for_grading(lambda: False, max_wait_s=3600, poll_s=1.0, kill_at=lambda: kill[0] if kill else None,
-                           terminated=threading.Event(), clock=clock, sleep=clock.sleep)
+    why = wait_for_grading(
+        lambda: False,
+        max_wait_s=3600,
+        poll_s=1.0,
+        kill_at=lambda: kill[0] if kill else None,
+        terminated=threading.Event(),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert why == "time limit"
     assert kill[0] - job_module.KILL_MARGIN_S <= clock.now < kill[0] - job_module.KILL_MARGIN_S + 1.0
 
@@ -45,17 +52,47 @@ def test_grading_wait_ends_at_sigterm_at_max_wait_and_when_graded():
     term = threading.Event()
     clock = FakeClock()
     clock.at[clock.now + 3] = term.set
-    assert wait_for_grading(lambda: False, max_wait_s=3600, poll_s=1.0, kill_at=lambda: None, terminated=term,
-                            clock=clock, sleep=clock.sleep) == "SIGTERM"
+    assert (
+        wait_for_grading(
+            lambda: False,
+            max_wait_s=3600,
+            poll_s=1.0,
+            kill_at=lambda: None,
+            terminated=term,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        == "SIGTERM"
+    )
     assert clock.now < 1000 + 3600
     clock = FakeClock()
-    assert wait_for_grading(lambda: False, max_wait_s=50, poll_s=1.0, kill_at=lambda: None,
-                            terminated=threading.Event(), clock=clock, sleep=clock.sleep) == "max_wait_s"
+    assert (
+        wait_for_grading(
+            lambda: False,
+            max_wait_s=50,
+            poll_s=1.0,
+            kill_at=lambda: None,
+            terminated=threading.Event(),
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        == "max_wait_s"
+    )
     assert 1050 <= clock.now < 1051
     clock = FakeClock()
     graded = iter([False, False, True])
-    assert wait_for_grading(lambda: next(graded), max_wait_s=50, poll_s=1.0, kill_at=lambda: None,
-                            terminated=threading.Event(), clock=clock, sleep=clock.sleep) == "graded"
+    assert (
+        wait_for_grading(
+            lambda: next(graded),
+            max_wait_s=50,
+            poll_s=1.0,
+            kill_at=lambda: None,
+            terminated=threading.Event(),
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        == "graded"
+    )
     assert clock.now == 1002
 
 
@@ -70,17 +107,45 @@ def test_mark_lost_lists_ungraded_submissions_and_a_refresh_folds_their_scores_i
     sweep = new_sweep(tmp_path)
     (run,) = sweep.runs()
     queued = [sweep.queue.submit(run.run_id, f"output/v{i}", lambda sid: None, "test entry") for i in range(2)]
-    sweep.ledger.record(LedgerEntry(submission_id=queued[0].submission_id, run_id=run.run_id, seq=1,
-                                    submitted_at=queued[0].submitted_at, claimed_at=1.0, graded_at=2.0,
-                                    status="scored", score=40.0, model_path="output/v0", task="echo", protocol="paper",
-                                    evaluator_version=1, grader="g", attempt=1))
+    sweep.ledger.record(
+        LedgerEntry(
+            submission_id=queued[0].submission_id,
+            run_id=run.run_id,
+            seq=1,
+            submitted_at=queued[0].submitted_at,
+            claimed_at=1.0,
+            graded_at=2.0,
+            status="scored",
+            score=40.0,
+            model_path="output/v0",
+            task="echo",
+            protocol="paper",
+            evaluator_version=1,
+            grader="g",
+            attempt=1,
+        )
+    )
     lost = mark_lost(sweep, run, "job ended without a result: node lost")
     assert lost.status == "failed" and lost.submissions == 2 and lost.ungraded_submissions == 1
     assert lost.scores == [40.0] and lost.best == 40.0
-    sweep.ledger.record(LedgerEntry(submission_id=queued[1].submission_id, run_id=run.run_id, seq=2,
-                                    submitted_at=queued[1].submitted_at, claimed_at=3.0, graded_at=4.0,
-                                    status="scored", score=70.0, model_path="output/v1", task="echo", protocol="paper",
-                                    evaluator_version=1, grader="g", attempt=1))
+    sweep.ledger.record(
+        LedgerEntry(
+            submission_id=queued[1].submission_id,
+            run_id=run.run_id,
+            seq=2,
+            submitted_at=queued[1].submitted_at,
+            claimed_at=3.0,
+            graded_at=4.0,
+            status="scored",
+            score=70.0,
+            model_path="output/v1",
+            task="echo",
+            protocol="paper",
+            evaluator_version=1,
+            grader="g",
+            attempt=1,
+        )
+    )
     assert refresh_result(sweep, run.run_id) is not None
     done = RunResult.load(sweep.result_path(run.run_id))
     assert (done.status, done.failure_reason) == ("failed", "job ended without a result: node lost")
@@ -237,18 +302,27 @@ def test_an_interrupted_run_resumes_on_a_wiped_scratch_with_its_code_and_output(
     sweep = SweepDir(tmp_path / "sd")
     (run,) = sweep.runs()
     ws = sweep.workspace(run.run_id)
-    until(lambda: (ws / "output" / "v1" / "config.json").exists() and sweep.ledger.entries(run.run_id),
-          timeout=300, what="v0 scored and v1 saved")
+    until(
+        lambda: (ws / "output" / "v1" / "config.json").exists() and sweep.ledger.entries(run.run_id),
+        timeout=300,
+        what="v0 scored and v1 saved",
+    )
     job = sweep.status(run.run_id).job_id
     os.kill(int(job), signal.SIGTERM)
-    until(lambda: sweep.status(run.run_id).state == "interrupted" and LocalScheduler().states([job])[job].alive is False,
-          timeout=300, what="the job to stop")
+    until(
+        lambda: sweep.status(run.run_id).state == "interrupted" and LocalScheduler().states([job])[job].alive is False,
+        timeout=300,
+        what="the job to stop",
+    )
     saved = sweep.resume_dir(run.run_id)
     assert (saved / "output" / "v0" / "config.json").exists() and (saved / "output" / "v1" / "config.json").exists()
     shutil.rmtree(scratch)
     a2rl("launch", str(sweep.root), "--wait", check=True)
-    result = until(lambda: (r := RunResult.load(sweep.result_path(run.run_id))).ungraded_submissions == 0 and r,
-                   timeout=300, what="the auto-submission's score")
+    result = until(
+        lambda: (r := RunResult.load(sweep.result_path(run.run_id))).ungraded_submissions == 0 and r,
+        timeout=300,
+        what="the auto-submission's score",
+    )
     assert result.status == "timeout"
     assert [(e.seq, e.score) for e in sweep.ledger.entries(run.run_id)] == [(1, 10.0), (2, 25.0)]
     assert "workspace restored from" in (sweep.run_dir(run.run_id) / "agent.log").read_text()

@@ -17,11 +17,20 @@ from conftest import FIXTURES, REPO, a2rl, write_sweep
 def test_the_workspace_and_environment_name_the_protocol(tmp_path, tiny_model):
     task = get_task("echo", [FIXTURES / "tasks"])
     data = task.ensure_prepared(tmp_path / "data")
-    ws = create_workspace(tmp_path / "ws", task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO,
-                          protocol="a2rl")
+    ws = create_workspace(
+        tmp_path / "ws", task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO, protocol="a2rl"
+    )
     assert "scored under the `a2rl`\nprotocol" in (ws.root / "instructions.md").read_text()
-    env = agent_env(ws, task="echo", protocol="a2rl", model_name="tiny-llama", url="http://127.0.0.1:9", cpus=1,
-                    passthrough=[], python=Path(sys.executable))
+    env = agent_env(
+        ws,
+        task="echo",
+        protocol="a2rl",
+        model_name="tiny-llama",
+        url="http://127.0.0.1:9",
+        cpus=1,
+        passthrough=[],
+        python=Path(sys.executable),
+    )
     assert env["EVAL_PROTOCOL"] == "a2rl"
     assert not any(str(data.heldout_dir) in v or str(task.folder) in v for v in env.values())
 

@@ -81,11 +81,40 @@ def test_an_agent_cannot_change_what_is_recorded(tmp_path):
     assert not any(str(sweep.root) in v for v in report["env"].values())
     assert report["env"]["HOME"] == str(ws / "home")  # not the launcher's, where the data root lives
     assert not any("heldout" in p or p.endswith("test.jsonl") for p in report["seen"])
-    assert sorted(report["env"]) == sorted(set(report["env"]) & {
-        "PATH", "HOME", "LANG", "TMPDIR", "TASK", "EVAL_PROTOCOL", "BASE_MODEL", "WORKSPACE", "MODEL_PATH", "DATA_PATH",
-        "OUTPUT_DIR", "GRADING_SERVER_URL", "GRADING_TOKEN", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM",
-        "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONUNBUFFERED", "A2RL_RUN_TOKEN",
-        "CUDA_VISIBLE_DEVICES", "PWD", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"})
+    assert sorted(report["env"]) == sorted(
+        set(report["env"])
+        & {
+            "PATH",
+            "HOME",
+            "LANG",
+            "TMPDIR",
+            "TASK",
+            "EVAL_PROTOCOL",
+            "BASE_MODEL",
+            "WORKSPACE",
+            "MODEL_PATH",
+            "DATA_PATH",
+            "OUTPUT_DIR",
+            "GRADING_SERVER_URL",
+            "GRADING_TOKEN",
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "TOKENIZERS_PARALLELISM",
+            "HF_HUB_OFFLINE",
+            "HF_DATASETS_OFFLINE",
+            "TRANSFORMERS_OFFLINE",
+            "PYTHONUNBUFFERED",
+            "A2RL_RUN_TOKEN",
+            "CUDA_VISIBLE_DEVICES",
+            "PWD",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "NO_PROXY",
+            "no_proxy",
+        }
+    )
     # the train split is a read-only copy, not a link into the data root
     assert not (ws / "data").is_symlink()
     assert (ws / "data" / "train.jsonl").stat().st_mode & 0o222 == 0
@@ -108,8 +137,10 @@ def live_processes_with(needle: str) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if needle.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() \
-                    and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower():
+            if (
+                needle.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+                and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+            ):
                 found.append(int(pid))
         except OSError:
             continue
@@ -131,8 +162,9 @@ def test_a_failed_baseline_is_an_error_not_zero(tmp_path):
     for f in ("description.md", "prepare.py"):
         (broken / f).write_text((src / f).read_text())
     (broken / "task.yaml").write_text((src / "task.yaml").read_text().replace("name: echo", "name: broken"))
-    (broken / "evaluator.py").write_text("def evaluate(generator, heldout_dir, options):\n"
-                                         "    raise RuntimeError('judge unreachable')\n")
+    (broken / "evaluator.py").write_text(
+        "def evaluate(generator, heldout_dir, options):\n    raise RuntimeError('judge unreachable')\n"
+    )
     path = write_sweep(tmp_path, tasks=["broken"], task_paths=[str(tmp_path / "tasks")])
     proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"), "--wait")
     assert "baseline for broken/tiny-llama/paper failed: RuntimeError: judge unreachable" in proc.stdout

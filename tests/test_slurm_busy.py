@@ -23,14 +23,18 @@ if not slurm_available():
 pytestmark = pytest.mark.slurm
 QOS = "a2rl-test-qos"
 HELD = {"sbatch": {"begin": "now+1hour"}}  # queued PENDING, never started
-SLURM = {"executor": "slurm", "cluster": "local",
-         "grader": {"poll_s": 0.1, "lease_s": 10, "idle_timeout_s": 300, "mem_gb": 1}}
+SLURM = {
+    "executor": "slurm",
+    "cluster": "local",
+    "grader": {"poll_s": 0.1, "lease_s": 10, "idle_timeout_s": 300, "mem_gb": 1},
+}
 
 
 def queued(*job_ids: str) -> list[str]:
     arrays = sorted({j.split("_")[0] for j in job_ids})
-    return subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(arrays)], capture_output=True, text=True,
-                          check=True).stdout.split()
+    return subprocess.run(
+        ["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(arrays)], capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
 def sacctmgr(*args: str) -> None:
@@ -69,9 +73,16 @@ def test_relaunching_a_held_sweep_submits_nothing(tmp_path):
 
 def test_gres_gpu_requests_reach_slurm_as_gres(tmp_path, monkeypatch):
     (tmp_path / "clusters").mkdir()
-    (tmp_path / "clusters" / "gres.yaml").write_text(yaml.safe_dump(
-        {"name": "gres", "partition": "debug", "gres_gpu": "gpu",
-         "setup": ["source {a2rl_home}/slurm/job-setup.sh"]}))
+    (tmp_path / "clusters" / "gres.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "gres",
+                "partition": "debug",
+                "gres_gpu": "gpu",
+                "setup": ["source {a2rl_home}/slurm/job-setup.sh"],
+            }
+        )
+    )
     monkeypatch.setenv("A2RL_CLUSTERS_PATH", str(tmp_path / "clusters"))
     spec = write_sweep(tmp_path, resources={"gpus": 2, "mem_gb": 0.1, **HELD}, **{**SLURM, "cluster": "gres"})
     a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
@@ -90,13 +101,19 @@ def test_gres_gpu_requests_reach_slurm_as_gres(tmp_path, monkeypatch):
 def test_a_submission_refused_for_qos_leaves_runs_deferred(tmp_path, qos20):
     """The queue fills between the capacity check and sbatch (another sweep of the same user): sbatch refuses
     the array, and its runs are deferred, not failed."""
-    sweep, runs = open_sweep(write_sweep(tmp_path, seeds=list(range(5)), resources={"mem_gb": 0.1, "qos": qos20,
-                                                                                   **HELD}, **SLURM), tmp_path / "sd")
+    sweep, runs = open_sweep(
+        write_sweep(tmp_path, seeds=list(range(5)), resources={"mem_gb": 0.1, "qos": qos20, **HELD}, **SLURM),
+        tmp_path / "sd",
+    )
     scheduler = make_scheduler("slurm", sweep.spec, sweep.jobs / "t")
     assert scheduler.capacity() == 20
     for _ in range(18):
-        subprocess.run(["sbatch", "-q", qos20, "--begin", "now+1hour", "-p", "debug", "--mem", "100M", "--wrap",
-                        "true"], capture_output=True, check=True, timeout=60)
+        subprocess.run(
+            ["sbatch", "-q", qos20, "--begin", "now+1hour", "-p", "debug", "--mem", "100M", "--wrap", "true"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
     assert submit_runs(sweep, scheduler, runs) == []  # 18 + 5 > 20
     assert [sweep.status(r.run_id).state for r in runs] == ["deferred"] * 5
     assert not any(sweep.result_path(r.run_id).exists() for r in runs)
@@ -105,8 +122,7 @@ def test_a_submission_refused_for_qos_leaves_runs_deferred(tmp_path, qos20):
 
 @pytest.mark.slow
 def test_60_runs_under_a_20_job_qos_all_finish(tmp_path, qos20):
-    spec = write_sweep(tmp_path, seeds=list(range(60)), budget=120,
-                       resources={"mem_gb": 0.3, "qos": qos20}, **SLURM)
+    spec = write_sweep(tmp_path, seeds=list(range(60)), budget=120, resources={"mem_gb": 0.3, "qos": qos20}, **SLURM)
     most, done = [0], threading.Event()
 
     def watch() -> None:  # the most jobs ever queued in the QOS

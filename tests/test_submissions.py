@@ -34,8 +34,9 @@ def run(tmp_path, tiny_model):
     sweep, (spec,) = open_sweep(write_sweep(tmp_path), tmp_path / "sd")
     task = get_task("echo", [FIXTURES / "tasks"])
     data = task.ensure_prepared(sweep.data_root())
-    ws = create_workspace(sweep.workspace(spec.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60,
-                          source_tree=REPO)
+    ws = create_workspace(
+        sweep.workspace(spec.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO
+    )
     submitter = RunSubmitter(sweep, spec, ws, Budget(60))
     grader = GradingDaemon(sweep)
 
@@ -59,16 +60,22 @@ def model_dir(ws, name: str, tiny_model: Path, **files: bytes) -> Path:
 CASES = {
     "outside": (lambda ws, m: "/tmp", "outside the run's output directory"),
     "dotdot": (lambda ws, m: "output/../data", "outside the run's output directory"),
-    "symlinked dir": (lambda ws, m: (ws.output / "esc").symlink_to(ws.model) or "output/esc",
-                      "outside the run's output directory"),
+    "symlinked dir": (
+        lambda ws, m: (ws.output / "esc").symlink_to(ws.model) or "output/esc",
+        "outside the run's output directory",
+    ),
     "symlinked file": (lambda ws, m: _with_symlinked_weights(ws, m), "is a symlink to"),
     "missing": (lambda ws, m: "output/nope", "does not exist"),
     "empty": (lambda ws, m: (ws.output / "empty").mkdir() or "output/empty", "is empty"),
     "not a dir": (lambda ws, m: (ws.output / "f").write_text("x") and "output/f", "is not a directory"),
-    "lora": (lambda ws, m: str(model_dir(ws, "lora", m, adapter_config__json=b"{}",
-                                         adapter_model__safetensors=b"x")), "LoRA/PEFT adapter"),
-    "pickle": (lambda ws, m: str(model_dir(ws, "pkl", m, config__json=b"{}", pytorch_model__bin=b"x")),
-               "only pickle checkpoints"),
+    "lora": (
+        lambda ws, m: str(model_dir(ws, "lora", m, adapter_config__json=b"{}", adapter_model__safetensors=b"x")),
+        "LoRA/PEFT adapter",
+    ),
+    "pickle": (
+        lambda ws, m: str(model_dir(ws, "pkl", m, config__json=b"{}", pytorch_model__bin=b"x")),
+        "only pickle checkpoints",
+    ),
     "no weights": (lambda ws, m: str(model_dir(ws, "cfg", m, config__json=b"{}")), "no *.safetensors weights"),
     "remote code": (lambda ws, m: _with_config(ws, m, auto_map={"AutoModel": "x.Y"}), "trust_remote_code"),
     "corrupt": (lambda ws, m: _corrupt(ws, m), "unreadable safetensors header"),
@@ -156,8 +163,12 @@ def test_http_api_and_cli(run, tiny_model):
         health = json.loads(urllib.request.urlopen(f"{api.url}/health?token={api.token}").read())
         assert health == {"status": "ok", "run_id": submitter.run.run_id, "task": "echo"}
         auth = {"Authorization": f"Bearer {api.token}"}
-        assert json.loads(urllib.request.urlopen(urllib.request.Request(f"{api.url}/time", headers=auth))
-                          .read())["budget_s"] == 1.0
+        assert (
+            json.loads(urllib.request.urlopen(urllib.request.Request(f"{api.url}/time", headers=auth)).read())[
+                "budget_s"
+            ]
+            == 1.0
+        )
         wrong = api.url.rsplit("/", 1)[0] + "/guess/health"
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(urllib.request.Request(wrong, headers=auth))
@@ -165,8 +176,9 @@ def test_http_api_and_cli(run, tiny_model):
         env = {**os.environ, "GRADING_SERVER_URL": api.url, "GRADING_TOKEN": api.token}
         time.sleep(1.1)
         assert budget.expired()
-        late = subprocess.run([sys.executable, "-m", "a2rl", "submit", "output/x"], env=env, capture_output=True,
-                              text=True, timeout=60)
+        late = subprocess.run(
+            [sys.executable, "-m", "a2rl", "submit", "output/x"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert late.returncode == 1
         assert "budget of 1 s is used up; submissions are refused" in json.loads(late.stdout)["error"]
         with pytest.raises(BudgetExhausted):
@@ -219,7 +231,15 @@ def test_a_code_record_that_cannot_be_taken_is_itself_recorded(run, tiny_model, 
     assert why.startswith("code snapshot failed: ") and "symlink" in why
     assert sweep.ledger.get(answer["submission_id"]).snapshot_error == why
     assert load_snapshots(sweep.root, run_id) == [] and not (sweep.root / "blobs").exists()
-    write_result(sweep, run_id, status="ok", failure_reason=None, agent_exit_code=0, agent_seconds=1.0,
-                 started_at=now(), ended_at=now())
+    write_result(
+        sweep,
+        run_id,
+        status="ok",
+        failure_reason=None,
+        agent_exit_code=0,
+        agent_seconds=1.0,
+        started_at=now(),
+        ended_at=now(),
+    )
     report = write_run_report(sweep, run_id)
     assert f"**no code record**: {why}" in (report / "summary.md").read_text()

@@ -11,8 +11,9 @@ from conftest import a2rl, errors_of, write_sweep
 
 
 def test_grid_is_the_cartesian_product_with_stable_ids(tmp_path):
-    path = write_sweep(tmp_path, agents=["baseline", {"name": "baseline", "label": "b2"}],
-                       drivers=["none"], seeds=[0, 1, 2])
+    path = write_sweep(
+        tmp_path, agents=["baseline", {"name": "baseline", "label": "b2"}], drivers=["none"], seeds=[0, 1, 2]
+    )
     runs = expand(load_sweep(path))
     assert len(runs) == 1 * 2 * 1 * 1 * 3
     assert [r.run_id for r in runs] == [r.run_id for r in expand(load_sweep(path))]
@@ -25,22 +26,25 @@ def test_agents_without_driver_run_once_per_cell(tmp_path):
     assert [r.driver for r in runs] == ["none"]
 
 
-@pytest.mark.parametrize("fields, expected", [
-    ({"agents": ["baseline", "claud"]}, "agents[1]: unknown agent 'claud' (known: "),
-    ({"tasks": ["nope"]}, "tasks[0]: unknown task 'nope' (known: "),
-    ({"bogus": 1}, "bogus: unknown key"),
-    ({"grader": {"leas_s": 3}}, "grader.leas_s: unknown key"),
-    ({"seeds": ["zero"]}, "seeds[0]: Input should be a valid integer (got 'zero')"),
-    ({"budget": "soon"}, "budget: expected seconds or a duration like '30m', '2h' (got 'soon')"),
-    ({"budget": -5}, "budget: must be positive (got -5)"),
-    ({"executor": "k8s"}, "executor: Input should be 'local', 'slurm' or 'auto' (got 'k8s')"),
-    ({"models": ["/does/not/exist"]}, "models[0].path: model directory '/does/not/exist' does not exist"),
-    ({"models": ["builtin:huge"]}, "models[0].path: unknown built-in model 'huge'"),
-    ({"agents": [{"name": "baseline", "args": {"x": 1}}]}, "agents[0].args: unknown argument(s) ['x']"),
-    ({"seeds": [1, 1]}, "duplicate entries [1]"),
-    ({"resources": {"cpus": 0}}, "resources.cpus: Input should be greater than or equal to 1 (got 0)"),
-    ({"cluster": "nowhere"}, "cluster: unknown cluster profile 'nowhere'"),
-])
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"agents": ["baseline", "claud"]}, "agents[1]: unknown agent 'claud' (known: "),
+        ({"tasks": ["nope"]}, "tasks[0]: unknown task 'nope' (known: "),
+        ({"bogus": 1}, "bogus: unknown key"),
+        ({"grader": {"leas_s": 3}}, "grader.leas_s: unknown key"),
+        ({"seeds": ["zero"]}, "seeds[0]: Input should be a valid integer (got 'zero')"),
+        ({"budget": "soon"}, "budget: expected seconds or a duration like '30m', '2h' (got 'soon')"),
+        ({"budget": -5}, "budget: must be positive (got -5)"),
+        ({"executor": "k8s"}, "executor: Input should be 'local', 'slurm' or 'auto' (got 'k8s')"),
+        ({"models": ["/does/not/exist"]}, "models[0].path: model directory '/does/not/exist' does not exist"),
+        ({"models": ["builtin:huge"]}, "models[0].path: unknown built-in model 'huge'"),
+        ({"agents": [{"name": "baseline", "args": {"x": 1}}]}, "agents[0].args: unknown argument(s) ['x']"),
+        ({"seeds": [1, 1]}, "duplicate entries [1]"),
+        ({"resources": {"cpus": 0}}, "resources.cpus: Input should be greater than or equal to 1 (got 0)"),
+        ({"cluster": "nowhere"}, "cluster: unknown cluster profile 'nowhere'"),
+    ],
+)
 def test_each_mistake_gets_its_own_clear_error(tmp_path, fields, expected):
     errors = errors_of(write_sweep(tmp_path, **fields))
     assert any(e.startswith(expected) or expected in e for e in errors), errors

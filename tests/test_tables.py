@@ -13,9 +13,20 @@ from pathlib import Path
 import pytest
 
 from a2rl.errors import SpecError
-from a2rl.reporting.aggregate import (Sweeps, expected_best_of, failures_table, format_tables, long_table, mode_table,
-                                      paper_tables, pass_at_table, routes_table, scaling_table, submissions_table,
-                                      usage_table)
+from a2rl.reporting.aggregate import (
+    Sweeps,
+    expected_best_of,
+    failures_table,
+    format_tables,
+    long_table,
+    mode_table,
+    paper_tables,
+    pass_at_table,
+    routes_table,
+    scaling_table,
+    submissions_table,
+    usage_table,
+)
 from a2rl.reporting.metrics import RunMetrics
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import SweepSpec
@@ -28,55 +39,137 @@ from conftest import a2rl
 
 
 def make_sweep(root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",)) -> SweepDir:
-    spec = SweepSpec.model_validate({"name": "tables", "tasks": list(tasks), "agents": ["claude"],
-                                     "drivers": ["gpt-x"], "modes": ["free", "sft-only"],
-                                     "models": ["builtin:tiny-llama"], "seeds": list(seeds), "budget": budget,
-                                     "protocols": list(protocols), "executor": "local"})
+    spec = SweepSpec.model_validate(
+        {
+            "name": "tables",
+            "tasks": list(tasks),
+            "agents": ["claude"],
+            "drivers": ["gpt-x"],
+            "modes": ["free", "sft-only"],
+            "models": ["builtin:tiny-llama"],
+            "seeds": list(seeds),
+            "budget": budget,
+            "protocols": list(protocols),
+            "executor": "local",
+        }
+    )
     sweep = SweepDir(root)
     sweep.create(spec, "", expand(spec))
     for task, score in (("gsm8k", 10.0), ("humaneval", None)):
         for protocol in protocols if task in tasks else ():
             score = score if protocol == "paper" or score is None else score / 2  # a2rl: 5
-            BaselineRecord(task=task, model="tiny-llama", model_path="builtin:tiny-llama", weights_hash="h",
-                           protocol=protocol, evaluator_version=1, status="ok" if score is not None else "failed",
-                           score=score, error=None if score is not None else "judge down", graded_at=0.0
-                           ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", protocol))
+            BaselineRecord(
+                task=task,
+                model="tiny-llama",
+                model_path="builtin:tiny-llama",
+                weights_hash="h",
+                protocol=protocol,
+                evaluator_version=1,
+                status="ok" if score is not None else "failed",
+                score=score,
+                error=None if score is not None else "judge down",
+                graded_at=0.0,
+            ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", protocol))
     return sweep
 
 
-def finish(sweep: SweepDir, task: str, mode: str, seed: int, subs: list[tuple[float, int | None, float | None]],
-           status: str = "ok", usage: tuple[int, int, float] | None = None, train_type: str = "SFT",
-           failure: tuple[str, str] | None = None, protocol: str = "paper") -> None:
+def finish(
+    sweep: SweepDir,
+    task: str,
+    mode: str,
+    seed: int,
+    subs: list[tuple[float, int | None, float | None]],
+    status: str = "ok",
+    usage: tuple[int, int, float] | None = None,
+    train_type: str = "SFT",
+    failure: tuple[str, str] | None = None,
+    protocol: str = "paper",
+) -> None:
     """A run's ledger (one entry per (budget s, tokens, score or None for invalid)), result and report metrics."""
     run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed, r.protocol) == (task, mode, seed, protocol))
     for seq, (at, tokens, score) in enumerate(subs, 1):
-        sweep.ledger.record(LedgerEntry(
-            submission_id=f"{run.run_id}.{seq:04d}", run_id=run.run_id, seq=seq, submitted_at=at, claimed_at=at,
-            graded_at=at, status="scored" if score is not None else "invalid", score=score, model_path="m",
-            task=task, protocol=protocol, evaluator_version=1, grader="g", attempt=1, budget_used_s=at, tokens=tokens))
+        sweep.ledger.record(
+            LedgerEntry(
+                submission_id=f"{run.run_id}.{seq:04d}",
+                run_id=run.run_id,
+                seq=seq,
+                submitted_at=at,
+                claimed_at=at,
+                graded_at=at,
+                status="scored" if score is not None else "invalid",
+                score=score,
+                model_path="m",
+                task=task,
+                protocol=protocol,
+                evaluator_version=1,
+                grader="g",
+                attempt=1,
+                budget_used_s=at,
+                tokens=tokens,
+            )
+        )
     base = BaselineRecord.load(baseline_path(sweep, task, "tiny-llama", protocol))
-    u = None if usage is None else AgentUsage(parser="claude", input_tokens=usage[0], output_tokens=usage[1],
-                                              cost_usd=usage[2])
-    result = build_result(run, status=status, entries=sweep.ledger.entries(run.run_id), baseline=base,
-                          submitted=len(subs), failure_reason=None, agent_exit_code=0, agent_seconds=100.0,
-                          started_at=0.0, ended_at=100.0, usage=u)
+    u = (
+        None
+        if usage is None
+        else AgentUsage(parser="claude", input_tokens=usage[0], output_tokens=usage[1], cost_usd=usage[2])
+    )
+    result = build_result(
+        run,
+        status=status,
+        entries=sweep.ledger.entries(run.run_id),
+        baseline=base,
+        submitted=len(subs),
+        failure_reason=None,
+        agent_exit_code=0,
+        agent_seconds=100.0,
+        started_at=0.0,
+        ended_at=100.0,
+        usage=u,
+    )
     result.sign(sweep.key).dump(sweep.result_path(run.run_id))
-    RunMetrics(run_id=run.run_id, task=task, agent="claude", driver="gpt-x", mode=mode, model="tiny-llama", protocol=protocol,
-               seed=seed, status=status, baseline=result.baseline, best=result.best, improvement=result.improvement,
-               submissions=len(subs), valid_submission_rate=None, first_valid_idx=None,
-               time_to_first_improvement=None, time_to_best=None, monotonic_ratio=None, copy_model_count=0,
-               time_used_ratio=1.0, last_submit_gap=None, score_trajectory=[], input_tokens=None,
-               output_tokens=None, cost_usd=None, cpu_seconds=None, train_type=train_type, train_types_seen=[],
-               failure_type=failure[0] if failure else None, failure_source=failure[1] if failure else None,
-               code_snapshots=0).dump(sweep.run_dir(run.run_id) / "report" / "metrics.json")
+    RunMetrics(
+        run_id=run.run_id,
+        task=task,
+        agent="claude",
+        driver="gpt-x",
+        mode=mode,
+        model="tiny-llama",
+        protocol=protocol,
+        seed=seed,
+        status=status,
+        baseline=result.baseline,
+        best=result.best,
+        improvement=result.improvement,
+        submissions=len(subs),
+        valid_submission_rate=None,
+        first_valid_idx=None,
+        time_to_first_improvement=None,
+        time_to_best=None,
+        monotonic_ratio=None,
+        copy_model_count=0,
+        time_used_ratio=1.0,
+        last_submit_gap=None,
+        score_trajectory=[],
+        input_tokens=None,
+        output_tokens=None,
+        cost_usd=None,
+        cpu_seconds=None,
+        train_type=train_type,
+        train_types_seen=[],
+        failure_type=failure[0] if failure else None,
+        failure_source=failure[1] if failure else None,
+        code_snapshots=0,
+    ).dump(sweep.run_dir(run.run_id) / "report" / "metrics.json")
 
 
 @pytest.fixture
 def sweep(tmp_path) -> SweepDir:
     sweep = make_sweep(tmp_path / "a")
     # gsm8k (baseline 10), free: 40 and 30; seed 2 failed (infrastructure)
-    finish(sweep, "gsm8k", "free", 0, [(20, 1000, 20.0), (60, 5000, 40.0)], usage=(4000, 1000, 0.5),
-           train_type="SFT+GRPO")
+    finish(
+        sweep, "gsm8k", "free", 0, [(20, 1000, 20.0), (60, 5000, 40.0)], usage=(4000, 1000, 0.5), train_type="SFT+GRPO"
+    )
     finish(sweep, "gsm8k", "free", 1, [(10, 500, None), (90, 200_000, 30.0)], usage=(190_000, 10_000, 1.5))
     finish(sweep, "gsm8k", "free", 2, [], status="failed")
     # sft-only: no valid submission (keeps the baseline 10), 16; seed 2 not finished
@@ -101,8 +194,11 @@ def test_paper_layout_is_a_block_per_model_with_the_baseline_first(sweep):
     assert block.title == "Table 2: tiny-llama" and block.headers == ["stack / driver", "gsm8k", "humaneval"]
     assert block.rows[0] == ["baseline", "10.00", "FAILED"]
     rows = as_dicts(block)
-    assert rows["claude / gpt-x [free]"] == {"stack / driver": "claude / gpt-x [free]",
-                                             "gsm8k": "35.00 ± 5.00 (n=2)", "humaneval": "60.00 ± 10.00 (n=2)"}
+    assert rows["claude / gpt-x [free]"] == {
+        "stack / driver": "claude / gpt-x [free]",
+        "gsm8k": "35.00 ± 5.00 (n=2)",
+        "humaneval": "60.00 ± 10.00 (n=2)",
+    }
     assert rows["claude / gpt-x [sft-only]"]["gsm8k"] == "13.00 ± 3.00 (n=2)"
     assert rows["claude / gpt-x [sft-only]"]["humaneval"] == "—"  # no runs, and no baseline to fall back on
 
@@ -157,16 +253,26 @@ def test_scaling_is_best_so_far_at_budget_fractions_token_counts_and_submission_
     table = scaling_table(Sweeps([sweep]))
     rows = as_dicts(table)
     free = rows["gsm8k/free"]
-    assert [free[f"@{p} budget"] for p in ("25%", "50%", "75%", "100%")] == \
-        ["15.00 ± 5.00 (n=2)", "15.00 ± 5.00 (n=2)", "25.00 ± 15.00 (n=2)", "35.00 ± 5.00 (n=2)"]
-    assert [free[f"@{t} tokens"] for t in ("10,000", "100,000", "1,000,000")] == \
-        ["25.00 ± 15.00 (n=2)", "25.00 ± 15.00 (n=2)", "35.00 ± 5.00 (n=2)"]
+    assert [free[f"@{p} budget"] for p in ("25%", "50%", "75%", "100%")] == [
+        "15.00 ± 5.00 (n=2)",
+        "15.00 ± 5.00 (n=2)",
+        "25.00 ± 15.00 (n=2)",
+        "35.00 ± 5.00 (n=2)",
+    ]
+    assert [free[f"@{t} tokens"] for t in ("10,000", "100,000", "1,000,000")] == [
+        "25.00 ± 15.00 (n=2)",
+        "25.00 ± 15.00 (n=2)",
+        "35.00 ± 5.00 (n=2)",
+    ]
     # a submission without a token count leaves the run out of the token columns, not out of the budget ones
     assert rows["gsm8k/sft-only"]["@10,000 tokens"] == "10.00 ± 0.00 (n=1)"
     assert rows["gsm8k/sft-only"]["@50% budget"] == "13.00 ± 3.00 (n=2)"
     # after the first k graded submissions: seed 1's first was invalid (its baseline, 10, until its second)
-    assert [free[f"@{k}"] for k in ("1 submission", "3 submissions", "5 submissions")] == \
-        ["15.00 ± 5.00 (n=2)", "35.00 ± 5.00 (n=2)", "35.00 ± 5.00 (n=2)"]
+    assert [free[f"@{k}"] for k in ("1 submission", "3 submissions", "5 submissions")] == [
+        "15.00 ± 5.00 (n=2)",
+        "35.00 ± 5.00 (n=2)",
+        "35.00 ± 5.00 (n=2)",
+    ]
     assert rows["gsm8k/sft-only"]["@1 submission"] == "13.00 ± 3.00 (n=2)"
     assert rows["humaneval/free"]["@1 submission"] == "60.00 ± 10.00 (n=2)"  # no baseline: its scores alone
 
@@ -178,21 +284,33 @@ def test_routes_failures_usage_and_submissions(sweep):
     assert routes["gsm8k/sft-only"]["training (runs)"] == "SFT×1"  # the run without a valid submission has none
     fails = as_dicts(failures_table(sw))
     assert (fails["gsm8k/free"]["infrastructure"], fails["gsm8k/free"]["agent"]) == ("1", "0")
-    assert (fails["gsm8k/sft-only"]["agent"], fails["gsm8k/sft-only"]["agent failure types"]) == \
-        ("1", "code_error_runtime×1")
+    assert (fails["gsm8k/sft-only"]["agent"], fails["gsm8k/sft-only"]["agent failure types"]) == (
+        "1",
+        "code_error_runtime×1",
+    )
     assert (fails["humaneval/free"]["infrastructure"], fails["humaneval/free"]["agent"]) == ("1", "0")
     usage = as_dicts(usage_table(sw))
-    assert [usage["gsm8k/free"][h] for h in ("tokens / run", "tokens", "cost $ / run", "cost $")] == \
-        ["102,500", "205,000", "1.00", "2.00"]
+    assert [usage["gsm8k/free"][h] for h in ("tokens / run", "tokens", "cost $ / run", "cost $")] == [
+        "102,500",
+        "205,000",
+        "1.00",
+        "2.00",
+    ]
     assert usage["gsm8k/sft-only"]["tokens"] == "—"
     subs = as_dicts(submissions_table(sw))
     assert subs["gsm8k/free"] == {**subs["gsm8k/free"], "submissions (mean ± SEM)": "1.33 ± 0.67", "valid": "75%"}
 
 
 def test_improvements_within_measured_noise_are_marked(sweep):
-    NoiseRecord(task="gsm8k", model="tiny-llama", protocol="paper", evaluator_version=1, repeats=4,
-                scores={"baseline": [10.0, 14.0, 6.0, 10.0]}, measured_at=0.0
-                ).sign(sweep.key).dump(noise_path(sweep, "gsm8k", "tiny-llama", "paper"))
+    NoiseRecord(
+        task="gsm8k",
+        model="tiny-llama",
+        protocol="paper",
+        evaluator_version=1,
+        repeats=4,
+        scores={"baseline": [10.0, 14.0, 6.0, 10.0]},
+        measured_at=0.0,
+    ).sign(sweep.key).dump(noise_path(sweep, "gsm8k", "tiny-llama", "paper"))
     sw = Sweeps([sweep])
     rows = as_dicts(paper_tables(sw)[0])
     # 2 × sd = 2 × sqrt(32/3) = 6.5: +3 is within it, +25 is not
@@ -212,14 +330,19 @@ def test_conflicting_sweeps_are_an_error(sweep, tmp_path):
     with pytest.raises(SpecError, match="the same run gsm8k__claude__gpt-x__tiny-llama__s0"):
         Sweeps([sweep, make_sweep(tmp_path / "b")])
     other_budget = make_sweep(tmp_path / "c", seeds=(7,), budget=200)
-    with pytest.raises(SpecError, match="conflicting specs for tiny-llama / gsm8k / claude / gpt-x / free / paper: budget"):
+    with pytest.raises(
+        SpecError, match="conflicting specs for tiny-llama / gsm8k / claude / gpt-x / free / paper: budget"
+    ):
         Sweeps([sweep, other_budget])
 
 
 def test_command_line_formats_and_errors(sweep, tmp_path):
     out = a2rl("aggregate", str(sweep.root), "--layout", "paper", "--pass-at", "1,2", "--format", "json", check=True)
     doc = json.loads(out.stdout)
-    assert [t["title"] for t in doc["tables"]] == ["Table 2: tiny-llama", "pass@k: expected best improvement over k runs"]
+    assert [t["title"] for t in doc["tables"]] == [
+        "Table 2: tiny-llama",
+        "pass@k: expected best improvement over k runs",
+    ]
     assert doc["tables"][0]["rows"][0] == ["baseline", "10.00", "FAILED"]
     latex = a2rl("aggregate", str(sweep.root), "--by", "mode", "--format", "latex", check=True).stdout
     assert "\\begin{tabular}" in latex and "sft-only" in latex
@@ -243,8 +366,12 @@ def test_html_report_of_the_synthetic_sweep(sweep):
     run_id = "gsm8k__claude__gpt-x__tiny-llama__s0"
     assert f"../runs/{run_id}/report/metrics.json" in links and all((index.parent / h).exists() for h in links)
     assert "http" not in page  # nothing fetched from elsewhere
-    runs = {re.sub(r"<[^>]+>", "", m.group(1)): [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", m.group(0))]
-            for m in re.finditer(r"<tr><td>([^<]+)</td>.*?</tr>", page.split("<h2>Runs</h2>")[1])}
+    runs = {
+        re.sub(r"<[^>]+>", "", m.group(1)): [
+            re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", m.group(0))
+        ]
+        for m in re.finditer(r"<tr><td>([^<]+)</td>.*?</tr>", page.split("<h2>Runs</h2>")[1])
+    }
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s2"][1:4] == ["failed", "—", "infrastructure: run failed"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s0"][1:4] == ["ok", "10.00", "agent: code_error_runtime"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s0"][1:4] == ["ok", "40.00", ""]
@@ -270,4 +397,8 @@ def test_long_table_without_a_baseline_score_shows_the_best_but_no_improvement(t
     from a2rl.reporting.aggregate import long_table
 
     row = dict(zip(long_table(Sweeps([sweep])).headers, long_table(Sweeps([sweep])).rows[0]))
-    assert (row["baseline"], row["best (mean ± SEM)"], row["improvement"]) == ("FAILED: judge down", "30.00 ± 0.00", "—")
+    assert (row["baseline"], row["best (mean ± SEM)"], row["improvement"]) == (
+        "FAILED: judge down",
+        "30.00 ± 0.00",
+        "—",
+    )

@@ -29,8 +29,12 @@ class FakeAlfEnv:
 
     def step(self, action: str):
         won = action == "move apple 1 to countertop 1"
-        return ("You move the apple 1 to the countertop 1." if won else "Nothing happens."), float(won), won, \
-            {"won": won}
+        return (
+            ("You move the apple 1 to the countertop 1." if won else "Nothing happens."),
+            float(won),
+            won,
+            {"won": won},
+        )
 
 
 @pytest.fixture
@@ -65,12 +69,15 @@ def test_few_shot_places_objects_with_move_x_to_y(prepared):
     assert "move X to Y" in TASK.evaluator.alf.HEADER and "in/on" not in header
 
 
-@pytest.mark.parametrize("completion, score", [(" move apple 1 to countertop 1\nObservation: x", 100.0),
-                                               (" put apple 1 on countertop 1", 0.0)])
+@pytest.mark.parametrize(
+    "completion, score",
+    [(" move apple 1 to countertop 1\nObservation: x", 100.0), (" put apple 1 on countertop 1", 0.0)],
+)
 def test_scoring_with_a_fake_env(prepared, completion, score):
     gen = FakeGenerator(completion)
-    result = TASK.evaluator.evaluate(gen, prepared.heldout, {"max_steps": 4, "protocol": "a2rl",
-                                                             "env_factory": "test_task_alfworld:FakeAlfEnv"})
+    result = TASK.evaluator.evaluate(
+        gen, prepared.heldout, {"max_steps": 4, "protocol": "a2rl", "env_factory": "test_task_alfworld:FakeAlfEnv"}
+    )
     assert result["score"] == score and result["n"] == 1
     assert result["mean_steps"] == (1 if score else 4)
     game = TASK.evaluator.alf.games(prepared.heldout / "games")[0]

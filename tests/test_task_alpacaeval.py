@@ -82,8 +82,12 @@ def test_grading_against_a_stub_judge(tiny_model: Path, data_root: Path) -> None
 
     def reply(body: dict, headers: dict) -> tuple[int, dict]:
         prompt = body["messages"][-1]["content"]
-        instruction, a, b = re.fullmatch(r"# Instruction\n(.*)\n\n# Response A\n(.*)\n\n# Response B\n(.*)\n\n"
-                                         r"Which response is better\? Answer A or B\.", prompt, re.S).groups()
+        instruction, a, b = re.fullmatch(
+            r"# Instruction\n(.*)\n\n# Response A\n(.*)\n\n# Response B\n(.*)\n\n"
+            r"Which response is better\? Answer A or B\.",
+            prompt,
+            re.S,
+        ).groups()
         policy_is_a = b == baseline[instruction]
         seen_answers[instruction] = a if policy_is_a else b
         p_a = 0.95 if instruction == biased else (wins[instruction] if policy_is_a else 1 - wins[instruction])
@@ -92,14 +96,16 @@ def test_grading_against_a_stub_judge(tiny_model: Path, data_root: Path) -> None
 
     with stub_llm(reply) as (url, seen):
         options = {"max_new_tokens": 24, "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
-        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=data_root, protocol="a2rl",
-                                        options=options)
+        score, details = evaluate_model(
+            TASK, tiny_model, tiny_model, data_root=data_root, protocol="a2rl", options=options
+        )
     assert len(seen) == 2 * len(rows)
     assert all(s["body"]["max_tokens"] == 1 and s["body"]["top_logprobs"] == 20 for s in seen)
     expected = [0.5 if r["instruction"] == biased else wins[r["instruction"]] for r in rows]
     assert details["win_rate"] == pytest.approx(100 * sum(expected) / len(rows))
-    lc, weights = lc_winrate(expected, [len(seen_answers[r["instruction"]]) for r in rows],
-                             [len(r["output"]) for r in rows])
+    lc, weights = lc_winrate(
+        expected, [len(seen_answers[r["instruction"]]) for r in rows], [len(r["output"]) for r in rows]
+    )
     assert score == details["length_controlled_winrate"] == pytest.approx(lc)
     assert details["lc_weights"] == pytest.approx(weights) and details["n_total"] == len(rows)
     assert details["judge"]["model"] == "stub-judge" and details["judge"]["version"] == "stub-judge-2024-01-01"

@@ -43,16 +43,19 @@ def test_split_is_the_references_seed_42_shuffle(data_root: Path, tmp_path: Path
     assert ours.pop(canary) != theirs.pop(canary) and ours == theirs
 
 
-@pytest.mark.parametrize("step, expected", [
-    (" I should look.\nAction: Search[capital of Encais0]", ("search", "capital of Encais0")),
-    (" Done.\nAction: Finish[Borcaca0, Fahalis1]\nThought: more", ("finish", "Borcaca0, Fahalis1")),
-    (" lowercase works\naction: search[x y]", ("search", "x y")),
-    (" the reference's spelling\nAction: answer[Paris]", ("finish", "Paris")),
-    (" empty\nAction: Finish[ ]", ("finish", "")),
-    (" first wins\nAction: Finish[A] Search[B]", ("finish", "A")),
-    (" no action here, just talk", None),
-    (" unclosed\nAction: Search[oops", None),
-])
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        (" I should look.\nAction: Search[capital of Encais0]", ("search", "capital of Encais0")),
+        (" Done.\nAction: Finish[Borcaca0, Fahalis1]\nThought: more", ("finish", "Borcaca0, Fahalis1")),
+        (" lowercase works\naction: search[x y]", ("search", "x y")),
+        (" the reference's spelling\nAction: answer[Paris]", ("finish", "Paris")),
+        (" empty\nAction: Finish[ ]", ("finish", "")),
+        (" first wins\nAction: Finish[A] Search[B]", ("finish", "A")),
+        (" no action here, just talk", None),
+        (" unclosed\nAction: Search[oops", None),
+    ],
+)
 def test_parse_action(step: str, expected: tuple[str, str] | None) -> None:
     parsed = ev.parse_action(step)
     assert (parsed and parsed[:2]) == expected
@@ -99,8 +102,11 @@ def test_grading_judges_only_real_answers(tiny_model: Path, data_root: Path) -> 
         return 200, completion("Correct." if predicted == gold else "incorrect")
 
     with stub_llm(reply) as (url, seen):
-        options = {**TASK.spec.eval, "protocol": "a2rl",
-                   "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
+        options = {
+            **TASK.spec.eval,
+            "protocol": "a2rl",
+            "judge": {"base_url": url, "model": "stub-judge", "retries": 0},
+        }
         details = ev.evaluate(policy, TASK.data(data_root).heldout_dir, options)
     digit = [int(re.search(r"(\d)\b", r["problem"].split("?")[0]).group(1)) % 3 for r in rows]
     searched = [r for r, d in zip(rows, digit) if d == 0]
@@ -122,10 +128,14 @@ def test_grading_the_real_model_end_to_end(tiny_model: Path, data_root: Path, tm
     rows = read_jsonl(TASK.data(data_root).heldout_dir / "test.jsonl")[:4]
     (small / "heldout" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with stub_llm(lambda body, headers: (500, {})) as (url, seen):
-        options = {"max_new_tokens": 16, "search": {"backend": "local", "corpus": str(
-                   TASK.data(data_root).train_dir / "corpus.sqlite")}, "judge": {"base_url": url, "model": "stub-judge", "retries": 0}}
-        score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=tmp_path, protocol="a2rl",
-                                        options=options)
+        options = {
+            "max_new_tokens": 16,
+            "search": {"backend": "local", "corpus": str(TASK.data(data_root).train_dir / "corpus.sqlite")},
+            "judge": {"base_url": url, "model": "stub-judge", "retries": 0},
+        }
+        score, details = evaluate_model(
+            TASK, tiny_model, tiny_model, data_root=tmp_path, protocol="a2rl", options=options
+        )
     assert score == 0 and details["answered"] == 0 and details["mean_steps"] == 6 and not seen
 
 

@@ -40,8 +40,9 @@ def data(data_root) -> TaskData:
 def gold_generator(rows: list[dict]) -> FakeGenerator:
     """Answers each prompt's last question with its gold reasoning."""
     gold = {r["question"]: r["answer"] for r in rows}
-    return FakeGenerator(script=lambda p: " " + format_answer(
-        gold[p.rsplit("Question: ", 1)[1].removesuffix("\nAnswer:")]), cut=True)
+    return FakeGenerator(
+        script=lambda p: " " + format_answer(gold[p.rsplit("Question: ", 1)[1].removesuffix("\nAnswer:")]), cut=True
+    )
 
 
 def test_prepare_is_deterministic_and_exposes_only_train(tmp_path, data):
@@ -61,26 +62,29 @@ def test_prepare_is_deterministic_and_exposes_only_train(tmp_path, data):
     assert not any(r["question"] in train_text for r in test)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("#### 72", "72"),
-    ("She picks 24 more.\n#### 72", "72"),
-    ("#### 72 apples, then 5 more", "72"),
-    ("The answer is 72.", "72"),
-    ("So the Answer is $1,200 in total", "1200"),
-    ("#### 1,200", "1200"),
-    ("It costs $1,200.", "1200"),
-    ("#### -5", "-5"),
-    ("The temperature is -5 degrees", "-5"),
-    ("#### 3.50", "3.5"),
-    ("#### 3.5", "3.5"),
-    ("#### 2.00", "2"),
-    ("#### -0", "0"),
-    ("First 3, then 4, so 12 in all. Done.", "12"),
-    ("5,6", "6"),  # not a thousands separator: two numbers, the last wins
-    ("no number here", None),
-    ("", None),
-    ("#### none", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("#### 72", "72"),
+        ("She picks 24 more.\n#### 72", "72"),
+        ("#### 72 apples, then 5 more", "72"),
+        ("The answer is 72.", "72"),
+        ("So the Answer is $1,200 in total", "1200"),
+        ("#### 1,200", "1200"),
+        ("It costs $1,200.", "1200"),
+        ("#### -5", "-5"),
+        ("The temperature is -5 degrees", "-5"),
+        ("#### 3.50", "3.5"),
+        ("#### 3.5", "3.5"),
+        ("#### 2.00", "2"),
+        ("#### -0", "0"),
+        ("First 3, then 4, so 12 in all. Done.", "12"),
+        ("5,6", "6"),  # not a thousands separator: two numbers, the last wins
+        ("no number here", None),
+        ("", None),
+        ("#### none", None),
+    ],
+)
 def test_extract_number(text, expected):
     assert EVAL.extract_number(text) == expected
 
@@ -97,8 +101,9 @@ def test_gold_answers_score_100_through_the_a2rl_prompt(data):
     assert gen.stops == [EVAL.STOP]
 
     # Answers that belong to other questions score 0: the scorer compares each prompt with its own gold.
-    shifted = gold_generator([{"question": r["question"], "answer": s["answer"]}
-                             for r, s in zip(test, test[1:] + test[:1])])
+    shifted = gold_generator(
+        [{"question": r["question"], "answer": s["answer"]} for r, s in zip(test, test[1:] + test[:1])]
+    )
     assert EVAL.evaluate(shifted, data.heldout_dir, {"protocol": "a2rl"})["score"] == 0.0
 
 
@@ -120,7 +125,8 @@ def test_prompt_has_four_train_exemplars(data):
 
 
 def test_tiny_model_scores_about_zero(data_root, tiny_model):
-    score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=data_root,
-                                    options={"max_new_tokens": 8, "batch_size": 8})
+    score, details = evaluate_model(
+        TASK, tiny_model, tiny_model, data_root=data_root, options={"max_new_tokens": 8, "batch_size": 8}
+    )
     assert details["n"] == len(fixture_rows("test"))
     assert score <= 20.0  # at most one lucky number out of five

@@ -89,6 +89,7 @@ def test_generation_stops_where_truncate_cuts(data, graded):
 
 # --------------------------------------------------------------------------- the sandbox
 
+
 def test_sandbox_passes_canonical_and_fails_wrong(graded):
     problem = graded[0]
     ok = run_python(EVAL.build_program(problem, problem["canonical_solution"]), **LIMITS)
@@ -99,23 +100,28 @@ def test_sandbox_passes_canonical_and_fails_wrong(graded):
 
 
 def test_sandbox_timeout_kills_the_process():
-    result = run_python("import os\nprint(os.getpid(), flush=True)\nwhile True:\n    pass\n",
-                        timeout_s=1.0, memory_mb=256)
+    result = run_python(
+        "import os\nprint(os.getpid(), flush=True)\nwhile True:\n    pass\n", timeout_s=1.0, memory_mb=256
+    )
     assert (result.passed, result.status) == (False, "timeout")
     pid = int(result.detail.splitlines()[1])
     assert not Path(f"/proc/{pid}").exists()
 
 
-@pytest.mark.parametrize("code", [
-    "1/0",
-    "import sys\nsys.exit(3)",
-    "import sys\nsys.exit(0)",  # leaving before the tests ran is not a pass
-    "import os\nos._exit(0)",
-    "raise SystemExit",
-    "x = bytearray(1 << 40)",  # beyond RLIMIT_AS
-    "x = [0] * (1 << 30)",
-    "import os\nos.abort()",
-], ids=["zerodiv", "exit3", "exit0", "os_exit0", "systemexit", "bytearray", "list", "abort"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "1/0",
+        "import sys\nsys.exit(3)",
+        "import sys\nsys.exit(0)",  # leaving before the tests ran is not a pass
+        "import os\nos._exit(0)",
+        "raise SystemExit",
+        "x = bytearray(1 << 40)",  # beyond RLIMIT_AS
+        "x = [0] * (1 << 30)",
+        "import os\nos.abort()",
+    ],
+    ids=["zerodiv", "exit3", "exit0", "os_exit0", "systemexit", "bytearray", "list", "abort"],
+)
 def test_sandbox_crashes_are_results(code):
     result = run_python(code, **LIMITS)
     assert (result.passed, result.status) == (False, "crashed"), result.detail
@@ -123,10 +129,12 @@ def test_sandbox_crashes_are_results(code):
 
 def test_sandbox_blocks_reading_outside_its_dir(data):
     for path in ["/etc/passwd", data.heldout_dir / "test.jsonl"]:
-        for code in [f"print(open({str(path)!r}).read())",
-                     f"import os\nos.open({str(path)!r}, os.O_RDONLY)",
-                     f"import os\nos.symlink({str(path)!r}, 'x')\nprint(open('x').read())",
-                     f"try:\n    open({str(path)!r})\nexcept BaseException:\n    pass\nprint('caught')"]:
+        for code in [
+            f"print(open({str(path)!r}).read())",
+            f"import os\nos.open({str(path)!r}, os.O_RDONLY)",
+            f"import os\nos.symlink({str(path)!r}, 'x')\nprint(open('x').read())",
+            f"try:\n    open({str(path)!r})\nexcept BaseException:\n    pass\nprint('caught')",
+        ]:
             result = run_python(code, **LIMITS)
             assert result.status == "blocked", (code, result.detail)
             assert "HumanEval" not in result.detail and "root:" not in result.detail
@@ -135,9 +143,11 @@ def test_sandbox_blocks_reading_outside_its_dir(data):
 
 
 def test_sandbox_allows_its_own_dir_and_the_stdlib(tmp_path):
-    code = ("import collections, hashlib, heapq, math, re, string\n"
-            "with open('scratch.txt', 'w') as f:\n    f.write('ok')\n"
-            "assert open('scratch.txt').read() == 'ok'\n")
+    code = (
+        "import collections, hashlib, heapq, math, re, string\n"
+        "with open('scratch.txt', 'w') as f:\n    f.write('ok')\n"
+        "assert open('scratch.txt').read() == 'ok'\n"
+    )
     assert run_python(code, **LIMITS).passed
     planted = tmp_path / "planted"
     result = run_python(f"open({str(planted)!r}, 'w').write('x')", **LIMITS)
@@ -150,8 +160,9 @@ def test_sandbox_blocks_sockets():
         server.listen()
         server.settimeout(0.5)
         port = server.getsockname()[1]
-        result = run_python(f"import socket\ns = socket.create_connection(('127.0.0.1', {port}))\ns.sendall(b'x')",
-                            **LIMITS)
+        result = run_python(
+            f"import socket\ns = socket.create_connection(('127.0.0.1', {port}))\ns.sendall(b'x')", **LIMITS
+        )
         assert not result.passed and result.status == "blocked", result.detail
         with pytest.raises(TimeoutError):
             server.accept()
@@ -168,14 +179,18 @@ def test_network_namespace_has_no_loopback():
         assert proc.returncode != 0 and "OSError" in proc.stderr
 
 
-@pytest.mark.parametrize("code", [
-    "import subprocess\nsubprocess.run(['touch', MARKER])",
-    "import os\nos.system('touch ' + MARKER)",
-    "import os\nos.posix_spawn('/usr/bin/touch', ['touch', MARKER], {})",
-    "import os\nif os.fork() == 0:\n    open(MARKER, 'w')",
-    "import os\nos.execv('/usr/bin/touch', ['touch', MARKER])",
-    "import ctypes\nctypes.CDLL(None).system(('touch ' + MARKER).encode())",
-], ids=["subprocess", "system", "posix_spawn", "fork", "exec", "ctypes"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import subprocess\nsubprocess.run(['touch', MARKER])",
+        "import os\nos.system('touch ' + MARKER)",
+        "import os\nos.posix_spawn('/usr/bin/touch', ['touch', MARKER], {})",
+        "import os\nif os.fork() == 0:\n    open(MARKER, 'w')",
+        "import os\nos.execv('/usr/bin/touch', ['touch', MARKER])",
+        "import ctypes\nctypes.CDLL(None).system(('touch ' + MARKER).encode())",
+    ],
+    ids=["subprocess", "system", "posix_spawn", "fork", "exec", "ctypes"],
+)
 def test_sandbox_blocks_processes(tmp_path, code):
     marker = tmp_path / "ran"
     result = run_python(f"MARKER = {str(marker)!r}\n{code}", **LIMITS)
@@ -190,21 +205,27 @@ def test_run_many_keeps_order():
 
 # --------------------------------------------------------------------------- the scorer
 
+
 @pytest.mark.slow  # > 5 s: 82 sandboxed programs
 def test_canonical_solutions_score_100(data, graded):
-    result = EVAL.evaluate(canned({p["prompt"]: p["canonical_solution"] for p in graded}),
-                           data.heldout_dir, {"protocol": "a2rl", "workers": 2})
+    result = EVAL.evaluate(
+        canned({p["prompt"]: p["canonical_solution"] for p in graded}),
+        data.heldout_dir,
+        {"protocol": "a2rl", "workers": 2},
+    )
     assert (result["score"], result["n"], result["passed"]) == (100.0, 82, 82)
 
-    stubs = EVAL.evaluate(canned({p["prompt"]: "    pass\n" for p in graded}), data.heldout_dir,
-                          {"protocol": "a2rl", "limit": 10})
+    stubs = EVAL.evaluate(
+        canned({p["prompt"]: "    pass\n" for p in graded}), data.heldout_dir, {"protocol": "a2rl", "limit": 10}
+    )
     assert (stubs["score"], stubs["n"]) == (0.0, 10)
 
 
 @pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_tiny_model_scores_about_zero(data_root, tiny_model):
-    score, details = evaluate_model(TASK, tiny_model, tiny_model, data_root=data_root,
-                                    options={"limit": 8, "max_new_tokens": 16})
+    score, details = evaluate_model(
+        TASK, tiny_model, tiny_model, data_root=data_root, options={"limit": 8, "max_new_tokens": 16}
+    )
     assert details["n"] == 8
     assert score == 0.0
     assert sum(details["statuses"].values()) == 8

@@ -42,8 +42,10 @@ def _walkthroughs(games_dir: Path) -> dict[str, tuple[str, ...]]:
 def test_split_is_disjoint_and_heldout_stays_out_of_train(prepared):
     train, held = _walkthroughs(prepared.train / "games"), _walkthroughs(prepared.heldout / "games")
     assert len(train) == 2 and len(held) == 2
-    identities = {prepared.prep._identity(g) for g in [*(prepared.train / "games").glob("*.z8"),
-                                                        *(prepared.heldout / "games").glob("*.z8")]}
+    identities = {
+        prepared.prep._identity(g)
+        for g in [*(prepared.train / "games").glob("*.z8"), *(prepared.heldout / "games").glob("*.z8")]
+    }
     assert len(identities) == 4  # four different games (walkthroughs may repeat: there are four directions)
     assert not list(prepared.train.rglob("heldout_*"))
     assert all((prepared.train / f).exists() for f in TASK.spec.train_files)
@@ -84,8 +86,9 @@ def test_the_agents_textworld_cannot_regenerate_heldout_games(tmp_path):
     train = {g.stem: prep._identity(g) for g in (tmp_path / "train" / "games").glob("*.z8")}
     secret_seed = random.Random(int((tmp_path / "heldout" / "SEED").read_text())).randrange(2**31)
     guesses = [(s, prep.LEVELS[s % 5]) for s in [*range(1000, 1006), 2000, 2001]] + [(secret_seed, prep.LEVELS[0])]
-    out = subprocess.run([str(agent_python), "-c", ATTACK, json.dumps(guesses)], capture_output=True, text=True,
-                         timeout=600, check=True)
+    out = subprocess.run(
+        [str(agent_python), "-c", ATTACK, json.dumps(guesses)], capture_output=True, text=True, timeout=600, check=True
+    )
     made = json.loads(out.stdout)
     assert {f"train_{s}": made[f"{s}/{prep.LEVELS[s % 5]}"] for s in (1000, 1001)} == train
     assert made.pop(f"{secret_seed}/{prep.LEVELS[0]}") == heldout
@@ -142,8 +145,9 @@ def test_replaying_walkthroughs_scores_100(prepared):
         env = tw.TextWorldEnv(game)
         first = env.reset()  # before reading the walkthrough, which reset() sets
         walks[first] = env.walkthrough
-    gen = FakeGenerator(script=lambda p: " " + walks[p.split("Observation: ", 1)[1].split("\nAction:", 1)[0]][
-        p.count("\nAction:") - 1])
+    gen = FakeGenerator(
+        script=lambda p: " " + walks[p.split("Observation: ", 1)[1].split("\nAction:", 1)[0]][p.count("\nAction:") - 1]
+    )
     result = TASK.evaluator.evaluate(gen, prepared.heldout, {"max_steps": 50})
     longest = max(len(w) for w in walks.values())
     assert result["score"] == 100.0 and result["n"] == 2
@@ -154,6 +158,7 @@ def test_replaying_walkthroughs_scores_100(prepared):
 def test_tiny_model_scores_zero(prepared, tiny_model):
     from a2rl.llm.inference import Generator
 
-    result = TASK.evaluator.evaluate(Generator.load(tiny_model), prepared.heldout,
-                                     {"max_steps": 3, "max_new_tokens": 8})
+    result = TASK.evaluator.evaluate(
+        Generator.load(tiny_model), prepared.heldout, {"max_steps": 3, "max_new_tokens": 8}
+    )
     assert result["score"] == 0.0 and result["mean_steps"] == 3

@@ -37,9 +37,13 @@ def _prepare(root: Path, source: Path | None = FIXTURES) -> SimpleNamespace:
         PREP.prepare(root / "train", root / "heldout", **({"source": source} if source else {}))
     finally:
         PREP.N_HELDOUT = held
-    return SimpleNamespace(train=root / "train", heldout=root / "heldout",
-                           catalogue=ws.load_catalogue(root / "heldout"), graded=ws.load_goals(root / "heldout"),
-                           goals=ws.load_goals(root / "train"))
+    return SimpleNamespace(
+        train=root / "train",
+        heldout=root / "heldout",
+        catalogue=ws.load_catalogue(root / "heldout"),
+        graded=ws.load_goals(root / "heldout"),
+        goals=ws.load_goals(root / "train"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +53,18 @@ def prepared(tmp_path_factory) -> SimpleNamespace:
 
 # ---- prepare
 
+
 def test_products_are_loaded_as_webshop_loads_them(prepared):
     products = prepared.catalogue.products
-    assert list(products) == ["B078GWRC1J", "B078GTKVXY", "B08KBVJ4XN", "B09HXC4L2M", "B08R9QMW1L", "B07ZK5X3PQ",
-                              "B01N5QFZ3K"]  # 'nan', an 11+ character ASIN and a repeated ASIN are skipped
+    assert list(products) == [
+        "B078GWRC1J",
+        "B078GTKVXY",
+        "B08KBVJ4XN",
+        "B09HXC4L2M",
+        "B08R9QMW1L",
+        "B07ZK5X3PQ",
+        "B01N5QFZ3K",
+    ]  # 'nan', an 11+ character ASIN and a repeated ASIN are skipped
     deo, shoes, hair, bottle = (products[a] for a in ("B078GWRC1J", "B09HXC4L2M", "B08R9QMW1L", "B01N5QFZ3K"))
     assert deo["Title"].startswith("Bright Citrus") and deo["query"] == "deodorant"  # query lowercased, stripped
     assert (deo["Price"], deo["price"]) == ("$10.99", 10.99)
@@ -68,8 +80,12 @@ def test_products_are_loaded_as_webshop_loads_them(prepared):
 def test_goals_follow_webshops_order_and_goals_0_to_2_are_graded(prepared):
     human = json.loads((FIXTURES / "items_human_ins.json").read_text())
     products = prepared.catalogue.products
-    in_order = [(asin, i["instruction"].strip(".")) for asin in products for i in human.get(asin, [])
-                if i["instruction_attributes"]]
+    in_order = [
+        (asin, i["instruction"].strip("."))
+        for asin in products
+        for i in human.get(asin, [])
+        if i["instruction_attributes"]
+    ]
     state = random.getstate()
     random.seed(233)  # what SimServer does before shuffling its goals
     random.shuffle(in_order)
@@ -98,11 +114,18 @@ def test_no_graded_instruction_reaches_train(prepared):
 def test_a_graded_instruction_is_dropped_from_train_whatever_its_product():
     def goal(asin: str, text: str) -> dict:
         return {"asin": asin, "instruction_text": f"{text}, and price lower than 30.00 dollars"}
+
     held, PREP.N_HELDOUT = PREP.N_HELDOUT, 1
     try:
-        train, graded = PREP.split([goal("A", "i need red socks"), goal("B", "I need red socks"),
-                                    goal("C", "i want a blue hat"), goal("D", "i want a lamp")],
-                                   [goal("E", "i want a blue hat")])
+        train, graded = PREP.split(
+            [
+                goal("A", "i need red socks"),
+                goal("B", "I need red socks"),
+                goal("C", "i want a blue hat"),
+                goal("D", "i want a lamp"),
+            ],
+            [goal("E", "i want a blue hat")],
+        )
     finally:
         PREP.N_HELDOUT = held
     assert [g["asin"] for g in graded] == ["A"] and [g["asin"] for g in train] == ["D"]
@@ -113,8 +136,9 @@ def il_zip(folder: Path) -> tuple[Path, str]:
     archive = folder / "il_trajs_finalized_images.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.write(FIXTURES / PREP.IL_FILE, PREP.IL_FILE)
-    return archive, subprocess.run(["git", "hash-object", str(archive)], capture_output=True, text=True,
-                                   check=True).stdout.strip()
+    return archive, subprocess.run(
+        ["git", "hash-object", str(archive)], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_prepare_is_deterministic_and_downloads_without_source(tmp_path, monkeypatch, prepared):
@@ -123,8 +147,13 @@ def test_prepare_is_deterministic_and_downloads_without_source(tmp_path, monkeyp
     monkeypatch.setattr(PREP, "download", lambda url, path: shutil.copyfile(urls[url], path))
     monkeypatch.setattr(PREP, "IL_BLOB", blob)
     downloaded = _prepare(tmp_path / "dl", source=None)
-    for part, name in [("train", "products.jsonl"), ("train", "goals.jsonl"), ("train", "trajectories.jsonl"),
-                       ("heldout", "products.jsonl"), ("heldout", "goals.jsonl")]:
+    for part, name in [
+        ("train", "products.jsonl"),
+        ("train", "goals.jsonl"),
+        ("train", "trajectories.jsonl"),
+        ("heldout", "products.jsonl"),
+        ("heldout", "goals.jsonl"),
+    ]:
         assert (getattr(downloaded, part) / name).read_text() == (getattr(prepared, part) / name).read_text()
 
     monkeypatch.setattr(PREP, "download", lambda url, path: path.write_text("<html>quota exceeded</html>"))
@@ -140,62 +169,119 @@ def test_too_few_goals_for_the_split_is_an_error(tmp_path, monkeypatch):
 
 # ---- reward (goal.py)
 
-@pytest.mark.parametrize("a, b, score", [  # values from thefuzz 0.22 / rapidfuzz 3.14
-    ("essential oil", "essential oils", 96), ("3-ounce (2-pack)", "3 ounce (pack of 1)", 92),
-    ("powder snow", "cool powder snow", 100), ("tea bag", "tea tree", 60), ("lavender", "bright citrus", 10),
-    ("travel set (4-pack)", "3 ounce (pack of 1)", 47), ("Ünïcode_X", "x", 100), ("", "x", 0)])
+
+@pytest.mark.parametrize(
+    "a, b, score",
+    [  # values from thefuzz 0.22 / rapidfuzz 3.14
+        ("essential oil", "essential oils", 96),
+        ("3-ounce (2-pack)", "3 ounce (pack of 1)", 92),
+        ("powder snow", "cool powder snow", 100),
+        ("tea bag", "tea tree", 60),
+        ("lavender", "bright citrus", 10),
+        ("travel set (4-pack)", "3 ounce (pack of 1)", 47),
+        ("Ünïcode_X", "x", 100),
+        ("", "x", 0),
+    ],
+)
 def test_token_set_ratio_is_thefuzzs(a, b, score):
     assert ws.token_set_ratio(a, b) == score
 
 
 def test_webshops_own_goal_tests():
     """princeton-nlp/WebShop tests/web-agent-site/engine/test_goal.py, except title scores that need spaCy."""
-    assert [ws.normalize_color(s) for s in ("", "black forest", "violet lavender", "123alabaster", "webshop")] == \
-        ["", "black", "lavender", "alabaster", "webshop"]
+    assert [ws.normalize_color(s) for s in ("", "black forest", "violet lavender", "123alabaster", "webshop")] == [
+        "",
+        "black",
+        "lavender",
+        "alabaster",
+        "webshop",
+    ]
     goal = {"query": "Query 1", "product_category": "a › b › c", "name": "Name 1"}
     bought = dict(goal)
-    assert ws.type_reward(bought, goal) == {"r_type": 1.0, "query_match": True, "category_match": True,
-                                            "title_score": 1.0}
+    assert ws.type_reward(bought, goal) == {
+        "r_type": 1.0,
+        "query_match": True,
+        "category_match": True,
+        "title_score": 1.0,
+    }
     for category, match in [("b › c › a", True), ("d › e › f", False), ("a › d › b", True), ("a › a › d", False)]:
         assert ws.type_reward({**bought, "product_category": category}, goal)["category_match"] is match
-    goal["name"], bought["name"] = ("adidas Unisex-Adult D.o.n. Issue 2 Basketball Shoe",
-                                    "adidas Unisex-Adult D.o.n. Issue 2 Indoor Court Shoe")
+    goal["name"], bought["name"] = (
+        "adidas Unisex-Adult D.o.n. Issue 2 Basketball Shoe",
+        "adidas Unisex-Adult D.o.n. Issue 2 Indoor Court Shoe",
+    )
     assert isclose(ws.type_reward(bought, goal)["title_score"], 0.85, abs_tol=1e-2)
     bought["name"] = "Minkissy 2pcs Stainless Steel Eyebrow Tweezers Blackhead Acne Remover Portable Makeup Tweezers"
     assert ws.type_reward(bought, goal)["title_score"] < 0.05
 
     attrs = ["tea tree", "essential oils", "natural ingredients"]
     empty = {"Title": "", "BulletPoints": [], "Description": ""}
-    assert ws.attribute_matches({**empty, "Attributes": ["tea tree", "essential oil", "natural ingredients"]},
-                                attrs) == 3
+    assert (
+        ws.attribute_matches({**empty, "Attributes": ["tea tree", "essential oil", "natural ingredients"]}, attrs) == 3
+    )
     assert ws.attribute_matches({**empty, "Attributes": ["essential oil", "natural ingredients"]}, attrs) == 2
-    assert ws.attribute_matches({"Attributes": [], "Title": "", "BulletPoints": [
-        "This shampoo has essential oils and smells like lemons"],
-        "Description": "Best shampoo on the market, made with natural ingredients"}, attrs) == 2
-    assert ws.attribute_matches({"Attributes": ["tea bag", "earl gray", "lipton"], "Title": "English tea for "
-                                 "breakfast", "BulletPoints": ["Soothing aroma"], "Description": "Best tea made by "
-                                 "Lipton"}, attrs) == 0
+    assert (
+        ws.attribute_matches(
+            {
+                "Attributes": [],
+                "Title": "",
+                "BulletPoints": ["This shampoo has essential oils and smells like lemons"],
+                "Description": "Best shampoo on the market, made with natural ingredients",
+            },
+            attrs,
+        )
+        == 2
+    )
+    assert (
+        ws.attribute_matches(
+            {
+                "Attributes": ["tea bag", "earl gray", "lipton"],
+                "Title": "English tea for breakfast",
+                "BulletPoints": ["Soothing aroma"],
+                "Description": "Best tea made by Lipton",
+            },
+            attrs,
+        )
+        == 0
+    )
 
     assert ws.option_matches(["pack of 12", "grey", "XL"], ["grey", "XL", "pack of 12"]) == 3
     assert ws.option_matches(["pack of 12", "blue", "XL"], ["grey", "XL", "pack of 12"]) == 2
     assert ws.option_matches(["pack of 12", "powder snow", "XL"], ["cool powder snow", "XL", "pack of 12"]) == 3
     assert ws.option_matches([], ["goal 1", "goal 2"]) == 0
 
-    goal = {"query": "Query 1", "product_category": "a › b › c", "attributes": attrs, "price_upper": 40.0,
-            "name": "Mens D.O.N. Issue 2 Gca Basketball Sneakers Shoes Casual - Off White",
-            "goal_options": {"color": "grey", "size": "XL"}}
-    bought = {"query": "Query 1", "product_category": "a › b › c", "name": goal["name"],
-              "Attributes": ["tea tree", "essential oil", "natural ingredients"], **empty}
+    goal = {
+        "query": "Query 1",
+        "product_category": "a › b › c",
+        "attributes": attrs,
+        "price_upper": 40.0,
+        "name": "Mens D.O.N. Issue 2 Gca Basketball Sneakers Shoes Casual - Off White",
+        "goal_options": {"color": "grey", "size": "XL"},
+    }
+    bought = {
+        "query": "Query 1",
+        "product_category": "a › b › c",
+        "name": goal["name"],
+        "Attributes": ["tea tree", "essential oil", "natural ingredients"],
+        **empty,
+    }
     options = {"color": "grey", "size": "XL"}
     assert ws.get_reward(bought, goal, 35, options)[0] == 1
-    bought.update(Attributes=[], BulletPoints="This shampoo has essential oils and smells like lemons",  # sic: a str
-                  Description="Best shampoo on the market, made with natural ingredients")
+    bought.update(
+        Attributes=[],
+        BulletPoints="This shampoo has essential oils and smells like lemons",  # sic: a str
+        Description="Best shampoo on the market, made with natural ingredients",
+    )
     assert isclose(ws.get_reward(bought, goal, 35, options)[0], 2 / 3, abs_tol=1e-2)
     goal["goal_options"] = {"color": "grey", "size": "XL", "amount": "pack of 12"}
     assert isclose(ws.get_reward(bought, goal, 35, options)[0], 0.5714, abs_tol=1e-2)
     goal["name"] = "Saireed UL Listed 2 Prong Power Cord for JBL Bar 3.1 Bar 2.1 Channel 4K Ultra HD Soundbar"
-    bought.update(name="BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR Combo Home "
-                       "Theater System", query="Query 2", product_category="a › d › e")
+    bought.update(
+        name="BRST AC Power Cord Outlet Socket Cable Plug Lead for Panasonic SC-HT830V DVD/VCR Combo Home "
+        "Theater System",
+        query="Query 2",
+        product_category="a › d › e",
+    )
     assert isclose(ws.get_reward(bought, goal, 35, options)[0], 0.2857, abs_tol=1e-2)
 
 
@@ -227,33 +313,44 @@ def test_reward_of_purchases_against_a_goal(prepared):
 
 # ---- the text environment (WebAgentTextEnv, observation_mode="text")
 
+
 def test_text_protocol_from_search_to_purchase(prepared):
     goal = _goal(prepared, "B078GWRC1J")
     env = ws.WebShopEnv(prepared.catalogue, goal)
     instruction = goal["instruction_text"]
     obs = env.reset()
-    assert obs == (f"WebShop [SEP] Instruction: [SEP] {instruction} [SEP] Search\n"
-                   "Available actions: search[<your query>]")
+    assert obs == (
+        f"WebShop [SEP] Instruction: [SEP] {instruction} [SEP] Search\nAvailable actions: search[<your query>]"
+    )
     for invalid in ("click[search]", "search[]", "buy it"):  # the page stays, and info says the action was invalid
         assert env.step(invalid)[0] == obs and not env.step(invalid)[3]["valid"]
 
     obs, reward, done, info = env.step("search[bright citrus deodorant]")
     page, actions = obs.split("\nAvailable actions: ")
-    assert page.startswith(f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] Page 1 (Total results: 3) "
-                           "[SEP] B078GWRC1J [SEP] Bright Citrus Deodorant by Earth Mama")
+    assert page.startswith(
+        f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] Page 1 (Total results: 3) "
+        "[SEP] B078GWRC1J [SEP] Bright Citrus Deodorant by Earth Mama"
+    )
     assert actions == "click[back to search], click[b078gwrc1j], click[b078gtkvxy], click[b08kbvj4xn]"
     assert (reward, done, info) == (0.0, False, {"won": False, "reward": 0.0, "valid": True})
-    assert env.available_actions() == {"has_search_bar": False,
-                                       "clickables": ["back to search", "b078gwrc1j", "b078gtkvxy", "b08kbvj4xn"]}
+    assert env.available_actions() == {
+        "has_search_bar": False,
+        "clickables": ["back to search", "b078gwrc1j", "b078gtkvxy", "b08kbvj4xn"],
+    }
 
     obs = env.step("click[B078GWRC1J]")[0]  # clicks are case-insensitive
-    assert (" [SEP] Back to Search [SEP] < Prev [SEP] scent [SEP] assorted scents [SEP] bright citrus [SEP] "
-            "calming lavender") in obs
-    assert " [SEP] Price: $10.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now\n" \
-        in obs
-    assert obs.endswith("click[buy now], click[assorted scents], click[bright citrus], click[calming lavender], "
-                        "click[ginger fresh], click[simply non-scents], click[travel set (4-pack)], "
-                        "click[3 ounce (pack of 1)], click[3-ounce (2-pack)]")
+    assert (
+        " [SEP] Back to Search [SEP] < Prev [SEP] scent [SEP] assorted scents [SEP] bright citrus [SEP] "
+        "calming lavender"
+    ) in obs
+    assert (
+        " [SEP] Price: $10.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now\n" in obs
+    )
+    assert obs.endswith(
+        "click[buy now], click[assorted scents], click[bright citrus], click[calming lavender], "
+        "click[ginger fresh], click[simply non-scents], click[travel set (4-pack)], "
+        "click[3 ounce (pack of 1)], click[3-ounce (2-pack)]"
+    )
     item = obs
     assert env.step("click[bright citrus]")[0] == item  # text mode does not show the selection
     assert env.step("click[3-ounce (2-pack)]")[0] == item
@@ -262,19 +359,30 @@ def test_text_protocol_from_search_to_purchase(prepared):
 
     sub_page = f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] < Prev [SEP] "
     sub_actions = "\nAvailable actions: click[back to search], click[< prev]"
-    assert env.step("click[features]")[0] == (sub_page + "Earth Mama Deodorant is a safe, natural choice for "
-                                              "sensitive skin [SEP] Aluminum-free, paraben-free" + sub_actions)
+    assert env.step("click[features]")[0] == (
+        sub_page + "Earth Mama Deodorant is a safe, natural choice for "
+        "sensitive skin [SEP] Aluminum-free, paraben-free" + sub_actions
+    )
     assert env.step("click[< prev]")[0] == item
-    assert env.step("click[description]")[0] == (sub_page + "Our Bright Citrus deodorant keeps you fresh with "
-                                                 "organic calendula and essential oils." + sub_actions)
+    assert env.step("click[description]")[0] == (
+        sub_page + "Our Bright Citrus deodorant keeps you fresh with "
+        "organic calendula and essential oils." + sub_actions
+    )
     assert env.step("click[< prev]")[0] == item
     assert env.step("click[reviews]")[0] == sub_page + "No reviews found" + sub_actions
     assert env.step("click[< prev]")[0] == item and env.step("click[next >]")[0] == item  # not on this page
 
     obs, reward, done, info = env.step("click[Buy Now]")
     assert (reward, done, info["won"], info["reward"]) == (1.0, True, True, 1.0)
-    assert info["reward_info"] == {"r_type": 1.0, "query_match": True, "category_match": True, "title_score": 1.0,
-                                   "r_att": 1.0, "r_price": True, "r_option": 1.0}
+    assert info["reward_info"] == {
+        "r_type": 1.0,
+        "query_match": True,
+        "category_match": True,
+        "title_score": 1.0,
+        "r_att": 1.0,
+        "r_price": True,
+        "r_option": 1.0,
+    }
     assert obs == "Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] 1.0"
     assert env.step("search[anything]") == (obs, 0.0, True, {**info, "valid": False})  # the episode is over
 
@@ -293,10 +401,24 @@ def test_leaving_the_item_page_clears_options_and_back_to_search_restarts(prepar
 
 
 def _widgets(n: int) -> list[dict]:
-    return [{"asin": f"W{i:03d}", "name": f"Widget {i}", "Title": f"Widget {i}", "Description": "a widget",
-             "BulletPoints": [], "Price": "$1.0", "pricing": [1.0], "price": 1.0, "options": {},
-             "Attributes": ["DUMMY_ATTR"], "category": "c", "query": "widget", "product_category": "c"}
-            for i in range(n)]
+    return [
+        {
+            "asin": f"W{i:03d}",
+            "name": f"Widget {i}",
+            "Title": f"Widget {i}",
+            "Description": "a widget",
+            "BulletPoints": [],
+            "Price": "$1.0",
+            "pricing": [1.0],
+            "price": 1.0,
+            "options": {},
+            "Attributes": ["DUMMY_ATTR"],
+            "category": "c",
+            "query": "widget",
+            "product_category": "c",
+        }
+        for i in range(n)
+    ]
 
 
 def test_results_pages_and_search_ranking():
@@ -323,23 +445,36 @@ def test_results_pages_and_search_ranking():
 
 # ---- the evaluator and the agent's side
 
+
 def scripted(scripts: dict[str, list[str]]) -> FakeGenerator:
     """Answers each prompt with the next action of a script for the goal its first observation states."""
+
     def step(prompt: str) -> str:
         instruction = re.search(r"Instruction: \[SEP\] (.*?) \[SEP\] Search", prompt).group(1)
         return f" {scripts[instruction][len(re.findall(r'^Observation: ', prompt, re.M)) - 1]}\nObservation: made up"
+
     return FakeGenerator(script=step)
 
 
 def _script(goal: dict, options: list[str], asin: str | None = None) -> list[str]:
-    return [f"search[{goal['query']}]", f"click[{asin or goal['asin']}]", *(f"click[{o}]" for o in options),
-            "click[buy now]"]
+    return [
+        f"search[{goal['query']}]",
+        f"click[{asin or goal['asin']}]",
+        *(f"click[{o}]" for o in options),
+        "click[buy now]",
+    ]
 
 
 def _wrong_options(catalogue, goal: dict) -> list[str]:
     """For each option group of the goal's product, a value matching none of the goal's options."""
-    return [next(v for v in values if not ws.option_matches([v], goal["goal_options"]))
-            for values in catalogue.products[goal["asin"]]["options"].values()] if goal["goal_options"] else []
+    return (
+        [
+            next(v for v in values if not ws.option_matches([v], goal["goal_options"]))
+            for values in catalogue.products[goal["asin"]]["options"].values()
+        ]
+        if goal["goal_options"]
+        else []
+    )
 
 
 def _evaluate(prepared, scripts: dict[str, list[str]]) -> tuple[dict, FakeGenerator]:
@@ -350,8 +485,16 @@ def _evaluate(prepared, scripts: dict[str, list[str]]) -> tuple[dict, FakeGenera
 def test_replaying_winning_purchases_scores_100(prepared):
     result, gen = _evaluate(prepared, {g["instruction_text"]: _script(g, g["goal_options"]) for g in prepared.graded})
     steps = sum(len(g["goal_options"]) + 3 for g in prepared.graded) / N_HELDOUT
-    assert result == {"score": 100.0, "n": N_HELDOUT, "successes": N_HELDOUT, "success": "reward = 1",
-                      "reward_1_rate": 100.0, "reward_half_rate": 100.0, "mean_reward": 1.0, "mean_steps": steps}
+    assert result == {
+        "score": 100.0,
+        "n": N_HELDOUT,
+        "successes": N_HELDOUT,
+        "success": "reward = 1",
+        "reward_1_rate": 100.0,
+        "reward_half_rate": 100.0,
+        "mean_reward": 1.0,
+        "mean_steps": steps,
+    }
     assert gen.prompts[0].startswith(ws.HEADER + "\n\nObservation: WebShop [SEP] Instruction: [SEP] ")
     assert gen.prompts[0].endswith(" [SEP] Search\nAvailable actions: search[<your query>]\nAction:")
 
@@ -367,11 +510,21 @@ def test_partial_purchases_are_not_successes(prepared):
 
 
 def test_buying_the_wrong_item_scores_0_with_the_mean_reward_reported(prepared):
-    scripts = {g["instruction_text"]: ["search[hair extensions]", "click[b07zk5x3pq]", "click[buy now]"]
-               for g in prepared.graded}
+    scripts = {
+        g["instruction_text"]: ["search[hair extensions]", "click[b07zk5x3pq]", "click[buy now]"]
+        for g in prepared.graded
+    }
     result, _ = _evaluate(prepared, scripts)
-    assert result == {"score": 0.0, "n": N_HELDOUT, "successes": 0, "success": "reward = 1", "reward_1_rate": 0.0,
-                      "reward_half_rate": 0.0, "mean_reward": 0.0, "mean_steps": 3.0}
+    assert result == {
+        "score": 0.0,
+        "n": N_HELDOUT,
+        "successes": 0,
+        "success": "reward = 1",
+        "reward_1_rate": 0.0,
+        "reward_half_rate": 0.0,
+        "mean_reward": 0.0,
+        "mean_steps": 3.0,
+    }
     scripts = {g["instruction_text"]: ["think: nothing fits", "search[nothing]"] * 30 for g in prepared.graded}
     result, _ = _evaluate(prepared, scripts)  # never buying: reward 0 after the 50 steps
     assert (result["score"], result["mean_reward"], result["mean_steps"]) == (0.0, 0.0, 50.0)
@@ -391,9 +544,20 @@ episode = env.rollout(lambda prompt: " " + script.pop(0) + "\\n", shop, goal)
 print(json.dumps({"won": episode.won, "reward": episode.reward, "actions": len(episode.actions),
                   "loop": env._rollout.__module__, "a2rl": "a2rl" in sys.modules}))
 """
-    run = subprocess.run([sys.executable, "-S", "-E", "-c", code], cwd=prepared.train, capture_output=True,
-                         text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    run = subprocess.run(
+        [sys.executable, "-S", "-E", "-c", code],
+        cwd=prepared.train,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert run.returncode == 0, run.stderr
     goal = prepared.goals[0]
-    assert json.loads(run.stdout) == {"won": True, "reward": 1.0, "actions": len(goal["goal_options"]) + 3,
-                                      "loop": "react", "a2rl": False}
+    assert json.loads(run.stdout) == {
+        "won": True,
+        "reward": 1.0,
+        "actions": len(goal["goal_options"]) + 3,
+        "loop": "react",
+        "a2rl": False,
+    }

@@ -25,21 +25,31 @@ def test_real_transcripts_parse(parser):
     name, calls, inp, cached, out, cost = REAL[parser]
     text = RUN_LINES + (FIXTURES / name).read_text() + "[a2rl 10:01:00] workspace archived\n"
     u = parse_usage(parser, text)
-    assert (u.parser, u.calls, u.input_tokens, u.cached_input_tokens, u.output_tokens, u.cost_usd) == \
-        (parser, calls, inp, cached, out, cost)
+    assert (u.parser, u.calls, u.input_tokens, u.cached_input_tokens, u.output_tokens, u.cost_usd) == (
+        parser,
+        calls,
+        inp,
+        cached,
+        out,
+        cost,
+    )
     assert cli_failure(parser, parser, text, u, status="ok", exit_code=0) is None
 
 
 def test_a_crashed_cli_is_named_with_its_exit_code_and_last_line():
     text = RUN_LINES + "Error: something broke\n"
     u = parse_usage("claude", text)
-    assert cli_failure("claude", "claude", text, u, status="ok", exit_code=3) == \
-        "the agent CLI `claude` exited with code 3 (its last output line: Error: something broke)"
+    assert (
+        cli_failure("claude", "claude", text, u, status="ok", exit_code=3)
+        == "the agent CLI `claude` exited with code 3 (its last output line: Error: something broke)"
+    )
 
 
 def test_a_cli_that_printed_nothing_before_its_budget_ended():
-    assert cli_failure("codex", "codex", RUN_LINES, parse_usage("codex", RUN_LINES), status="timeout",
-                       exit_code=None) == "the agent CLI `codex` printed nothing before it was stopped"
+    assert (
+        cli_failure("codex", "codex", RUN_LINES, parse_usage("codex", RUN_LINES), status="timeout", exit_code=None)
+        == "the agent CLI `codex` printed nothing before it was stopped"
+    )
 
 
 @pytest.mark.parametrize("parser", sorted(REAL))

@@ -28,8 +28,10 @@ from conftest import REPO
 USER = "a2rl-world"
 PIP_CACHE = Path("/var/tmp/a2rl-user-world-pip")
 # what a machine without a compiler or bubblewrap lacks (the PATH below holds everything else of /usr/bin)
-ABSENT = re.compile(r"^(cc|c\+\+|cpp|gcc|g\+\+|clang|clang\+\+|cmake|make|ld|as|tcc|bwrap)([-.\d].*)?$"
-                    r"|^x86_64-linux-gnu-(gcc|g\+\+|cpp|ld|as)")
+ABSENT = re.compile(
+    r"^(cc|c\+\+|cpp|gcc|g\+\+|clang|clang\+\+|cmake|make|ld|as|tcc|bwrap)([-.\d].*)?$"
+    r"|^x86_64-linux-gnu-(gcc|g\+\+|cpp|ld|as)"
+)
 
 
 def _bare_path(root: Path) -> str:
@@ -77,8 +79,9 @@ def _wheel_sources() -> dict[str, str]:
 
 def _copy_checkout(dest: Path) -> None:
     """The working tree as git sees it (tracked and untracked, not ignored: no venvs, no sweeps)."""
-    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, check=True,
-                           capture_output=True).stdout.split(b"\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True
+    ).stdout.split(b"\0")
     dest.mkdir()
     for f in filter(None, files):
         src = REPO / os.fsdecode(f)
@@ -109,20 +112,34 @@ def test_the_demo_prints_its_table_for_a_user_without_root_compiler_or_bwrap(tmp
         for tool in ("cc", "gcc", "g++", "cmake", "bwrap"):
             assert shutil.which(tool, path=bindir) is None, tool
         home = Path(pwd.getpwnam(USER).pw_dir)
-        env = {"HOME": str(home), "USER": USER, "LOGNAME": USER, "PATH": bindir, "LANG": "C.UTF-8",
-               "PIP_CACHE_DIR": str(PIP_CACHE), "PIP_NO_INPUT": "1",
-               # this machine's wheelhouse (the CPU torch wheel) and mirror, where the launcher's pip has them:
-               # without them torch==2.13.0 is PyPI's CUDA build (.venv 5.5 GB, .venv-agent 5.2 GB, 25 minutes)
-               **_wheel_sources(),
-               # the session's process check follows what the user's demo starts (tests/conftest.py)
-               **{k: os.environ[k] for k in ("A2RL_TEST_SESSION", "A2RL_TEST_NODE") if k in os.environ}}
+        env = {
+            "HOME": str(home),
+            "USER": USER,
+            "LOGNAME": USER,
+            "PATH": bindir,
+            "LANG": "C.UTF-8",
+            "PIP_CACHE_DIR": str(PIP_CACHE),
+            "PIP_NO_INPUT": "1",
+            # this machine's wheelhouse (the CPU torch wheel) and mirror, where the launcher's pip has them:
+            # without them torch==2.13.0 is PyPI's CUDA build (.venv 5.5 GB, .venv-agent 5.2 GB, 25 minutes)
+            **_wheel_sources(),
+            # the session's process check follows what the user's demo starts (tests/conftest.py)
+            **{k: os.environ[k] for k in ("A2RL_TEST_SESSION", "A2RL_TEST_NODE") if k in os.environ},
+        }
         t0 = time.monotonic()
-        proc = subprocess.run(["runuser", "-u", USER, "--", "bash", "tools/demo.sh"], cwd=checkout, env=env,
-                              capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(
+            ["runuser", "-u", USER, "--", "bash", "tools/demo.sh"],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         took = time.monotonic() - t0
         out = proc.stdout + proc.stderr
-        sizes = subprocess.run(["du", "-sh", ".venv", ".venv-agent"], cwd=checkout, capture_output=True,
-                               text=True).stdout.split()
+        sizes = subprocess.run(
+            ["du", "-sh", ".venv", ".venv-agent"], cwd=checkout, capture_output=True, text=True
+        ).stdout.split()
         print(f"demo as {USER}: {took:.0f} s, exit {proc.returncode}; sizes {sizes}")  # figures for the docs
         assert proc.returncode == 0, out[-6000:]
         assert "4/4 done" in proc.stdout and "Traceback" not in out, out[-6000:]
@@ -160,12 +177,18 @@ def test_the_games_extra_without_a_compiler_stops_set_up_in_one_line_naming_its_
         venv.mkdir()
         os.chown(venv, 65534, 65534)
         env = {"HOME": str(shared), "PATH": _bare_path(shared / "path"), "A2RL_EXTRAS": "train,test,tasks,games"}
-        proc = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(shared / "tools" / "setup-env.sh"),
-                               str(venv)], env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            ["runuser", "-u", "nobody", "--", "bash", str(shared / "tools" / "setup-env.sh"), str(venv)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert proc.stderr.strip().splitlines() == [
             "setup-env: ERROR: no cmake and cannot apt-get it: the games extra (the textworld and alfworld tasks) "
-            "compiles its engines from source; install cmake, or leave games out of A2RL_EXTRAS"], proc.stderr
+            "compiles its engines from source; install cmake, or leave games out of A2RL_EXTRAS"
+        ], proc.stderr
         assert not (venv / "bin").exists()  # nothing was installed first
     finally:
         shutil.rmtree(shared)

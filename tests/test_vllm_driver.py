@@ -19,27 +19,56 @@ from test_local_driver_protocols import CASES, _post
 CALL = '<tool_call>{"name": "run", "arguments": {"command": "ls"}}</tool_call>'
 RUN_SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}}
 TOOL_CASES = {  # protocol: (path, body offering tool `run`, key header, the reply's tool calls as (name, args))
-    "anthropic": ("/v1/messages", {"model": "x", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
-                                   "tools": [{"name": "run", "input_schema": RUN_SCHEMA}]},
-                  lambda k: {"x-api-key": k},
-                  lambda d: [(b["name"], b["input"]) for b in d["content"] if b["type"] == "tool_use"]),
-    "responses": ("/v1/responses", {"model": "x", "input": "hi", "max_output_tokens": 8,
-                                    "tools": [{"type": "function", "name": "run", "parameters": RUN_SCHEMA}]},
-                  lambda k: {"Authorization": f"Bearer {k}"},
-                  lambda d: [(o["name"], json.loads(o["arguments"])) for o in d["output"]
-                             if o["type"] == "function_call"]),
-    "chat": ("/v1/chat/completions", {"model": "x", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}],
-                                      "tools": [{"type": "function", "function": {"name": "run",
-                                                                                  "parameters": RUN_SCHEMA}}]},
-             lambda k: {"Authorization": f"Bearer {k}"},
-             lambda d: [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-                        for c in d["choices"][0]["message"]["tool_calls"]]),
-    "gemini": ("/v1beta/models/x:generateContent",
-               {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 8},
-                "tools": [{"functionDeclarations": [{"name": "run", "parametersJsonSchema": RUN_SCHEMA}]}]},
-               lambda k: {"x-goog-api-key": k},
-               lambda d: [(p["functionCall"]["name"], p["functionCall"]["args"])
-                          for p in d["candidates"][0]["content"]["parts"] if "functionCall" in p]),
+    "anthropic": (
+        "/v1/messages",
+        {
+            "model": "x",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": "run", "input_schema": RUN_SCHEMA}],
+        },
+        lambda k: {"x-api-key": k},
+        lambda d: [(b["name"], b["input"]) for b in d["content"] if b["type"] == "tool_use"],
+    ),
+    "responses": (
+        "/v1/responses",
+        {
+            "model": "x",
+            "input": "hi",
+            "max_output_tokens": 8,
+            "tools": [{"type": "function", "name": "run", "parameters": RUN_SCHEMA}],
+        },
+        lambda k: {"Authorization": f"Bearer {k}"},
+        lambda d: [(o["name"], json.loads(o["arguments"])) for o in d["output"] if o["type"] == "function_call"],
+    ),
+    "chat": (
+        "/v1/chat/completions",
+        {
+            "model": "x",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "run", "parameters": RUN_SCHEMA}}],
+        },
+        lambda k: {"Authorization": f"Bearer {k}"},
+        lambda d: [
+            (c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in d["choices"][0]["message"]["tool_calls"]
+        ],
+    ),
+    "gemini": (
+        "/v1beta/models/x:generateContent",
+        {
+            "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"maxOutputTokens": 8},
+            "tools": [{"functionDeclarations": [{"name": "run", "parametersJsonSchema": RUN_SCHEMA}]}],
+        },
+        lambda k: {"x-goog-api-key": k},
+        lambda d: [
+            (p["functionCall"]["name"], p["functionCall"]["args"])
+            for p in d["candidates"][0]["content"]["parts"]
+            if "functionCall" in p
+        ],
+    ),
 }
 
 
@@ -65,15 +94,18 @@ def test_every_protocol_reaches_vllm_as_the_chat_template_prompt(vllm_driver, pr
     ids = tok(toolcalls.chat_prompt(tok, req), add_special_tokens=False)["input_ids"]
     # the rendered prompt, its end kept where it exceeds the tiny model's 512 positions (anthropic's does),
     # leaving room for the output
-    assert sent["prompt"] == (ids if len(ids) < 512 else ids[-(512 - 6):]), tok.decode(sent["prompt"])
+    assert sent["prompt"] == (ids if len(ids) < 512 else ids[-(512 - 6) :]), tok.decode(sent["prompt"])
     assert len(ids) >= 512 if protocol == "anthropic" else len(ids) < 512
     assert tok.decode(sent["prompt"]).endswith("<|assistant|>\n")
     # the request asked for 8 tokens; the server caps driver requests at 6
     assert sent["max_tokens"] == 6 and sent["stop"] == [] and sent["temperature"] == 0.0 and sent["model"] == "tiny"
     events = [d for _, d in protocols.sse_events(data) if d != "[DONE]"]
-    text = {"anthropic": lambda: events[2]["delta"]["text"], "responses": lambda: events[-1]["response"]["output"][0]
-            ["content"][0]["text"], "chat": lambda: events[0]["choices"][0]["delta"]["content"],
-            "gemini": lambda: events[-1]["candidates"][0]["content"]["parts"][0]["text"]}[protocol]()
+    text = {
+        "anthropic": lambda: events[2]["delta"]["text"],
+        "responses": lambda: events[-1]["response"]["output"][0]["content"][0]["text"],
+        "chat": lambda: events[0]["choices"][0]["delta"]["content"],
+        "gemini": lambda: events[-1]["candidates"][0]["content"]["parts"][0]["text"],
+    }[protocol]()
     assert text == "ok"
     # our key check stays in front of vLLM: a wrong key never reaches it
     assert _post(root + path, body, key("wrong"))[0] == 401 and len(vllm.requests) == 1
@@ -109,17 +141,29 @@ def test_plain_chat_completions_keep_stop_strings_and_logprobs(vllm_driver):
     logprobs come back in the chat completions form."""
     root, vllm, _ = vllm_driver
     vllm.reply = lambda ids: "yes no"
-    status, data = _post(root + "/v1/chat/completions", {
-        "model": "x", "max_tokens": 3, "stop": ["\n"], "logprobs": True, "top_logprobs": 2,
-        "messages": [{"role": "user", "content": "ok?"}]}, {"Authorization": "Bearer k"})
+    status, data = _post(
+        root + "/v1/chat/completions",
+        {
+            "model": "x",
+            "max_tokens": 3,
+            "stop": ["\n"],
+            "logprobs": True,
+            "top_logprobs": 2,
+            "messages": [{"role": "user", "content": "ok?"}],
+        },
+        {"Authorization": "Bearer k"},
+    )
     assert status == 200, data
     sent = vllm.requests[-1]
     assert sent["max_tokens"] == 3 and sent["stop"] == ["\n"] and sent["logprobs"] == 2
     doc = json.loads(data)
     choice = doc["choices"][0]
     assert choice["message"]["content"] == "yes no" and doc["system_fingerprint"].startswith("wh-")
-    assert choice["logprobs"]["content"][0] == {"token": "yes", "logprob": -0.5, "top_logprobs": [
-        {"token": "yes", "logprob": -0.5}, {"token": "other", "logprob": -1.5}]}
+    assert choice["logprobs"]["content"][0] == {
+        "token": "yes",
+        "logprob": -0.5,
+        "top_logprobs": [{"token": "yes", "logprob": -0.5}, {"token": "other", "logprob": -1.5}],
+    }
     assert doc["usage"]["completion_tokens"] == 2
 
 

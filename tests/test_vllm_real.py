@@ -30,14 +30,20 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 SERIES = 10  # submissions in a row on one engine
-RAW_PROMPTS = ["Tom has 3 apples and buys 4 more. How many apples does Tom have?", "the red ball is",
-               "<|user|>\nsay hi<|eos|>\n<|assistant|>\n"]
+RAW_PROMPTS = [
+    "Tom has 3 apples and buys 4 more. How many apples does Tom have?",
+    "the red ball is",
+    "<|user|>\nsay hi<|eos|>\n<|assistant|>\n",
+]
 
 
 def vllm_env() -> dict[str, str]:
     """The vLLM child's environment: a small CPU KV cache (the machine is shared), this checkout importable."""
-    return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    return {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
+    }
 
 
 def require_vllm() -> Path:
@@ -77,7 +83,7 @@ def broken(base: Path, dest: Path) -> Path:
     shutil.copytree(base, dest)
     weights = next(dest.glob("*.safetensors"))
     data = weights.read_bytes()
-    weights.write_bytes(data[:8 + int.from_bytes(data[:8], "little") + 16])
+    weights.write_bytes(data[: 8 + int.from_bytes(data[:8], "little") + 16])
     return dest
 
 
@@ -101,17 +107,18 @@ def data_root(tmp_path_factory) -> Path:
 
 def jobs(models: list[Path], tiny: Path, root: Path) -> list[dict]:
     """The series (arith, one submission each), then each task's fixture once, then the judge path."""
-    def job(task, model, **options):
-        return {"task": task, "model": str(model), "tokenizer": str(tiny), "data_root": str(root),
-                "options": options}
 
-    return [*(job("arith", m, limit=20) for m in models),
-            job("gsm8k", models[0], limit=4, max_new_tokens=32),
-            job("humaneval", models[1], limit=3, max_new_tokens=48),
-            job("textworld", models[2], max_steps=3, max_new_tokens=8),
-            {**job("alpacaeval", models[3], max_new_tokens=8, judge={"model_path": str(tiny)}),
-             "protocol": "paper"},
-            job("localjudge", models[4], max_new_tokens=8, judge_model=str(tiny))]
+    def job(task, model, **options):
+        return {"task": task, "model": str(model), "tokenizer": str(tiny), "data_root": str(root), "options": options}
+
+    return [
+        *(job("arith", m, limit=20) for m in models),
+        job("gsm8k", models[0], limit=4, max_new_tokens=32),
+        job("humaneval", models[1], limit=3, max_new_tokens=48),
+        job("textworld", models[2], max_steps=3, max_new_tokens=8),
+        {**job("alpacaeval", models[3], max_new_tokens=8, judge={"model_path": str(tiny)}), "protocol": "paper"},
+        job("localjudge", models[4], max_new_tokens=8, judge_model=str(tiny)),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -122,12 +129,17 @@ def graded(tiny_model, data_root, tmp_path_factory) -> tuple[list[dict], dict]:
     base = long_context(tiny_model, work / "base")
     models = [variant(base, work / f"m{i}", i + 1) for i in range(SERIES)]
     todo = jobs(models, base, data_root)
-    raw = {"model": str(models[0]), "tokenizer": str(base), "prompts": RAW_PROMPTS, "max_new_tokens": 24,
-           "top": 5}
-    (work / "jobs.json").write_text(json.dumps({"jobs": todo, "raw": raw,
-                                                "broken": str(broken(base, work / "broken"))}))
-    proc = subprocess.run([str(python), str(REPO / "tests" / "vllm_worker.py"), str(work / "jobs.json"),
-                           str(work / "out.json")], env=vllm_env(), capture_output=True, text=True, timeout=1800)
+    raw = {"model": str(models[0]), "tokenizer": str(base), "prompts": RAW_PROMPTS, "max_new_tokens": 24, "top": 5}
+    (work / "jobs.json").write_text(
+        json.dumps({"jobs": todo, "raw": raw, "broken": str(broken(base, work / "broken"))})
+    )
+    proc = subprocess.run(
+        [str(python), str(REPO / "tests" / "vllm_worker.py"), str(work / "jobs.json"), str(work / "out.json")],
+        env=vllm_env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     return todo, json.loads((work / "out.json").read_text())
 
@@ -137,8 +149,7 @@ def test_one_engine_serves_a_series_with_a_flat_process_tree_and_memory(graded):
     series = out["results"][:SERIES]
     assert all("error" not in r for r in series), [r.get("error") for r in series]
     assert [r["engine"] for r in series] == ["started"] + ["reloaded"] * (SERIES - 1)
-    assert [(r["starts"], r["reloads"], r["reload_failures"]) for r in series] == \
-        [(1, i, 0) for i in range(SERIES)]
+    assert [(r["starts"], r["reloads"], r["reload_failures"]) for r in series] == [(1, i, 0) for i in range(SERIES)]
     # vLLM's engine core and worker processes: the same ones throughout, none added per submission
     assert len(series[0]["vllm_pids"]) >= 2 and all(r["vllm_pids"] == series[0]["vllm_pids"] for r in series)
     # resident memory of the grader and its vLLM processes: flat (a generous bound; an engine per submission
@@ -160,13 +171,20 @@ def test_scores_equal_the_transformers_backend_under_greedy(graded, tiny_model):
     todo, out = graded
     for job, vllm in zip(todo, out["results"]):
         assert "error" not in vllm, (job["task"], vllm["error"])
-        score, details = evaluate_model(get_task(job["task"]), Path(job["model"]), Path(job["tokenizer"]),
-                                        data_root=Path(job["data_root"]), protocol=job.get("protocol", "a2rl"),
-                                        options=job["options"], preset=get_preset())
+        score, details = evaluate_model(
+            get_task(job["task"]),
+            Path(job["model"]),
+            Path(job["tokenizer"]),
+            data_root=Path(job["data_root"]),
+            protocol=job.get("protocol", "a2rl"),
+            options=job["options"],
+            preset=get_preset(),
+        )
         assert vllm["score"] == pytest.approx(score, abs=1e-9), (job["task"], vllm["details"], details)
         # the counts behind the score too (the judge's record names its backend, which differs)
-        assert {k: v for k, v in vllm["details"].items() if k != "judge"} == \
-            json.loads(json.dumps({k: v for k, v in details.items() if k != "judge"}, default=str)), job["task"]
+        assert {k: v for k, v in vllm["details"].items() if k != "judge"} == json.loads(
+            json.dumps({k: v for k, v in details.items() if k != "judge"}, default=str)
+        ), job["task"]
 
 
 def test_greedy_completions_and_first_token_logprobs_equal_transformers(graded):
@@ -205,8 +223,9 @@ def vllm_driver(tiny_model, tmp_path_factory):
 
     python = require_vllm()
     model = tuned_model(tiny_model, HELLO, tmp_path_factory.mktemp("talking"), steps=40)
-    spec = LocalDriver(model=str(model), backend="vllm", python=str(python), args={"max_model_len": 512},
-                       startup_timeout_s=900)
+    spec = LocalDriver(
+        model=str(model), backend="vllm", python=str(python), args={"max_model_len": 512}, startup_timeout_s=900
+    )
     log = tmp_path_factory.mktemp("driver") / "server.log"
     saved = dict(os.environ)
     os.environ.update(VLLM_CPU_KVCACHE_SPACE=vllm_env()["VLLM_CPU_KVCACHE_SPACE"])
@@ -238,10 +257,20 @@ def test_a_sweep_grades_with_backend_vllm_in_the_vllm_environment(tmp_path, monk
 
     require_vllm()
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", vllm_env()["VLLM_CPU_KVCACHE_SPACE"])
-    sweep = launch(tmp_path, tasks=["arith"], budget=900,
-                   agents=[{"name": "submitter", "args": {"count": 2, "keep_config": True}}],
-                   grader={"backend": "vllm", "max_model_len": 512, "poll_s": 0.05, "lease_s": 60,
-                           "idle_timeout_s": 120, "task_options": {"arith": {"limit": 10}}})
+    sweep = launch(
+        tmp_path,
+        tasks=["arith"],
+        budget=900,
+        agents=[{"name": "submitter", "args": {"count": 2, "keep_config": True}}],
+        grader={
+            "backend": "vllm",
+            "max_model_len": 512,
+            "poll_s": 0.05,
+            "lease_s": 60,
+            "idle_timeout_s": 120,
+            "task_options": {"arith": {"limit": 10}},
+        },
+    )
     result = only_result(sweep)
     assert result.status == "ok" and result.valid_submissions == 2, result.failure_reason
     entries = sweep.ledger.entries(result.run_id)

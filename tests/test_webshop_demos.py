@@ -37,8 +37,10 @@ def test_demonstrations_become_trajectories_in_our_action_syntax(prepared):
     assert len(human) == 3
     for episode, row in human.items():  # matched by instruction although upstream's price cap differs from ours
         goal = prepared.goals[int(episode)]
-        assert row["actions"] == [a if a.startswith("search[") else a.lower()
-                                  for a in by_instruction[PREP.instruction_key(goal["instruction_text"])]]
+        assert row["actions"] == [
+            a if a.startswith("search[") else a.lower()
+            for a in by_instruction[PREP.instruction_key(goal["instruction_text"])]
+        ]
     sneakers = next(r for r in human.values() if "click[description]" in r["actions"])
     assert sneakers["won"] and sneakers["steps"][-1]["completion"] == " click[buy now]\n"
     partial = next(r for r in human.values() if "hair extension" in r["actions"][0])  # the older page title
@@ -51,9 +53,11 @@ def test_demonstrations_become_trajectories_in_our_action_syntax(prepared):
 def test_prepare_logs_what_it_wrote_and_dropped(prepared, capsys):
     rows = PREP.trajectories(prepared.train, PREP.read_demos(FIXTURES / PREP.IL_FILE), graded_goals(prepared))
     assert rows == prepared.rows
-    assert capsys.readouterr().err == ("webshop prepare: 3 of 7 human demonstrations written for 3 training goals "
-                                       "(dropped: 2 for a graded instruction, 1 for no training goal, 1 not replaying "
-                                       "here); the scripted expert plays the other 2\n")
+    assert capsys.readouterr().err == (
+        "webshop prepare: 3 of 7 human demonstrations written for 3 training goals "
+        "(dropped: 2 for a graded instruction, 1 for no training goal, 1 not replaying "
+        "here); the scripted expert plays the other 2\n"
+    )
 
 
 def test_every_written_demonstration_replays_to_its_recorded_reward(prepared):
@@ -115,8 +119,13 @@ def test_the_pipeline_route_fine_tunes_on_the_won_human_demonstrations(prepared,
     from a2rl.tasklib.envs import load_task_env
 
     rows = interactive.load_trajectories(prepared.train)
-    loop = interactive.GraderLoop(load_task_env(prepared.train / "env.py", "ws_demos_env"), prepared.train, "a2rl",
-                                  AutoTokenizer.from_pretrained(tiny_model), 1 << 20)
+    loop = interactive.GraderLoop(
+        load_task_env(prepared.train / "env.py", "ws_demos_env"),
+        prepared.train,
+        "a2rl",
+        AutoTokenizer.from_pretrained(tiny_model),
+        1 << 20,
+    )
     pairs, _ = loop.expert_steps(rows)
     completions = {p["completion"] for p in pairs}
     assert " search[natural deodorant calming lavender]\n" in completions  # a won human demonstration

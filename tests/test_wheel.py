@@ -35,23 +35,54 @@ def test_the_wheel_ships_tasks_and_configs_and_runs_a_sweep_from_elsewhere(tmp_p
             shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(REPO / name, src / name)
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist",
-        src, cwd=tmp_path, env=env)
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        tmp_path / "dist",
+        src,
+        cwd=tmp_path,
+        env=env,
+    )
     (wheel,) = (tmp_path / "dist").glob("a2rl-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"a2rl/share/tasks/arith/task.yaml", "a2rl/share/configs/sweeps/demo.yaml",
-            "a2rl/share/configs/agents/baseline.yaml", "a2rl/share/slurm/job-setup.sh"} <= names
+    assert {
+        "a2rl/share/tasks/arith/task.yaml",
+        "a2rl/share/configs/sweeps/demo.yaml",
+        "a2rl/share/configs/agents/baseline.yaml",
+        "a2rl/share/slurm/job-setup.sh",
+    } <= names
     assert not any("__pycache__" in n for n in names)
 
     # a fresh venv with a2rl from the wheel only; its dependencies (torch...) come from the project's venv, after it
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path, env=env)
     python = venv / "bin" / "python"
-    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path,
-                    env=env).stdout.strip())
+    site = Path(
+        run(
+            python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path, env=env
+        ).stdout.strip()
+    )
     (site / "project-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel,
-        cwd=tmp_path, env=env)
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        wheel,
+        cwd=tmp_path,
+        env=env,
+    )
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -66,9 +97,20 @@ def test_the_wheel_ships_tasks_and_configs_and_runs_a_sweep_from_elsewhere(tmp_p
     demo = site / "a2rl" / "share" / "configs" / "sweeps" / "demo.yaml"
     dry = run(python, "-m", "a2rl.launch", demo, "--dry-run", cwd=elsewhere, env=env).stdout
     assert "4 runs (dry run: nothing submitted)" in dry, dry
-    (elsewhere / "tiny.yaml").write_text(yaml.safe_dump({
-        "name": "tiny", "tasks": ["arith"], "agents": ["baseline"], "models": ["builtin:tiny-llama"], "seeds": [0],
-        "budget": 60, "executor": "local", "grader": {"poll_s": 0.1, "idle_timeout_s": 120}}))
+    (elsewhere / "tiny.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "tasks": ["arith"],
+                "agents": ["baseline"],
+                "models": ["builtin:tiny-llama"],
+                "seeds": [0],
+                "budget": 60,
+                "executor": "local",
+                "grader": {"poll_s": 0.1, "idle_timeout_s": 120},
+            }
+        )
+    )
     run(venv / "bin" / "a2rl", "validate", "tiny.yaml", cwd=elsewhere, env=env)
     out = run(venv / "bin" / "a2rl", "launch", "tiny.yaml", "--wait", cwd=elsewhere, env=env).stdout
     assert "1/1 done" in out and "0 failed" in out, out

@@ -47,9 +47,16 @@ def main(jobs_path: str, out_path: str) -> int:
     def grade(job: dict) -> dict:
         task = get_task(job["task"], [Path(p) for p in job.get("task_paths", [])])
         try:
-            score, details = evaluate_model(task, Path(job["model"]), Path(job["tokenizer"]),
-                                            data_root=Path(job["data_root"]), protocol=job.get("protocol", "a2rl"),
-                                            options=job.get("options"), engine=engine, preset=get_preset())
+            score, details = evaluate_model(
+                task,
+                Path(job["model"]),
+                Path(job["tokenizer"]),
+                data_root=Path(job["data_root"]),
+                protocol=job.get("protocol", "a2rl"),
+                options=job.get("options"),
+                engine=engine,
+                preset=get_preset(),
+            )
             result = {"score": score, "details": details}
         except Exception as e:  # recorded for the test to show
             result = {"error": f"{type(e).__name__}: {e}"}
@@ -60,8 +67,10 @@ def main(jobs_path: str, out_path: str) -> int:
         Path(out_path).write_text(json.dumps(out, default=str))
     if raw := spec.get("raw"):
         generator = engine.get(Path(raw["model"]), Path(raw["tokenizer"]), get_preset())
-        out["raw"] = {"texts": generator.generate(raw["prompts"], max_new_tokens=raw["max_new_tokens"], stop=None),
-                      "top": generator.first_token_logprobs(raw["prompts"], top=raw["top"])}
+        out["raw"] = {
+            "texts": generator.generate(raw["prompts"], max_new_tokens=raw["max_new_tokens"], stop=None),
+            "top": generator.first_token_logprobs(raw["prompts"], top=raw["top"]),
+        }
     if spec.get("broken"):
         first = spec["jobs"][0]
         out["broken"] = grade({**first, "model": spec["broken"]})

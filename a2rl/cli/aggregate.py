@@ -23,12 +23,14 @@ def ks(text: str) -> list[int]:
 
 
 def table_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layout", default="long", choices=["long", "paper"],
-                   help="paper: one Table-2 block per base model")
+    p.add_argument(
+        "--layout", default="long", choices=["long", "paper"], help="paper: one Table-2 block per base model"
+    )
     p.add_argument("--by", choices=["mode"], help="mode: mode × task mean improvement")
     p.add_argument("--pass-at", type=ks, metavar="K,K,...", help="expected best improvement over k runs")
-    p.add_argument("--scaling", action="store_true",
-                   help="best score at budget fractions, token counts and submission counts")
+    p.add_argument(
+        "--scaling", action="store_true", help="best score at budget fractions, token counts and submission counts"
+    )
     p.add_argument("--routes", action="store_true", help="training of each run's best submission")
     p.add_argument("--failures", action="store_true", help="failures by cause: infrastructure or agent")
     p.add_argument("--usage", action="store_true", help="tokens and cost per cell")
@@ -47,8 +49,17 @@ def open_sweeps(paths: list[Path]) -> Sweeps:
 
 
 def selected(sw: Sweeps, args: argparse.Namespace):
-    return tables(sw, layout=args.layout, by=args.by, pass_at=args.pass_at, scaling=args.scaling,
-                  routes=args.routes, failures=args.failures, usage=args.usage, submissions=args.submissions)
+    return tables(
+        sw,
+        layout=args.layout,
+        by=args.by,
+        pass_at=args.pass_at,
+        scaling=args.scaling,
+        routes=args.routes,
+        failures=args.failures,
+        usage=args.usage,
+        submissions=args.submissions,
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

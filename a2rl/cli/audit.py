@@ -26,8 +26,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {line}", file=sys.stderr)
         return 2
     print(record.table())
-    print(f"isolation: {record.isolation} ({record.reason}); network: {record.network}; recorded in "
-          f"{audit_path(sweep)}")
+    print(
+        f"isolation: {record.isolation} ({record.reason}); network: {record.network}; recorded in {audit_path(sweep)}"
+    )
     if record.leaks:
         print(f"{len(record.leaks)} path(s) to held-out data", file=sys.stderr)
         return 1

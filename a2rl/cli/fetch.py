@@ -10,8 +10,20 @@ import sys
 from pathlib import Path
 
 # weights as safetensors only: a2rl never loads pickle checkpoints
-ALLOW = ["*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json", "tokenizer*",
-         "vocab.*", "merges.txt", "special_tokens_map.json", "*.model", "chat_template.*", "LICENSE*", "README*"]
+ALLOW = [
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "vocab.*",
+    "merges.txt",
+    "special_tokens_map.json",
+    "*.model",
+    "chat_template.*",
+    "LICENSE*",
+    "README*",
+]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,12 +42,22 @@ def run(args: argparse.Namespace) -> int:
     from a2rl.spec.sizing import describe
 
     try:
-        path = Path(snapshot_download(args.repo_id, revision=args.revision, local_dir=args.to, allow_patterns=ALLOW,
-                                      token=os.environ.get(args.token_env) or None))
+        path = Path(
+            snapshot_download(
+                args.repo_id,
+                revision=args.revision,
+                local_dir=args.to,
+                allow_patterns=ALLOW,
+                token=os.environ.get(args.token_env) or None,
+            )
+        )
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"error: cannot download {args.repo_id} from the Hugging Face hub ({reason}); run fetch-model on a "
-              f"node with internet access (a login node); run it again to resume", file=sys.stderr)
+        print(
+            f"error: cannot download {args.repo_id} from the Hugging Face hub ({reason}); run fetch-model on a "
+            f"node with internet access (a login node); run it again to resume",
+            file=sys.stderr,
+        )
         return 2
     if not any(path.glob("*.safetensors")):
         print(f"error: {args.repo_id} has no safetensors weights (a2rl loads no pickle checkpoints)", file=sys.stderr)

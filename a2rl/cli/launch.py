@@ -21,20 +21,30 @@ from a2rl.spec.sizing import check_shapes
 
 
 def print_runs(runs: list[RunSpec]) -> None:
-    print(tabulate([(r.run_id, r.task, r.agent.key, r.driver, r.model.name, r.seed, f"{r.budget_s:g}")
-                    for r in runs], headers=["run", "task", "agent", "driver", "model", "seed", "budget s"]))
+    print(
+        tabulate(
+            [(r.run_id, r.task, r.agent.key, r.driver, r.model.name, r.seed, f"{r.budget_s:g}") for r in runs],
+            headers=["run", "task", "agent", "driver", "model", "seed", "budget s"],
+        )
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", type=Path, help="sweep.yaml, or an existing sweep directory to resume")
     p.add_argument("--sweep-dir", type=Path, help=f"where the sweep's records go (default {DEFAULT_SWEEPS}/<name>)")
     p.add_argument("--wait", action="store_true", help="follow progress until every run has finished")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the expanded runs and check the job shapes against the models; submit nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the expanded runs and check the job shapes against the models; submit nothing",
+    )
     p.add_argument("--retry-failed", action="store_true", help="resubmit runs that ended failed")
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
-    p.add_argument("--allow-leaks", action="store_true",
-                   help="launch even where the sweep's audit finds a path to held-out data (recorded)")
+    p.add_argument(
+        "--allow-leaks",
+        action="store_true",
+        help="launch even where the sweep's audit finds a path to held-out data (recorded)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
             print_runs(runs)
             print(f"{len(runs)} runs (dry run: nothing submitted)")
             return 0
-        done = Launcher.launch(args.target, sweep_dir=args.sweep_dir, executor=args.executor,
-                               retry_failed=args.retry_failed, allow_leaks=args.allow_leaks)
+        done = Launcher.launch(
+            args.target,
+            sweep_dir=args.sweep_dir,
+            executor=args.executor,
+            retry_failed=args.retry_failed,
+            allow_leaks=args.allow_leaks,
+        )
     except SpecError as e:
         for line in e.lines:
             print(f"error: {line}", file=sys.stderr)
@@ -65,23 +80,33 @@ def run(args: argparse.Namespace) -> int:
     if audit.leaks:
         print(audit.table())
         if done.refused:
-            print(f"error: the audit ({audit_path(sweep)}) found a path to held-out data under isolation: "
-                  f"{audit.isolation}; use a sandbox, or launch with --allow-leaks", file=sys.stderr)
+            print(
+                f"error: the audit ({audit_path(sweep)}) found a path to held-out data under isolation: "
+                f"{audit.isolation}; use a sandbox, or launch with --allow-leaks",
+                file=sys.stderr,
+            )
             return 2
-        print(f"WARNING: launched with --allow-leaks: agents can reach held-out data (isolation: "
-              f"{audit.isolation}); its results are untrusted", flush=True)
+        print(
+            f"WARNING: launched with --allow-leaks: agents can reach held-out data (isolation: "
+            f"{audit.isolation}); its results are untrusted",
+            flush=True,
+        )
     print(f"sweep dir: {sweep.root}")
     if done.finished:
         print(f"all {len(runs)} runs have finished; nothing to submit")
     else:
         drivers = f", {len(launcher.driver_jobs)} local driver server(s)" if launcher.driver_jobs else ""
-        deferred = f" ({len(launcher.deferred)} more deferred until the queue limit has room)" \
-            if launcher.deferred else ""
-        print(f"submitted {len(launcher.jobs)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
-              f"to the {launcher.kind} executor{deferred}")
+        deferred = (
+            f" ({len(launcher.deferred)} more deferred until the queue limit has room)" if launcher.deferred else ""
+        )
+        print(
+            f"submitted {len(launcher.jobs)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
+            f"to the {launcher.kind} executor{deferred}"
+        )
     if not args.wait:
-        print(f"follow with: python -m a2rl.launch {sweep.root} --wait   "
-              f"results: python -m a2rl.aggregate {sweep.root}")
+        print(
+            f"follow with: python -m a2rl.launch {sweep.root} --wait   results: python -m a2rl.aggregate {sweep.root}"
+        )
         return 0
     try:
         code = launcher.follow()

@@ -21,14 +21,21 @@ def run(args: argparse.Namespace) -> int:
     from a2rl.spec.generation import preset_registry
     from a2rl.spec.tasks import task_registry
 
-    registry = {"tasks": task_registry, "agents": agent_registry, "clusters": cluster_registry,
-                "presets": preset_registry}[args.what]()
+    registry = {
+        "tasks": task_registry,
+        "agents": agent_registry,
+        "clusters": cluster_registry,
+        "presets": preset_registry,
+    }[args.what]()
     rows = []
     for name in registry.names():
         try:
             spec = registry.get(name)
-            about = f"level {spec.level}, {spec.kind}, {spec.train_format}" if args.what == "tasks" \
+            about = (
+                f"level {spec.level}, {spec.kind}, {spec.train_format}"
+                if args.what == "tasks"
                 else " ".join(spec.description.split())
+            )
         except SpecError as e:
             about = f"INVALID: {e.lines[0]}"
         rows.append((name, about[:100], registry.path(name)))

@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, (module, help) in COMMANDS.items():
         if argv and argv[0] == name:
             mod = importlib.import_module(f"a2rl.cli.{module}")
-            s = sub.add_parser(name, help=help, description=mod.__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+            s = sub.add_parser(
+                name, help=help, description=mod.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+            )
             mod.add_arguments(s)
             s.set_defaults(fn=mod.run)
         else:

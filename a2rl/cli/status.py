@@ -35,27 +35,57 @@ def run(args: argparse.Namespace) -> int:
         state = result.status if result else (status.state if status else "not submitted")
         if not result and run.run_id in jobs and jobs[run.run_id].alive and status and status.stale():
             state = "waiting (scheduler)"
-        best = result.best if result else max((e.score for e in ledger.entries(run.run_id)
-                                               if e.score is not None), default=None)
-        reason = (result.failure_reason or "").strip().splitlines()[-1][:100] if result and result.failure_reason else ""
+        best = (
+            result.best
+            if result
+            else max((e.score for e in ledger.entries(run.run_id) if e.score is not None), default=None)
+        )
+        reason = (
+            (result.failure_reason or "").strip().splitlines()[-1][:100] if result and result.failure_reason else ""
+        )
         job = jobs.get(run.run_id)
         tokens, cost = st.usage.get(run.run_id, (None, None))
-        table.append([run.run_id, state, status.job_id if status else "", job.state if job else "",
-                      sweep.queue.count(run.run_id), "" if best is None else f"{best:.2f}",
-                      "" if tokens is None else f"{tokens:,}", "" if cost is None else f"{cost:.2f}", reason])
-    print(tabulate(table, headers=["run", "state", "job", "scheduler", "submissions", "best", "tokens", "cost $",
-                                   "reason"], disable_numparse=True))
-    print(st.line(0).split("] ", 1)[1] + f" · {st.graders_alive} grader(s) alive"
-          + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs, schedulers)) or 'none'}")
+        table.append(
+            [
+                run.run_id,
+                state,
+                status.job_id if status else "",
+                job.state if job else "",
+                sweep.queue.count(run.run_id),
+                "" if best is None else f"{best:.2f}",
+                "" if tokens is None else f"{tokens:,}",
+                "" if cost is None else f"{cost:.2f}",
+                reason,
+            ]
+        )
+    print(
+        tabulate(
+            table,
+            headers=["run", "state", "job", "scheduler", "submissions", "best", "tokens", "cost $", "reason"],
+            disable_numparse=True,
+        )
+    )
+    print(
+        st.line(0).split("] ", 1)[1]
+        + f" · {st.graders_alive} grader(s) alive"
+        + f" · grader jobs {', '.join(jobs_alive(sweep.grader_jobs, schedulers)) or 'none'}"
+    )
     for beat in sorted(st.graders, key=lambda b: b.holder):  # a failed reload cost a fresh engine: say so
-        print(f"grader {beat.holder}: {beat.state}, {beat.graded} graded · engine {beat.starts} started, "
-              f"{beat.reloads} reloaded, {beat.reload_failures} reload failure(s)")
+        print(
+            f"grader {beat.holder}: {beat.state}, {beat.graded} graded · engine {beat.starts} started, "
+            f"{beat.reloads} reloaded, {beat.reload_failures} reload failure(s)"
+        )
     for name in sweep.spec.local_drivers:
         endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))
-        state = "no endpoint yet" if endpoint is None else \
-            f"{'serving' if endpoint.live() else endpoint.state + (': ' + endpoint.note if endpoint.note else '')}" \
+        state = (
+            "no endpoint yet"
+            if endpoint is None
+            else f"{'serving' if endpoint.live() else endpoint.state + (': ' + endpoint.note if endpoint.note else '')}"
             f" {endpoint.model} at {endpoint.base_url}"
-        print(f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}")
+        )
+        print(
+            f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}"
+        )
     for problem in st.problems:
         print(f"skipped: {problem}")
     if note := untrusted_note(sweep.spec.isolation == "none"):

@@ -14,8 +14,12 @@ from a2rl.run.client import post_submit
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_path")
-    p.add_argument("--timeout", type=float, default=7 * 3600,
-                   help="seconds without an answer before giving up (default 7 h: above the grader's 6 h wait)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=7 * 3600,
+        help="seconds without an answer before giving up (default 7 h: above the grader's 6 h wait)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

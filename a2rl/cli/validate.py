@@ -22,8 +22,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         spec, runs, _ = read_target(args.target)
-        dirs = {m.name: builtin_dir(m.path.removeprefix(BUILTIN_PREFIX)) if m.path.startswith(BUILTIN_PREFIX)
-                else Path(m.path) for m in spec.model_entries}
+        dirs = {
+            m.name: builtin_dir(m.path.removeprefix(BUILTIN_PREFIX))
+            if m.path.startswith(BUILTIN_PREFIX)
+            else Path(m.path)
+            for m in spec.model_entries
+        }
         params = {name: parameter_count(d) for name, d in dirs.items() if (d / "config.json").is_file()}
         if problems := shape_problems(spec, params):
             raise SpecError(problems)
@@ -32,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {line}", file=sys.stderr)
         return 2
     unchecked = sorted(set(dirs) - set(params))
-    print(f"{args.target}: valid: {len(runs)} runs ({', '.join(spec.tasks)} × {len(spec.agents)} agent(s) × "
-          f"{len(spec.models)} model(s))" + (f"; job shapes not checked for {', '.join(unchecked)} (not built yet)"
-                                             if unchecked else ""))
+    print(
+        f"{args.target}: valid: {len(runs)} runs ({', '.join(spec.tasks)} × {len(spec.agents)} agent(s) × "
+        f"{len(spec.models)} model(s))"
+        + (f"; job shapes not checked for {', '.join(unchecked)} (not built yet)" if unchecked else "")
+    )
     return 0

@@ -45,8 +45,15 @@ class ChatModel:
     server over HTTP (vllmclient.VLLMChatModel), so every protocol reaches either the same way. Decoding is
     always greedy, whatever the request asks."""
 
-    def __init__(self, tokenizer: Any, model_dir: Path, model_id: str | None, context: int, fit_prompt: bool,
-                 max_output: int | None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        model_dir: Path,
+        model_id: str | None,
+        context: int,
+        fit_prompt: bool,
+        max_output: int | None,
+    ):
         """fit_prompt: a prompt longer than the model's context keeps its end (a driver: agent CLIs send system
         prompts larger than a small model's context); without it (a judge) such a request is refused.
         max_output: a cap on the tokens generated for a driver request, whatever it asks (CLIs ask for 32k)."""
@@ -64,9 +71,14 @@ class ChatModel:
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = body.get("messages")
-        if not (isinstance(messages, list) and messages and all(
+        if not (
+            isinstance(messages, list)
+            and messages
+            and all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages)):
+                for m in messages
+            )
+        ):
             raise BadRequest("'messages' must be a non-empty list of {role, content} with string content")
         if body.get("n", 1) != 1:
             raise BadRequest("only n=1 is supported")
@@ -82,12 +94,22 @@ class ChatModel:
             raise BadRequest(f"'top_logprobs' must be an integer between 0 and {MAX_TOP_LOGPROBS}")
         n = next(self._ids)
         text, finish, logprobs, usage = self._run(chat_prompt(self.tokenizer, messages), max_tokens, stops, top)
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": finish}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": finish,
+        }
         if top is not None:
             choice["logprobs"] = {"content": logprobs}
-        return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model_id, "system_fingerprint": self.fingerprint, "choices": [choice], "usage": usage}
+        return {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_id,
+            "system_fingerprint": self.fingerprint,
+            "choices": [choice],
+            "usage": usage,
+        }
 
     def respond(self, req: protocols.Request) -> protocols.Reply:
         """A neutral request's reply: its conversation and tools on the chat template, the model's tool calls
@@ -100,8 +122,9 @@ class ChatModel:
         text, calls = toolcalls.read_reply(text, req)
         return protocols.Reply(text, calls, protocols.Usage(usage["prompt_tokens"], usage["completion_tokens"]))
 
-    def _run(self, prompt: str, max_tokens: int, stops: list[str],
-             top: int | None) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
+    def _run(
+        self, prompt: str, max_tokens: int, stops: list[str], top: int | None
+    ) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
         tok = self.tokenizer
         # A chat template writes its own special tokens; adding BOS again would double it.
         ids = tok(prompt, add_special_tokens=not tok.chat_template)["input_ids"]
@@ -109,13 +132,13 @@ class ChatModel:
             if not self.fit_prompt:
                 raise BadRequest(f"the prompt has {len(ids)} tokens; the model's context is {self.context}")
             keep = self.context - min(max_tokens, self.context // 2)
-            log.info("prompt of %d tokens cut to its last %d (the model's context is %d)", len(ids), keep,
-                     self.context)
+            log.info("prompt of %d tokens cut to its last %d (the model's context is %d)", len(ids), keep, self.context)
             ids = ids[-keep:]
         return self._generate(ids, min(max_tokens, self.context - len(ids)), stops, top)
 
-    def _generate(self, ids: list[int], max_tokens: int, stops: list[str],
-                  top: int | None) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
+    def _generate(
+        self, ids: list[int], max_tokens: int, stops: list[str], top: int | None
+    ) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
         """(text cut at the first stop string, "stop" or "length", per-token logprobs when top is set, usage)."""
         raise NotImplementedError
 
@@ -125,8 +148,9 @@ class LocalChatModel(ChatModel):
     model is not thread-safe, 2 CPU cores gain nothing from interleaving, and a request's result never depends
     on its neighbours (deterministic scores)."""
 
-    def __init__(self, model_dir: Path, model_id: str | None = None, fit_prompt: bool = False,
-                 max_output: int | None = None):
+    def __init__(
+        self, model_dir: Path, model_id: str | None = None, fit_prompt: bool = False, max_output: int | None = None
+    ):
         from a2rl.llm.inference import Generator, pick_device
 
         # the grader's transformers backend: on its GPU in bf16 when it has one, else on CPU in fp32
@@ -135,8 +159,9 @@ class LocalChatModel(ChatModel):
         super().__init__(self.generator.tokenizer, model_dir, model_id, context, fit_prompt, max_output)
         self._lock = threading.Lock()
 
-    def _generate(self, ids: list[int], max_tokens: int, stops: list[str],
-                  top: int | None) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
+    def _generate(
+        self, ids: list[int], max_tokens: int, stops: list[str], top: int | None
+    ) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
         import torch
         from transformers import GenerationConfig, StoppingCriteriaList
 
@@ -146,13 +171,19 @@ class LocalChatModel(ChatModel):
         tok, model = self.tokenizer, self.generator.model
         prompt_len = len(ids)
         enc = torch.tensor([ids], device=model.device)
-        config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False,
-                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                  return_dict_in_generate=True, output_logits=top is not None)
+        config = GenerationConfig(
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=top is not None,
+        )
         criteria = StoppingCriteriaList([StopOnString(tok, stops, prompt_len)] if stops else [])
         with self._lock, torch.inference_mode():
-            out = model.generate(enc, attention_mask=torch.ones_like(enc), generation_config=config,
-                                 stopping_criteria=criteria)
+            out = model.generate(
+                enc, attention_mask=torch.ones_like(enc), generation_config=config, stopping_criteria=criteria
+            )
         ids = out.sequences[0, prompt_len:].tolist()
         ended = bool(ids) and ids[-1] == tok.eos_token_id
         if ended:
@@ -165,9 +196,16 @@ class LocalChatModel(ChatModel):
             for i, token_id in enumerate(ids):
                 lp = out.logits[i][0].float().log_softmax(-1)
                 best = lp.topk(top)
-                logprobs.append({"token": tok.decode([token_id]), "logprob": lp[token_id].item(),
-                                 "top_logprobs": [{"token": tok.decode([j]), "logprob": v}
-                                                  for v, j in zip(best.values.tolist(), best.indices.tolist())]})
+                logprobs.append(
+                    {
+                        "token": tok.decode([token_id]),
+                        "logprob": lp[token_id].item(),
+                        "top_logprobs": [
+                            {"token": tok.decode([j]), "logprob": v}
+                            for v, j in zip(best.values.tolist(), best.indices.tolist())
+                        ],
+                    }
+                )
         usage = {"prompt_tokens": prompt_len, "completion_tokens": len(ids), "total_tokens": prompt_len + len(ids)}
         return text, "stop" if ended else "length", logprobs, usage
 
@@ -227,8 +265,11 @@ class _Handler(JSONRequestHandler):
         expected = self.server.api_key
         if expected is None:
             return True
-        given = [self.headers.get("Authorization", "").removeprefix("Bearer "), self.headers.get("x-api-key", ""),
-                 self.headers.get("x-goog-api-key", "")]
+        given = [
+            self.headers.get("Authorization", "").removeprefix("Bearer "),
+            self.headers.get("x-api-key", ""),
+            self.headers.get("x-goog-api-key", ""),
+        ]
         if any(hmac.compare_digest(g, expected) for g in given):
             return True
         self._error(401, "missing or wrong API key", protocol)
@@ -248,10 +289,18 @@ def serve(backend: ChatModel, *, api_key: str | None = None, host: str = "127.0.
 
 
 @contextmanager
-def serve_local_model(model_dir: Path, *, api_key: str | None = None, model_id: str | None = None,
-                      host: str = "127.0.0.1", port: int = 0, fit_prompt: bool = False,
-                      max_output: int | None = None) -> Iterator[str]:
+def serve_local_model(
+    model_dir: Path,
+    *,
+    api_key: str | None = None,
+    model_id: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    fit_prompt: bool = False,
+    max_output: int | None = None,
+) -> Iterator[str]:
     """`serve` the transformers model at model_dir. fit_prompt, max_output: see ChatModel."""
-    with serve(LocalChatModel(model_dir, model_id, fit_prompt, max_output), api_key=api_key, host=host,
-               port=port) as url:
+    with serve(
+        LocalChatModel(model_dir, model_id, fit_prompt, max_output), api_key=api_key, host=host, port=port
+    ) as url:
         yield url

@@ -18,6 +18,7 @@ from a2rl.store.sweepdir import STALE_S, SweepDir
 
 class DriverEndpoint(Record):
     """`drivers/<name>/endpoint.json`, written by the server job."""
+
     name: str
     base_url: str  # http://HOST:PORT/v1
     api_key: str
@@ -67,8 +68,13 @@ def wait_for_endpoint(sweep: SweepDir, name: str, timeout_s: float, poll_s: floa
         if endpoint is not None and endpoint.live() and answers(endpoint):
             return endpoint
         if time.monotonic() >= deadline:
-            seen = "no endpoint was written" if endpoint is None else \
-                f"last endpoint {endpoint.base_url} ({endpoint.state}{': ' + endpoint.note if endpoint.note else ''})"
-            raise InfraError(f"local driver {name!r}: no live server after {timeout_s:.0f} s ({seen}); see the driver "
-                             f"job's log under {sweep.jobs} and relaunch the sweep to start a server")
+            seen = (
+                "no endpoint was written"
+                if endpoint is None
+                else f"last endpoint {endpoint.base_url} ({endpoint.state}{': ' + endpoint.note if endpoint.note else ''})"
+            )
+            raise InfraError(
+                f"local driver {name!r}: no live server after {timeout_s:.0f} s ({seen}); see the driver "
+                f"job's log under {sweep.jobs} and relaunch the sweep to start a server"
+            )
         time.sleep(poll_s)

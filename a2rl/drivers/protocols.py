@@ -104,6 +104,7 @@ class Route:
 @dataclass
 class Rendered:
     """A response: one JSON body, or (stream) chunks to write and flush one by one."""
+
     status: int
     content_type: str
     chunks: list[bytes]
@@ -128,7 +129,7 @@ def route(method: str, path: str) -> Route | None:
         return Route("chat")
     for prefix in ("/v1beta/models/", "/v1/models/"):
         if p.startswith(prefix) and ":" in p:
-            model, _, verb = p[len(prefix):].rpartition(":")
+            model, _, verb = p[len(prefix) :].rpartition(":")
             if verb in ("generateContent", "streamGenerateContent"):
                 sse = parse_qs(parts.query).get("alt") == ["sse"]
                 return Route("gemini", model=model, stream=verb == "streamGenerateContent", sse=sse)
@@ -136,6 +137,7 @@ def route(method: str, path: str) -> Route | None:
 
 
 # ---- requests ------------------------------------------------------------------------------------------------
+
 
 def _obj(x: Any, what: str) -> dict[str, Any]:
     if not isinstance(x, dict):
@@ -205,24 +207,31 @@ def _anthropic(body: dict[str, Any]) -> Request:
             elif kind == "tool_use":
                 _append_call(messages, ToolCall(str(b.get("id")), str(b.get("name")), _args(b.get("input"))))
             elif kind == "tool_result":
-                _append_result(messages, ToolResult(str(b.get("tool_use_id")), _text(b.get("content")),
-                                                    is_error=bool(b.get("is_error"))))
+                _append_result(
+                    messages,
+                    ToolResult(str(b.get("tool_use_id")), _text(b.get("content")), is_error=bool(b.get("is_error"))),
+                )
         if texts:  # thinking, images and documents carry nothing a text model reads
             if role == "assistant" and messages and messages[-1].role == "assistant" and not messages[-1].text:
                 messages[-1].text = "".join(texts)
             else:
                 messages.append(Message(role, "".join(texts)))
-    tools = [Tool(t["name"], t.get("description") or "", t.get("input_schema") or {})
-             for t in _list(body.get("tools"), "'tools'") if isinstance(t, dict) and "name" in t]
-    return Request("anthropic", str(body.get("model") or ""), messages, tools, bool(body.get("stream")),
-                   body.get("max_tokens"))
+    tools = [
+        Tool(t["name"], t.get("description") or "", t.get("input_schema") or {})
+        for t in _list(body.get("tools"), "'tools'")
+        if isinstance(t, dict) and "name" in t
+    ]
+    return Request(
+        "anthropic", str(body.get("model") or ""), messages, tools, bool(body.get("stream")), body.get("max_tokens")
+    )
 
 
 def _responses(body: dict[str, Any]) -> Request:
     messages = [Message("system", body["instructions"])] if isinstance(body.get("instructions"), str) else []
     items = body.get("input")
-    items = [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else \
-        _list(items, "'input'")
+    items = (
+        [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else _list(items, "'input'")
+    )
     for i, it in enumerate(items):
         it = _obj(it, f"input[{i}]")
         kind = it.get("type", "message")
@@ -234,18 +243,27 @@ def _responses(body: dict[str, Any]) -> Request:
         elif kind == "function_call":
             _append_call(messages, ToolCall(str(it.get("call_id")), str(it.get("name")), _args(it.get("arguments"))))
         elif kind == "custom_tool_call":
-            _append_call(messages, ToolCall(str(it.get("call_id")), str(it.get("name")),
-                                            {"input": str(it.get("input") or "")}))
+            _append_call(
+                messages, ToolCall(str(it.get("call_id")), str(it.get("name")), {"input": str(it.get("input") or "")})
+            )
         elif kind in ("function_call_output", "custom_tool_call_output"):
             out = it.get("output")
-            _append_result(messages, ToolResult(str(it.get("call_id")), out if isinstance(out, str) else
-                                                _text(out) or json.dumps(out)))
+            _append_result(
+                messages,
+                ToolResult(str(it.get("call_id")), out if isinstance(out, str) else _text(out) or json.dumps(out)),
+            )
     tools = []
     for t in _list(body.get("tools"), "'tools'"):
         if isinstance(t, dict) and t.get("type") in ("function", "custom") and "name" in t:
             tools.append(Tool(t["name"], t.get("description") or "", t.get("parameters") or {}, t["type"]))
-    return Request("responses", str(body.get("model") or ""), messages, tools, bool(body.get("stream")),
-                   body.get("max_output_tokens"))
+    return Request(
+        "responses",
+        str(body.get("model") or ""),
+        messages,
+        tools,
+        bool(body.get("stream")),
+        body.get("max_output_tokens"),
+    )
 
 
 def _chat(body: dict[str, Any]) -> Request:
@@ -258,21 +276,36 @@ def _chat(body: dict[str, Any]) -> Request:
             continue
         if role not in ("system", "user", "assistant"):
             raise ProtocolError(f"messages[{i}].role {m.get('role')!r} is not a chat role")
-        calls = [ToolCall(str(c.get("id")), str((c.get("function") or {}).get("name")),
-                          _args((c.get("function") or {}).get("arguments")))
-                 for c in _list(m.get("tool_calls"), "tool_calls") if isinstance(c, dict)]
+        calls = [
+            ToolCall(
+                str(c.get("id")),
+                str((c.get("function") or {}).get("name")),
+                _args((c.get("function") or {}).get("arguments")),
+            )
+            for c in _list(m.get("tool_calls"), "tool_calls")
+            if isinstance(c, dict)
+        ]
         messages.append(Message(role, _text(m.get("content")), tool_calls=calls))
-    tools = [Tool(f["name"], f.get("description") or "", f.get("parameters") or {})
-             for t in _list(body.get("tools"), "'tools'") if isinstance(t, dict)
-             and isinstance(f := t.get("function"), dict) and "name" in f]
-    return Request("chat", str(body.get("model") or ""), messages, tools, bool(body.get("stream")),
-                   body.get("max_completion_tokens") or body.get("max_tokens"))
+    tools = [
+        Tool(f["name"], f.get("description") or "", f.get("parameters") or {})
+        for t in _list(body.get("tools"), "'tools'")
+        if isinstance(t, dict) and isinstance(f := t.get("function"), dict) and "name" in f
+    ]
+    return Request(
+        "chat",
+        str(body.get("model") or ""),
+        messages,
+        tools,
+        bool(body.get("stream")),
+        body.get("max_completion_tokens") or body.get("max_tokens"),
+    )
 
 
 def _gemini(body: dict[str, Any], route: Route) -> Request:
     system = body.get("systemInstruction") or body.get("system_instruction")
-    messages = [Message("system", system if isinstance(system, str) else _text((system or {}).get("parts")))] \
-        if system else []
+    messages = (
+        [Message("system", system if isinstance(system, str) else _text((system or {}).get("parts")))] if system else []
+    )
     for i, c in enumerate(_list(body.get("contents"), "'contents'")):
         c = _obj(c, f"contents[{i}]")
         role = {"model": "assistant"}.get(c.get("role") or "user", c.get("role") or "user")
@@ -284,25 +317,43 @@ def _gemini(body: dict[str, Any], route: Route) -> Request:
             if isinstance(p.get("text"), str) and not p.get("thought"):
                 texts.append(p["text"])
             elif isinstance(fc := p.get("functionCall"), dict):
-                _append_call(messages, ToolCall(str(fc.get("id") or fc.get("name")), str(fc.get("name")),
-                                                _args(fc.get("args"))))
+                _append_call(
+                    messages, ToolCall(str(fc.get("id") or fc.get("name")), str(fc.get("name")), _args(fc.get("args")))
+                )
             elif isinstance(fr := p.get("functionResponse"), dict):
                 resp = fr.get("response")
                 out = resp.get("output", resp.get("error")) if isinstance(resp, dict) else resp
-                _append_result(messages, ToolResult(str(fr.get("id") or fr.get("name")),
-                                                    out if isinstance(out, str) else json.dumps(out),
-                                                    name=str(fr.get("name"))))
+                _append_result(
+                    messages,
+                    ToolResult(
+                        str(fr.get("id") or fr.get("name")),
+                        out if isinstance(out, str) else json.dumps(out),
+                        name=str(fr.get("name")),
+                    ),
+                )
         if texts:
             messages.append(Message(role, "".join(texts)))
     tools = []
     for t in _list(body.get("tools"), "'tools'"):
         for f in (t.get("functionDeclarations") or t.get("function_declarations") or []) if isinstance(t, dict) else []:
             if isinstance(f, dict) and "name" in f:
-                tools.append(Tool(f["name"], f.get("description") or "",
-                                  f.get("parametersJsonSchema") or f.get("parameters") or {}))
+                tools.append(
+                    Tool(
+                        f["name"],
+                        f.get("description") or "",
+                        f.get("parametersJsonSchema") or f.get("parameters") or {},
+                    )
+                )
     config = body.get("generationConfig") or {}
-    return Request("gemini", route.model or "", messages, tools, route.stream,
-                   config.get("maxOutputTokens") if isinstance(config, dict) else None, route.sse)
+    return Request(
+        "gemini",
+        route.model or "",
+        messages,
+        tools,
+        route.stream,
+        config.get("maxOutputTokens") if isinstance(config, dict) else None,
+        route.sse,
+    )
 
 
 def parse_request(route: Route, body: Any) -> Request:
@@ -314,6 +365,7 @@ def parse_request(route: Route, body: Any) -> Request:
 
 
 # ---- replies -------------------------------------------------------------------------------------------------
+
 
 def _sse(event: str | None, data: Any) -> bytes:
     head = f"event: {event}\n" if event else ""
@@ -330,29 +382,58 @@ def _stream(chunks: list[bytes]) -> Rendered:
 
 def _render_anthropic(req: Request, reply: Reply, model: str) -> Rendered:
     u = reply.usage
-    usage = {"input_tokens": u.input_tokens - u.cached_input_tokens, "output_tokens": u.output_tokens,
-             "cache_read_input_tokens": u.cached_input_tokens, "cache_creation_input_tokens": 0}
+    usage = {
+        "input_tokens": u.input_tokens - u.cached_input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_read_input_tokens": u.cached_input_tokens,
+        "cache_creation_input_tokens": 0,
+    }
     blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
     blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in reply.tool_calls]
     stop = "tool_use" if reply.tool_calls else "end_turn"
-    message = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": blocks,
-               "stop_reason": stop, "stop_sequence": None, "usage": usage}
+    message = {
+        "id": new_id("msg_"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
     if not req.stream:
         return _json(200, message)
-    chunks = [_sse("message_start", {"type": "message_start", "message": {
-        **message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}}})]
+    chunks = [
+        _sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}},
+            },
+        )
+    ]
     for i, b in enumerate(blocks):
         if b["type"] == "text":
             start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": b["text"]}
         else:
             start = {**b, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(b["input"])}
-        chunks += [_sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
-                   _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
-                   _sse("content_block_stop", {"type": "content_block_stop", "index": i})]
-    chunks += [_sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                      "usage": {"output_tokens": u.output_tokens}}),
-               _sse("message_stop", {"type": "message_stop"})]
+        chunks += [
+            _sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
+            _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
+            _sse("content_block_stop", {"type": "content_block_stop", "index": i}),
+        ]
+    chunks += [
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": u.output_tokens},
+            },
+        ),
+        _sse("message_stop", {"type": "message_stop"}),
+    ]
     return _stream(chunks)
 
 
@@ -360,40 +441,84 @@ def _render_responses(req: Request, reply: Reply, model: str) -> Rendered:
     u = reply.usage
     items: list[dict[str, Any]] = []
     if reply.text:
-        items.append({"type": "message", "id": new_id("msg_"), "status": "completed", "role": "assistant",
-                      "content": [{"type": "output_text", "text": reply.text, "annotations": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": new_id("msg_"),
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+            }
+        )
     for c in reply.tool_calls:
         tool = req.tool(c.name)
         if tool is not None and tool.kind == "custom":
-            items.append({"type": "custom_tool_call", "id": new_id("ctc_"), "status": "completed", "call_id": c.id,
-                          "name": c.name, "input": str(c.arguments.get("input", ""))})
+            items.append(
+                {
+                    "type": "custom_tool_call",
+                    "id": new_id("ctc_"),
+                    "status": "completed",
+                    "call_id": c.id,
+                    "name": c.name,
+                    "input": str(c.arguments.get("input", "")),
+                }
+            )
         else:
-            items.append({"type": "function_call", "id": new_id("fc_"), "status": "completed", "call_id": c.id,
-                          "name": c.name, "arguments": json.dumps(c.arguments)})
-    response = {"id": new_id("resp_"), "object": "response", "created_at": int(time.time()), "status": "completed",
-                "model": model, "output": items, "usage": {
-                    "input_tokens": u.input_tokens, "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
-                    "output_tokens": u.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-                    "total_tokens": u.input_tokens + u.output_tokens}}
+            items.append(
+                {
+                    "type": "function_call",
+                    "id": new_id("fc_"),
+                    "status": "completed",
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": json.dumps(c.arguments),
+                }
+            )
+    response = {
+        "id": new_id("resp_"),
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": model,
+        "output": items,
+        "usage": {
+            "input_tokens": u.input_tokens,
+            "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
+            "output_tokens": u.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u.input_tokens + u.output_tokens,
+        },
+    }
     if not req.stream:
         return _json(200, response)
     events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}}]
+        {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}}
+    ]
     for i, it in enumerate(items):
-        events.append({"type": "response.output_item.added", "output_index": i,
-                       "item": {**it, "status": "in_progress"} if it["type"] != "message" else
-                       {**it, "status": "in_progress", "content": []}})
+        events.append(
+            {
+                "type": "response.output_item.added",
+                "output_index": i,
+                "item": {**it, "status": "in_progress"}
+                if it["type"] != "message"
+                else {**it, "status": "in_progress", "content": []},
+            }
+        )
         if it["type"] == "message":
             part = it["content"][0]
             where = {"item_id": it["id"], "output_index": i, "content_index": 0}
-            events += [{"type": "response.content_part.added", **where, "part": {**part, "text": ""}},
-                       {"type": "response.output_text.delta", **where, "delta": part["text"]},
-                       {"type": "response.output_text.done", **where, "text": part["text"]},
-                       {"type": "response.content_part.done", **where, "part": part}]
+            events += [
+                {"type": "response.content_part.added", **where, "part": {**part, "text": ""}},
+                {"type": "response.output_text.delta", **where, "delta": part["text"]},
+                {"type": "response.output_text.done", **where, "text": part["text"]},
+                {"type": "response.content_part.done", **where, "part": part},
+            ]
         elif it["type"] == "function_call":
             where = {"item_id": it["id"], "output_index": i}
-            events += [{"type": "response.function_call_arguments.delta", **where, "delta": it["arguments"]},
-                       {"type": "response.function_call_arguments.done", **where, "arguments": it["arguments"]}]
+            events += [
+                {"type": "response.function_call_arguments.delta", **where, "delta": it["arguments"]},
+                {"type": "response.function_call_arguments.done", **where, "arguments": it["arguments"]},
+            ]
         events.append({"type": "response.output_item.done", "output_index": i, "item": it})
     events.append({"type": "response.completed", "response": response})
     return _stream([_sse(e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events)])
@@ -401,25 +526,40 @@ def _render_responses(req: Request, reply: Reply, model: str) -> Rendered:
 
 def _render_chat(req: Request, reply: Reply, model: str) -> Rendered:
     u = reply.usage
-    usage = {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens,
-             "total_tokens": u.input_tokens + u.output_tokens,
-             "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens}}
-    calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-             for c in reply.tool_calls]
+    usage = {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.input_tokens + u.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
+    }
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+        for c in reply.tool_calls
+    ]
     finish = "tool_calls" if calls else "stop"
     head = {"id": new_id("chatcmpl-"), "created": int(time.time()), "model": model}
     if not req.stream:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if calls:
             message["tool_calls"] = calls
-        return _json(200, {**head, "object": "chat.completion", "usage": usage,
-                           "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
+        return _json(
+            200,
+            {
+                **head,
+                "object": "chat.completion",
+                "usage": usage,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            },
+        )
     chunk = {**head, "object": "chat.completion.chunk"}
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": reply.text}]
     deltas += [{"tool_calls": [{"index": i, **c}]} for i, c in enumerate(calls)]
     chunks = [_sse(None, {**chunk, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}) for d in deltas]
-    chunks += [_sse(None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
-               _sse(None, {**chunk, "choices": [], "usage": usage}), _sse(None, "[DONE]")]
+    chunks += [
+        _sse(None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
+        _sse(None, {**chunk, "choices": [], "usage": usage}),
+        _sse(None, "[DONE]"),
+    ]
     return _stream(chunks)
 
 
@@ -427,11 +567,17 @@ def _render_gemini(req: Request, reply: Reply, model: str) -> Rendered:
     u = reply.usage
     parts: list[dict[str, Any]] = [{"text": reply.text}] if reply.text else []
     parts += [{"functionCall": {"id": c.id, "name": c.name, "args": c.arguments}} for c in reply.tool_calls]
-    doc = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-           "usageMetadata": {"promptTokenCount": u.input_tokens, "candidatesTokenCount": u.output_tokens,
-                             "cachedContentTokenCount": u.cached_input_tokens,
-                             "totalTokenCount": u.input_tokens + u.output_tokens},
-           "modelVersion": model, "responseId": new_id("")}
+    doc = {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {
+            "promptTokenCount": u.input_tokens,
+            "candidatesTokenCount": u.output_tokens,
+            "cachedContentTokenCount": u.cached_input_tokens,
+            "totalTokenCount": u.input_tokens + u.output_tokens,
+        },
+        "modelVersion": model,
+        "responseId": new_id(""),
+    }
     if not req.stream:
         return _json(200, doc)
     if not req.sse:
@@ -443,15 +589,23 @@ def render(req: Request, reply: Reply, model: str | None = None) -> Rendered:
     """`reply` as the response to `req` in its protocol, streamed when the request asked for a stream;
     `model` (default: the requested one) is the name the response reports."""
     model = model or req.model
-    return {"anthropic": _render_anthropic, "responses": _render_responses, "chat": _render_chat,
-            "gemini": _render_gemini}[req.protocol](req, reply, model)
+    return {
+        "anthropic": _render_anthropic,
+        "responses": _render_responses,
+        "chat": _render_chat,
+        "gemini": _render_gemini,
+    }[req.protocol](req, reply, model)
 
 
 def render_error(protocol: WireProtocol, status: int, message: str) -> Rendered:
     """The protocol's error document: what its clients show (and retry on 5xx) instead of failing to parse."""
     if protocol == "anthropic":
-        kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                413: "request_too_large"}.get(status, "api_error")
+        kind = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            404: "not_found_error",
+            413: "request_too_large",
+        }.get(status, "api_error")
         return _json(status, {"type": "error", "error": {"type": kind, "message": message}})
     if protocol == "gemini":
         kind = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND"}.get(status, "INTERNAL")

@@ -62,12 +62,25 @@ def _vllm_server(spec: LocalDriver, model_dir: Path, served: str, key: str, log_
     (its own key through VLLM_API_KEY, not argv, which other users of the node can read); yields its port once
     /health answers."""
     port = _free_port("127.0.0.1")
-    argv = [str(driver_python(spec)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port), *cli_flags(spec.args)]
+    argv = [
+        str(driver_python(spec)),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *cli_flags(spec.args),
+    ]
     log.info("starting vLLM: %s", " ".join(argv))
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, env={**os.environ, "VLLM_API_KEY": key}, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, env={**os.environ, "VLLM_API_KEY": key}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + spec.startup_timeout_s
         while True:
@@ -102,8 +115,9 @@ def _serve(spec: LocalDriver, model_dir: Path, served: str, api_key: str, bind: 
 
             key = secrets.token_urlsafe(24)
             port = stack.enter_context(_vllm_server(spec, model_dir, served, key, log_path))
-            backend = VLLMChatModel(model_dir, f"http://127.0.0.1:{port}", served, key,
-                                    context=spec.args.get("max_model_len"))
+            backend = VLLMChatModel(
+                model_dir, f"http://127.0.0.1:{port}", served, key, context=spec.args.get("max_model_len")
+            )
         else:
             backend = LocalChatModel(model_dir, served, fit_prompt=True)
         url = stack.enter_context(serve(backend, api_key=api_key, host=bind))
@@ -136,12 +150,26 @@ class DriverServer:
         log_path = self.sweep.drivers / self.name / f"server-{os.getpid()}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with _serve(self.spec, model_dir, served, api_key, bind, log_path) as port:
-            self.endpoint = DriverEndpoint(name=self.name, base_url=f"http://{host}:{port}/v1", api_key=api_key,
-                                           model=served, backend=self.spec.backend, host=socket.gethostname(),
-                                           pid=os.getpid(), started_at=now(), heartbeat_at=now(), state="serving")
+            self.endpoint = DriverEndpoint(
+                name=self.name,
+                base_url=f"http://{host}:{port}/v1",
+                api_key=api_key,
+                model=served,
+                backend=self.spec.backend,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=now(),
+                heartbeat_at=now(),
+                state="serving",
+            )
             self._beat()
-            log.info("local driver %s (%s, %s) serving at %s", self.name, self.spec.backend, model_dir,
-                     self.endpoint.base_url)
+            log.info(
+                "local driver %s (%s, %s) serving at %s",
+                self.name,
+                self.spec.backend,
+                model_dir,
+                self.endpoint.base_url,
+            )
             note, idle_since, last_beat = "", time.monotonic(), time.monotonic()
             idle_s = self.sweep.spec.grader.idle_timeout_s
             try:

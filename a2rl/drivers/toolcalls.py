@@ -30,10 +30,13 @@ def _call_text(call: ToolCall) -> str:
 
 
 def _tool_docs(req: Request) -> str:
-    specs = "\n".join(json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters})
-                      for t in req.tools)
-    return (f"# Tools\n\nYou may call these tools:\n<tools>\n{specs}\n</tools>\n\nTo call one, write\n"
-            f'{OPEN}\n{{"name": <tool name>, "arguments": <JSON object>}}\n{CLOSE}')
+    specs = "\n".join(
+        json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters}) for t in req.tools
+    )
+    return (
+        f"# Tools\n\nYou may call these tools:\n<tools>\n{specs}\n</tools>\n\nTo call one, write\n"
+        f'{OPEN}\n{{"name": <tool name>, "arguments": <JSON object>}}\n{CLOSE}'
+    )
 
 
 def template_messages(req: Request, native_tools: bool) -> list[dict[str, Any]]:
@@ -49,12 +52,20 @@ def template_messages(req: Request, native_tools: bool) -> list[dict[str, Any]]:
             out.append({"role": "tool", "content": results} if native_tools else {"role": "user", "content": results})
         elif m.role == "assistant" and m.tool_calls:
             if native_tools:
-                out.append({"role": "assistant", "content": m.text, "tool_calls": [
-                    {"type": "function", "id": c.id, "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in m.tool_calls]})
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": m.text,
+                        "tool_calls": [
+                            {"type": "function", "id": c.id, "function": {"name": c.name, "arguments": c.arguments}}
+                            for c in m.tool_calls
+                        ],
+                    }
+                )
             else:
-                out.append({"role": "assistant",
-                            "content": "\n".join([m.text, *map(_call_text, m.tool_calls)]).strip()})
+                out.append(
+                    {"role": "assistant", "content": "\n".join([m.text, *map(_call_text, m.tool_calls)]).strip()}
+                )
         else:
             out.append({"role": m.role, "content": m.text})
     if docs:  # no system message to carry them
@@ -69,10 +80,13 @@ def chat_prompt(tokenizer: Any, req: Request) -> str:
     messages = template_messages(req, native)
     if not template:
         return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
-    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                               "parameters": t.parameters}} for t in req.tools]
-    return tokenizer.apply_chat_template(messages, tools=(tools or None) if native else None, tokenize=False,
-                                         add_generation_prompt=True)
+    tools = [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in req.tools
+    ]
+    return tokenizer.apply_chat_template(
+        messages, tools=(tools or None) if native else None, tokenize=False, add_generation_prompt=True
+    )
 
 
 def _arguments(raw: Any) -> dict[str, Any]:
@@ -97,12 +111,13 @@ def read_reply(text: str, req: Request) -> tuple[str, list[ToolCall]]:
         if not (isinstance(doc, dict) and isinstance(doc.get("name"), str)):
             raise MalformedToolCall(f"the model wrote a tool call without a name: {body[:200]!r}")
         if req.tool(doc["name"]) is None:
-            raise MalformedToolCall(f"the model called tool {doc['name']!r}, which the request does not offer "
-                                    f"(offered: {', '.join(t.name for t in req.tools) or 'none'})")
+            raise MalformedToolCall(
+                f"the model called tool {doc['name']!r}, which the request does not offer "
+                f"(offered: {', '.join(t.name for t in req.tools) or 'none'})"
+            )
         try:
             arguments = _arguments(doc.get("arguments", {}))
         except MalformedToolCall as e:
             raise MalformedToolCall(f"the model's call of {doc['name']!r}: {e}") from None
         calls.append(ToolCall(new_id("call_"), doc["name"], arguments))
     return _CALL.sub("", text).strip(), calls
-

@@ -20,24 +20,42 @@ class VLLMChatModel(ChatModel):
     requests go concurrently (each in its server thread), which vLLM batches. context: its max_model_len (None:
     the model config's max_position_embeddings)."""
 
-    def __init__(self, model_dir: Path, url: str, served: str, key: str, context: int | None = None,
-                 fit_prompt: bool = True, max_output: int | None = None, timeout_s: float = 3600.0):
+    def __init__(
+        self,
+        model_dir: Path,
+        url: str,
+        served: str,
+        key: str,
+        context: int | None = None,
+        fit_prompt: bool = True,
+        max_output: int | None = None,
+        timeout_s: float = 3600.0,
+    ):
         from transformers import AutoConfig, AutoTokenizer
 
         if context is None:
             context = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 4096))
-        super().__init__(AutoTokenizer.from_pretrained(model_dir), model_dir, served, context, fit_prompt,
-                         max_output)
+        super().__init__(AutoTokenizer.from_pretrained(model_dir), model_dir, served, context, fit_prompt, max_output)
         self.url, self.key, self.timeout_s = url.rstrip("/"), key, timeout_s
 
-    def _generate(self, ids: list[int], max_tokens: int, stops: list[str],
-                  top: int | None) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
-        body: dict[str, Any] = {"model": self.model_id, "prompt": ids, "max_tokens": max_tokens, "temperature": 0.0,
-                                "stop": stops, "n": 1}
+    def _generate(
+        self, ids: list[int], max_tokens: int, stops: list[str], top: int | None
+    ) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
+        body: dict[str, Any] = {
+            "model": self.model_id,
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stop": stops,
+            "n": 1,
+        }
         if top is not None:
             body["logprobs"] = top
-        req = Request(self.url + "/v1/completions", json.dumps(body).encode(),
-                      {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
+        req = Request(
+            self.url + "/v1/completions",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"},
+        )
         try:
             with urlopen(req, timeout=self.timeout_s) as r:
                 doc = json.loads(r.read())
@@ -47,8 +65,11 @@ class VLLMChatModel(ChatModel):
             raise InfraError(f"vLLM did not answer: {e.reason}") from None
         choice = doc["choices"][0]
         usage = doc["usage"]
-        usage = {"prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
-                 "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
+        usage = {
+            "prompt_tokens": usage["prompt_tokens"],
+            "completion_tokens": usage["completion_tokens"],
+            "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+        }
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         return choice["text"], finish, _logprobs(choice.get("logprobs")) if top is not None else [], usage
 
@@ -57,7 +78,9 @@ def _logprobs(legacy: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The completions API's logprobs (parallel lists) in the chat completions form the judge reads."""
     if not legacy:
         return []
-    return [{"token": token, "logprob": lp,
-             "top_logprobs": [{"token": t, "logprob": v} for t, v in (top or {}).items()]}
-            for token, lp, top in zip(legacy["tokens"], legacy["token_logprobs"],
-                                      legacy.get("top_logprobs") or [None] * len(legacy["tokens"]))]
+    return [
+        {"token": token, "logprob": lp, "top_logprobs": [{"token": t, "logprob": v} for t, v in (top or {}).items()]}
+        for token, lp, top in zip(
+            legacy["tokens"], legacy["token_logprobs"], legacy.get("top_logprobs") or [None] * len(legacy["tokens"])
+        )
+    ]

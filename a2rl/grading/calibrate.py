@@ -21,16 +21,24 @@ from a2rl.store.results import load_result
 from a2rl.store.sweepdir import SweepDir
 
 
-def calibrate(sweep: SweepDir, repeats: int, *, tasks: list[str] | None = None, best: bool = False,
-              say: Callable[[str], None] = print) -> list[NoiseRecord]:
+def calibrate(
+    sweep: SweepDir,
+    repeats: int,
+    *,
+    tasks: list[str] | None = None,
+    best: bool = False,
+    say: Callable[[str], None] = print,
+) -> list[NoiseRecord]:
     grader = GradingDaemon(sweep)
     out = []
     pairs = dict.fromkeys((r.task, r.model.name, r.model.path, r.protocol) for r in sweep.runs())
     for task_name, model, model_path, protocol in pairs:
         task, preset = grader.task(task_name), grader.preset(model)
         if (task_name not in tasks) if tasks is not None else task.spec.kind != "judge" and preset.greedy:
-            say(f"{task_name} / {model}: not calibrated ({task.spec.kind} task, greedy decoding: its grading is "
-                f"deterministic)")
+            say(
+                f"{task_name} / {model}: not calibrated ({task.spec.kind} task, greedy decoding: its grading is "
+                f"deterministic)"
+            )
             continue
         task.ensure_prepared(sweep.data_root())
         base_dir = resolve_model(model_path)
@@ -41,26 +49,38 @@ def calibrate(sweep: SweepDir, repeats: int, *, tasks: list[str] | None = None, 
         for name, weights in targets.items():
             scores[name] = [grader.evaluate(task, weights, base_dir, protocol, preset)[0] for _ in range(repeats)]
             say(f"{task_name} / {model} / {name}: {', '.join(f'{s:.2f}' for s in scores[name])}")
-        rec = NoiseRecord(task=task_name, model=model, protocol=protocol, evaluator_version=task.spec.evaluator_version,
-                          repeats=repeats, scores=scores, measured_at=now())
+        rec = NoiseRecord(
+            task=task_name,
+            model=model,
+            protocol=protocol,
+            evaluator_version=task.spec.evaluator_version,
+            repeats=repeats,
+            scores=scores,
+            measured_at=now(),
+        )
         rec.sign(sweep.key).dump(noise_path(sweep, task_name, model, protocol))
         say(f"{task_name} / {model}: sd {rec.sd:.2f} over {repeats} gradings")
         out.append(rec)
     return out
 
 
-def best_submissions(sweep: SweepDir, task: str, model: str, protocol: str,
-                     say: Callable[[str], None]) -> dict[str, Path]:
+def best_submissions(
+    sweep: SweepDir, task: str, model: str, protocol: str, say: Callable[[str], None]
+) -> dict[str, Path]:
     """The frozen weights of each run's best submission that are still there (submission id → directory)."""
     out = {}
     for run in sweep.runs():
         result = load_result(sweep, run.run_id)
-        if ((run.task, run.model.name, run.protocol) != (task, model, protocol) or result is None
-                or result.best_submission is None):
+        if (
+            (run.task, run.model.name, run.protocol) != (task, model, protocol)
+            or result is None
+            or result.best_submission is None
+        ):
             continue
         try:
-            out[result.best_submission] = check_frozen(str(sweep.submissions / result.best_submission),
-                                                       sweep.submissions)
+            out[result.best_submission] = check_frozen(
+                str(sweep.submissions / result.best_submission), sweep.submissions
+            )
         except UntrustedArtifact as e:
             say(f"{result.best_submission}: not re-graded ({e}; set grader.keep_artifacts to keep them)")
     return out

@@ -45,9 +45,18 @@ log = logging.getLogger("a2rl.grader")
 INFRA_RETRY_S = 30.0  # pause after a judge outage or similar before claiming again
 
 
-def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_root: Path,
-                   protocol: str = DEFAULT_PROTOCOL, batch_size: int | None = None, options: dict | None = None,
-                   engine: Engine | None = None, preset: GenerationPreset | None = None) -> tuple[float, dict]:
+def evaluate_model(
+    task: Task,
+    model_dir: Path,
+    tokenizer_dir: Path,
+    *,
+    data_root: Path,
+    protocol: str = DEFAULT_PROTOCOL,
+    batch_size: int | None = None,
+    options: dict | None = None,
+    engine: Engine | None = None,
+    preset: GenerationPreset | None = None,
+) -> tuple[float, dict]:
     """Score one model on the task's held-out split under `protocol` (the run's, never an option a sweep's
     task_options could set apart from the run id and the ledger) with the engine's backend (without one: a
     transformers engine on CPU, for this call). An evaluator that serves a second model (localjudge's judge)
@@ -59,21 +68,42 @@ def evaluate_model(task: Task, model_dir: Path, tokenizer_dir: Path, *, data_roo
     engine = engine or Engine(CPU_SETTINGS)
     generator = engine.get(model_dir, tokenizer_dir, preset)
     cap = generator.context_cap = ContextCap()  # this evaluation's: the generator serves many
-    score, details = run_evaluator(task.evaluator, generator, task.data(data_root).heldout_dir, options, engine,
-                                   task=task.name)
+    score, details = run_evaluator(
+        task.evaluator, generator, task.data(data_root).heldout_dir, options, engine, task=task.name
+    )
     if (bit := cap.record()) is not None:  # new tokens were capped at the model's context: the ledger says so
         details["context_cap"] = bit
     return score, details
 
 
-def grading_key(digest: str, model: EngineKey, task: Task, protocol: str, settings: BackendSettings,
-                preset: GenerationPreset, options: dict | None) -> str:
+def grading_key(
+    digest: str,
+    model: EngineKey,
+    task: Task,
+    protocol: str,
+    settings: BackendSettings,
+    preset: GenerationPreset,
+    options: dict | None,
+) -> str:
     """What fixes a submission's score: its weights, architecture (config) and tokenizer, the task, evaluator
     version and protocol, the backend settings, the preset and the task options. Equal keys, equal scores (the
     grading cache)."""
-    return hashlib.sha256(json.dumps([digest, model.__dict__, task.name, task.spec.evaluator_version, protocol,
-                                      settings.record(), preset.record(), options or {}], sort_keys=True,
-                                     default=str).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(
+            [
+                digest,
+                model.__dict__,
+                task.name,
+                task.spec.evaluator_version,
+                protocol,
+                settings.record(),
+                preset.record(),
+                options or {},
+            ],
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
 
 
 class GradingDaemon:
@@ -127,8 +157,11 @@ class GradingDaemon:
                 seen = self.queue.pending_stamp()
                 # the lock only when there is something to claim: an idle grader lists pending/ and no more
                 try:
-                    claim = self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has) \
-                        if self.queue.pending_ids() else None
+                    claim = (
+                        self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
+                        if self.queue.pending_ids()
+                        else None
+                    )
                 except Timeout as e:
                     self._held(e)
                     claim = None
@@ -157,30 +190,49 @@ class GradingDaemon:
     def sweep_finished(self) -> bool:
         """Every run has its result, nothing is pending, and no job still waits to complete its result (a run
         stopped at its budget's end writes its result before its wrap-up submission is enqueued)."""
-        return self.finished_runs.all() and not self.queue.pending_ids() and not any(
-            (s := self.sweep.status(r)) is not None and s.waiting_for_scores() for r in self.run_ids)
+        return (
+            self.finished_runs.all()
+            and not self.queue.pending_ids()
+            and not any((s := self.sweep.status(r)) is not None and s.waiting_for_scores() for r in self.run_ids)
+        )
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             self._beat()
 
     def _beat(self) -> None:
-        GraderBeat(holder=self.holder, host=socket.gethostname(), pid=os.getpid(), started_at=self.started_at,
-                   heartbeat_at=now(), graded=self.graded, state=self._state, note=self._note,
-                   **(self._engine.counts() if self._engine is not None else {})).dump(self.sweep.graders / f"{self.holder}.json")
+        GraderBeat(
+            holder=self.holder,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=self.started_at,
+            heartbeat_at=now(),
+            graded=self.graded,
+            state=self._state,
+            note=self._note,
+            **(self._engine.counts() if self._engine is not None else {}),
+        ).dump(self.sweep.graders / f"{self.holder}.json")
 
     # ---------------------------------------------------------------- grading
     def task(self, name: str) -> Task:
         return get_task(name, self.task_dirs)
 
-    def evaluate(self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str,
-                 preset: GenerationPreset) -> tuple[float, dict]:
-        return evaluate_model(task, model_dir, tokenizer_dir, data_root=self.data_root, protocol=protocol,
-                              batch_size=self.settings.batch_size, options=self.settings.task_options.get(task.name),
-                              engine=self.engine, preset=preset)
+    def evaluate(
+        self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str, preset: GenerationPreset
+    ) -> tuple[float, dict]:
+        return evaluate_model(
+            task,
+            model_dir,
+            tokenizer_dir,
+            data_root=self.data_root,
+            protocol=protocol,
+            batch_size=self.settings.batch_size,
+            options=self.settings.task_options.get(task.name),
+            engine=self.engine,
+            preset=preset,
+        )
 
-    def baseline(self, task_name: str, model_name: str, protocol: str,
-                 retry_failed: bool = False) -> BaselineRecord:
+    def baseline(self, task_name: str, model_name: str, protocol: str, retry_failed: bool = False) -> BaselineRecord:
         key = (task_name, model_name, protocol)
         if key not in self._baselines:
             model = next(m for m in self.spec.model_entries if m.name == model_name)
@@ -188,8 +240,15 @@ class GradingDaemon:
             task = self.task(task_name)
             task.ensure_prepared(self.data_root)
             preset = get_preset(model.generation)
-            rec = ensure_baseline(self.sweep, task, model_name, model.path, protocol,
-                                  lambda t, m, tok, p: self.evaluate(t, m, tok, p, preset), retry_failed=retry_failed)
+            rec = ensure_baseline(
+                self.sweep,
+                task,
+                model_name,
+                model.path,
+                protocol,
+                lambda t, m, tok, p: self.evaluate(t, m, tok, p, preset),
+                retry_failed=retry_failed,
+            )
             if rec.status == "failed":
                 log.error("BASELINE FAILED for %s / %s / %s: %s", task_name, model_name, protocol, rec.error)
             self._baselines[key] = rec
@@ -200,13 +259,24 @@ class GradingDaemon:
         entry, lease = claim.entry, claim.lease
         run = self.sweep.run(entry.run_id)
         task = self.task(run.task)
-        fields = dict(submission_id=entry.submission_id, run_id=entry.run_id, seq=entry.seq,
-                      submitted_at=entry.submitted_at, claimed_at=lease.claimed_at,
-                      model_path=entry.model_path, task=task.name, protocol=run.protocol,
-                      evaluator_version=task.spec.evaluator_version, grader=self.holder, attempt=lease.attempt,
-                      generation=self.preset(run.model.name).record(),
-                      budget_used_s=entry.budget_used_s, tokens=entry.tokens, cost_usd=entry.cost_usd,
-                      snapshot_error=entry.snapshot_error)
+        fields = dict(
+            submission_id=entry.submission_id,
+            run_id=entry.run_id,
+            seq=entry.seq,
+            submitted_at=entry.submitted_at,
+            claimed_at=lease.claimed_at,
+            model_path=entry.model_path,
+            task=task.name,
+            protocol=run.protocol,
+            evaluator_version=task.spec.evaluator_version,
+            grader=self.holder,
+            attempt=lease.attempt,
+            generation=self.preset(run.model.name).record(),
+            budget_used_s=entry.budget_used_s,
+            tokens=entry.tokens,
+            cost_usd=entry.cost_usd,
+            snapshot_error=entry.snapshot_error,
+        )
         t0 = now()
         self._state = "grading"
         renewing = threading.Event()
@@ -214,9 +284,13 @@ class GradingDaemon:
         renewer.start()
         try:
             if lease.attempt > self.settings.max_attempts:
-                result = LedgerEntry(**fields, graded_at=now(), status="invalid",
-                                     error=f"grading failed {lease.attempt - 1} times (the grader died while "
-                                           f"evaluating it); not retried")
+                result = LedgerEntry(
+                    **fields,
+                    graded_at=now(),
+                    status="invalid",
+                    error=f"grading failed {lease.attempt - 1} times (the grader died while "
+                    f"evaluating it); not retried",
+                )
             elif entry.error is not None:
                 result = LedgerEntry(**fields, graded_at=now(), status="invalid", error=entry.error)
             else:
@@ -234,8 +308,11 @@ class GradingDaemon:
         if self.ledger.record(result):
             self.graded += 1
             self.refresh(entry.run_id)
-            log.info("graded %s: %s", entry.submission_id,
-                     f"{result.score:.2f}" if result.status == "scored" else f"invalid ({result.error})")
+            log.info(
+                "graded %s: %s",
+                entry.submission_id,
+                f"{result.score:.2f}" if result.status == "scored" else f"invalid ({result.error})",
+            )
         else:
             log.warning("%s was already recorded by another grader; keeping the first result", entry.submission_id)
         try:
@@ -266,42 +343,78 @@ class GradingDaemon:
             # now: the frozen copy is deleted once graded; the run report reads what was found from the ledger
             leaks = scan_files(frozen, markers(task.data(self.data_root).heldout_dir))
         except (UntrustedArtifact, OSError) as e:
-            return LedgerEntry(**fields, graded_at=now(), status="invalid", error=f"refused: {e}",
-                               eval_seconds=now() - t0)
+            return LedgerEntry(
+                **fields, graded_at=now(), status="invalid", error=f"refused: {e}", eval_seconds=now() - t0
+            )
         if leaks:
             log.warning("LEAK in %s: %s", fields["submission_id"], "; ".join(leaks))
         fields = {**fields, "leaks": leaks}
         try:
             digest = weights_hash(frozen)
             if base.status == "ok" and digest == base.weights_hash:
-                return LedgerEntry(**fields, graded_at=now(), status="scored", score=base.score,
-                                   weights_hash=digest, copy_of_base=True, eval_seconds=now() - t0)
+                return LedgerEntry(
+                    **fields,
+                    graded_at=now(),
+                    status="scored",
+                    score=base.score,
+                    weights_hash=digest,
+                    copy_of_base=True,
+                    eval_seconds=now() - t0,
+                )
             preset = self.preset(model_name)
             settings = self.engine.settings
-            key = grading_key(digest, engine_key(frozen, Path(base.model_path)), task, fields["protocol"], settings,
-                              preset, self.settings.task_options.get(task.name))
+            key = grading_key(
+                digest,
+                engine_key(frozen, Path(base.model_path)),
+                task,
+                fields["protocol"],
+                settings,
+                preset,
+                self.settings.task_options.get(task.name),
+            )
             fields = {**fields, "weights_hash": digest, "backend": settings.record(), "grading_key": key}
             if (earlier := self._graded(key)) is not None:
-                return LedgerEntry(**fields, graded_at=now(), status="scored", score=earlier.score,
-                                   details=earlier.details, cached_from=earlier.submission_id,
-                                   eval_seconds=now() - t0)
+                return LedgerEntry(
+                    **fields,
+                    graded_at=now(),
+                    status="scored",
+                    score=earlier.score,
+                    details=earlier.details,
+                    cached_from=earlier.submission_id,
+                    eval_seconds=now() - t0,
+                )
             score, details = self.evaluate(task, frozen, Path(base.model_path), fields["protocol"], preset)
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash
-            return LedgerEntry(**fields, graded_at=now(), status="invalid",
-                               error=f"could not evaluate the model: {type(e).__name__}: {e}",
-                               eval_seconds=now() - t0)
-        return LedgerEntry(**fields, graded_at=now(), status="scored", score=score, eval_seconds=now() - t0,
-                           details=details, engine=self.engine.last)
+            return LedgerEntry(
+                **fields,
+                graded_at=now(),
+                status="invalid",
+                error=f"could not evaluate the model: {type(e).__name__}: {e}",
+                eval_seconds=now() - t0,
+            )
+        return LedgerEntry(
+            **fields,
+            graded_at=now(),
+            status="scored",
+            score=score,
+            eval_seconds=now() - t0,
+            details=details,
+            engine=self.engine.last,
+        )
 
     def _graded(self, key: str) -> LedgerEntry | None:
         """An evaluated (not itself cached) scored entry with this grading key, by any grader of the sweep: the
         index is refreshed from the ledger when the key is not in it yet."""
         if key not in self._graded_keys:
-            self._graded_keys.update({e.grading_key: e.submission_id for e in self.ledger.all_entries()
-                                      if e.status == "scored" and e.grading_key and e.cached_from is None
-                                      and not e.copy_of_base})
+            self._graded_keys.update(
+                {
+                    e.grading_key: e.submission_id
+                    for e in self.ledger.all_entries()
+                    if e.status == "scored" and e.grading_key and e.cached_from is None and not e.copy_of_base
+                }
+            )
         sid = self._graded_keys.get(key)
         return self.ledger.get(sid) if sid is not None else None
 

@@ -32,8 +32,9 @@ def check_safetensors(name: str, f: BinaryIO, size: int) -> None:
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
         raise UntrustedArtifact(f"{name}: unreadable safetensors header ({type(e).__name__})") from None
     if 8 + n + max(ends, default=0) != size:
-        raise UntrustedArtifact(f"{name}: safetensors header describes {8 + n + max(ends, default=0)} bytes, "
-                                f"the file has {size}")
+        raise UntrustedArtifact(
+            f"{name}: safetensors header describes {8 + n + max(ends, default=0)} bytes, the file has {size}"
+        )
 
 
 def check_files(files: dict[str, BinaryIO], sizes: dict[str, int]) -> None:

@@ -49,8 +49,10 @@ def select_backend(choice: str, *, gpus: int, vllm_available: bool) -> str:
     if choice == "auto":
         return "vllm" if vllm_available and gpus > 0 else "transformers"
     if choice == "vllm" and not vllm_available:
-        raise InfraError("grader.backend is vllm but vllm is not installed in the grader's interpreter "
-                         "(build it with tools/setup-vllm-env.sh, or set grader.python)")
+        raise InfraError(
+            "grader.backend is vllm but vllm is not installed in the grader's interpreter "
+            "(build it with tools/setup-vllm-env.sh, or set grader.python)"
+        )
     return choice
 
 
@@ -78,6 +80,7 @@ def engine_key(model_dir: Path, tokenizer_dir: Path) -> EngineKey:
 @dataclass(frozen=True)
 class BackendSettings:
     """What decides how a submission is generated from: part of the grading-cache key."""
+
     backend: str  # resolved: transformers | vllm
     device: str  # cpu | cuda
     gpus: int
@@ -99,21 +102,33 @@ def resolve_settings(grader: Any) -> BackendSettings:
     gpus = min(grader.gpus, visible_gpus())
     backend = select_backend(grader.backend, gpus=gpus, vllm_available=vllm_installed())
     device = pick_device(gpus)
-    return BackendSettings(backend, device, gpus, grader.gpu_memory_utilization, grader.max_model_len,
-                           grader.batch_size)
+    return BackendSettings(
+        backend, device, gpus, grader.gpu_memory_utilization, grader.max_model_len, grader.batch_size
+    )
 
 
 def load_generator(settings: BackendSettings, model_dir: Path, tokenizer_dir: Path, preset: GenerationPreset):
     if settings.backend == "vllm":
         from a2rl.llm.vllm_backend import VLLMGenerator
 
-        return VLLMGenerator.load(model_dir, tokenizer_dir=tokenizer_dir, gpus=settings.gpus, device=settings.device,
-                                  gpu_memory_utilization=settings.gpu_memory_utilization,
-                                  max_model_len=settings.max_model_len, preset=preset)
+        return VLLMGenerator.load(
+            model_dir,
+            tokenizer_dir=tokenizer_dir,
+            gpus=settings.gpus,
+            device=settings.device,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len,
+            preset=preset,
+        )
     from a2rl.llm.inference import Generator
 
-    return Generator.load(model_dir, tokenizer_dir=tokenizer_dir, device=settings.device, preset=preset,
-                          auto_batch=settings.device == "cuda" and settings.batch_size is None)
+    return Generator.load(
+        model_dir,
+        tokenizer_dir=tokenizer_dir,
+        device=settings.device,
+        preset=preset,
+        auto_batch=settings.device == "cuda" and settings.batch_size is None,
+    )
 
 
 class Engine:
@@ -121,8 +136,11 @@ class Engine:
     fresh generator; `starts`, `reloads` and `reload_failures` count what happened, `last` says how the latest
     `get` got its generator (reloaded | started)."""
 
-    def __init__(self, settings: BackendSettings,
-                 loader: Callable[[BackendSettings, Path, Path, GenerationPreset], Any] = load_generator):
+    def __init__(
+        self,
+        settings: BackendSettings,
+        loader: Callable[[BackendSettings, Path, Path, GenerationPreset], Any] = load_generator,
+    ):
         self.settings, self.loader = settings, loader
         self.generator: Any = None
         self.key: tuple[EngineKey, GenerationPreset] | None = None
@@ -140,8 +158,13 @@ class Engine:
                 return self.generator
             except Exception as e:  # the generator may hold a mix of weights now: never use it again
                 self.reload_failures += 1
-                log.error("reloading weights from %s failed (%s: %s); starting a fresh engine (reload failure %d)",
-                          model_dir, type(e).__name__, e, self.reload_failures)
+                log.error(
+                    "reloading weights from %s failed (%s: %s); starting a fresh engine (reload failure %d)",
+                    model_dir,
+                    type(e).__name__,
+                    e,
+                    self.reload_failures,
+                )
         self.close()
         self.generator = self.loader(self.settings, Path(model_dir), Path(tokenizer_dir), preset)
         self.key = key

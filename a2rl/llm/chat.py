@@ -15,8 +15,9 @@ def chat_prompt(tokenizer: Any, messages: Messages, template_kwargs: Mapping[str
     """The model's own chat format (rendered with `template_kwargs`, e.g. Qwen3's enable_thinking), or a plain
     transcript for tokenizers that ship none (some base models)."""
     if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             **(template_kwargs or {}))
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
+        )
     return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
 
 

@@ -21,6 +21,7 @@ def context_length(config: Any) -> int | None:
 class ContextCap:
     """What the cap did over one evaluation: a generator counts into its `context_cap`; evaluate_model gives each
     evaluation a fresh one and records it in the ledger entry's details (`context_cap`) when it bit."""
+
     context: int | None = None
     max_new_tokens: int = 0  # the most new tokens a generate call asked for
     capped: int = 0  # prompts given fewer new tokens than asked: context − prompt

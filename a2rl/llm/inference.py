@@ -46,8 +46,7 @@ class StopOnString(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
         start = max(self.prompt_len, input_ids.shape[1] - self.window)
         tails = self.tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True)
-        return torch.tensor([any(s in t for s in self.stops) for t in tails], dtype=torch.bool,
-                            device=input_ids.device)
+        return torch.tensor([any(s in t for s in self.stops) for t in tails], dtype=torch.bool, device=input_ids.device)
 
 
 class StopAtLimit(StoppingCriteria):
@@ -71,8 +70,14 @@ class Generator:
 
     backend = "transformers"
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, preset: GenerationPreset | None = None,
-                 auto_batch: bool = False):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        preset: GenerationPreset | None = None,
+        auto_batch: bool = False,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.preset = preset or GenerationPreset(name="greedy")
@@ -88,12 +93,21 @@ class Generator:
         return self.model.dtype
 
     @classmethod
-    def load(cls, model_dir: Path, *, tokenizer_dir: Path | None = None, device: str = "cpu",
-             preset: GenerationPreset | None = None, auto_batch: bool | None = None) -> Generator:
+    def load(
+        cls,
+        model_dir: Path,
+        *,
+        tokenizer_dir: Path | None = None,
+        device: str = "cpu",
+        preset: GenerationPreset | None = None,
+        auto_batch: bool | None = None,
+    ) -> Generator:
         model_dir = Path(model_dir)
         tokenizer = AutoTokenizer.from_pretrained(
-            tokenizer_source(model_dir, tokenizer_dir), padding_side="left", trust_remote_code=False,
-            local_files_only=True
+            tokenizer_source(model_dir, tokenizer_dir),
+            padding_side="left",
+            trust_remote_code=False,
+            local_files_only=True,
         )
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -126,8 +140,13 @@ class Generator:
                     params[name].copy_(tensor)
 
     def generate(
-        self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-        stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True,
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        batch_size: int = 64,
+        stop: str | Sequence[str] | None = "\n",
+        add_special_tokens: bool = True,
     ) -> list[str]:
         """Completions (greedy unless the preset samples), each cut at the earliest of the stop strings; a batch
         stops decoding once every sequence in it has produced one (or EOS) or filled the model's context (each
@@ -136,8 +155,11 @@ class Generator:
         stops = stop_strings(stop)
         # A fresh config, so sampling settings shipped with a submission cannot change grading.
         p = self.preset
-        sampling = dict(do_sample=True, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or None) \
-            if not p.greedy else dict(do_sample=False)
+        sampling = (
+            dict(do_sample=True, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or None)
+            if not p.greedy
+            else dict(do_sample=False)
+        )
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
             use_cache=True,  # trainers save use_cache=false in config.json; without the KV cache decoding is slow
@@ -154,29 +176,44 @@ class Generator:
         outputs: list[str] = [""] * len(prompts)
         lo = 0
         while lo < len(order):
-            size = self._auto_batch_size(prompts[order[min(len(order), lo + batch_size) - 1]], max(limits)) \
-                if self.auto_batch else batch_size
+            size = (
+                self._auto_batch_size(prompts[order[min(len(order), lo + batch_size) - 1]], max(limits))
+                if self.auto_batch
+                else batch_size
+            )
             idx = order[lo : lo + size]
-            for i, text in zip(idx, self._generate_batch([prompts[i] for i in idx], config, stops,
-                                                         add_special_tokens, [limits[i] for i in idx],
-                                                         max_new_tokens)):
+            for i, text in zip(
+                idx,
+                self._generate_batch(
+                    [prompts[i] for i in idx],
+                    config,
+                    stops,
+                    add_special_tokens,
+                    [limits[i] for i in idx],
+                    max_new_tokens,
+                ),
+            ):
                 outputs[i] = text
             lo += len(idx)
         return outputs
 
     @torch.inference_mode()
-    def first_token_logprobs(self, prompts: list[str], *, top: int, batch_size: int = 16,
-                             add_special_tokens: bool = True) -> list[list[tuple[str, float]]]:
+    def first_token_logprobs(
+        self, prompts: list[str], *, top: int, batch_size: int = 16, add_special_tokens: bool = True
+    ) -> list[list[tuple[str, float]]]:
         """The `top` likeliest next tokens of each prompt with their log-probabilities, best first (a judge's
         verdict weighed by its first token's distribution)."""
         out: list[list[tuple[str, float]]] = []
         for lo in range(0, len(prompts), batch_size):
-            enc = self.tokenizer(prompts[lo:lo + batch_size], return_tensors="pt", padding=True,
-                                 add_special_tokens=add_special_tokens).to(self.model.device)
+            enc = self.tokenizer(
+                prompts[lo : lo + batch_size], return_tensors="pt", padding=True, add_special_tokens=add_special_tokens
+            ).to(self.model.device)
             logprobs = self.model(**enc).logits[:, -1].float().log_softmax(-1)  # left padding: the last is real
             best = logprobs.topk(top)
-            out += [[(self.tokenizer.decode([i]), v) for v, i in zip(vs, ids)]
-                    for vs, ids in zip(best.values.tolist(), best.indices.tolist())]
+            out += [
+                [(self.tokenizer.decode([i]), v) for v, i in zip(vs, ids)]
+                for vs, ids in zip(best.values.tolist(), best.indices.tolist())
+            ]
         return out
 
     def _auto_batch_size(self, longest_prompt: str, max_new_tokens: int) -> int:
@@ -191,8 +228,15 @@ class Generator:
         return max(1, min(256, int(free * 0.5 // max(per_seq, 1))))
 
     @torch.inference_mode()
-    def _generate_batch(self, prompts: list[str], config: GenerationConfig, stops: tuple[str, ...],
-                        add_special_tokens: bool, limits: list[int], asked: int) -> list[str]:
+    def _generate_batch(
+        self,
+        prompts: list[str],
+        config: GenerationConfig,
+        stops: tuple[str, ...],
+        add_special_tokens: bool,
+        limits: list[int],
+        asked: int,
+    ) -> list[str]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
         enc = enc.to(self.model.device)
         prompt_len = enc["input_ids"].shape[1]
@@ -202,12 +246,14 @@ class Generator:
         config = copy.deepcopy(config)
         config.max_new_tokens = max(limits)
         out = self.model.generate(**enc, generation_config=config, stopping_criteria=criteria)
-        new = [row[prompt_len:prompt_len + limit] for row, limit in zip(out, limits)]
+        new = [row[prompt_len : prompt_len + limit] for row, limit in zip(out, limits)]
         raw = self.tokenizer.batch_decode(new, skip_special_tokens=True)
         texts = [cut_at_stop(t, stops) for t in raw]
         ended = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}  # EOS, or the padding after a stop
-        self.context_cap.filled += sum(limit < asked and len(ids) == limit and ended.isdisjoint(ids.tolist())
-                                       and text == whole for ids, limit, text, whole in zip(new, limits, texts, raw))
+        self.context_cap.filled += sum(
+            limit < asked and len(ids) == limit and ended.isdisjoint(ids.tolist()) and text == whole
+            for ids, limit, text, whole in zip(new, limits, texts, raw)
+        )
         return texts
 
 

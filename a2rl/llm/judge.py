@@ -73,8 +73,18 @@ class Completion:
 
 
 class ChatClient:
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0,
-                 retries: int = 4, backoff_s: float = 1.0, workers: int = 8, max_tokens: int | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        retries: int = 4,
+        backoff_s: float = 1.0,
+        workers: int = 8,
+        max_tokens: int | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout_s, self.retries, self.backoff_s, self.workers = timeout_s, retries, backoff_s, workers
@@ -92,15 +102,26 @@ class ChatClient:
             key = os.environ.get(s.api_key_env)
             if not key:
                 raise JudgeError(f"the judge's API key variable {s.api_key_env} is not set or empty")
-        return cls(s.base_url, s.model, api_key=key, timeout_s=s.timeout_s, retries=s.retries, workers=s.workers,
-                   max_tokens=s.max_tokens)
+        return cls(
+            s.base_url,
+            s.model,
+            api_key=key,
+            timeout_s=s.timeout_s,
+            retries=s.retries,
+            workers=s.workers,
+            max_tokens=s.max_tokens,
+        )
 
     def __repr__(self) -> str:  # the key stays out of logs and tracebacks
         return f"ChatClient({self.base_url!r}, {self.model!r})"
 
     def chat(self, messages: Messages, *, max_tokens: int, top_logprobs: int | None = None) -> Completion:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0,
-                                "max_tokens": self.max_tokens or max_tokens}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": self.max_tokens or max_tokens,
+        }
         if top_logprobs:
             body.update(logprobs=True, top_logprobs=top_logprobs)
         data = self._post("/chat/completions", body)
@@ -108,8 +129,12 @@ class ChatClient:
             choice = data["choices"][0]
             content = (choice.get("logprobs") or {}).get("content") or []
             first = tuple((t["token"], float(t["logprob"])) for t in content[0]["top_logprobs"]) if content else ()
-            done = Completion(choice["message"].get("content") or "", first, str(data.get("model", "")),
-                              data.get("system_fingerprint"))
+            done = Completion(
+                choice["message"].get("content") or "",
+                first,
+                str(data.get("model", "")),
+                data.get("system_fingerprint"),
+            )
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise JudgeError(f"malformed chat completion from {self.base_url}: {e!r}") from None
         with self._lock:
@@ -117,18 +142,24 @@ class ChatClient:
             self._served.add((done.model, done.system_fingerprint or ""))
         return done
 
-    def chat_many(self, conversations: Sequence[Messages], *, max_tokens: int,
-                  top_logprobs: int | None = None) -> list[Completion]:
+    def chat_many(
+        self, conversations: Sequence[Messages], *, max_tokens: int, top_logprobs: int | None = None
+    ) -> list[Completion]:
         """Completions in order, `workers` requests in flight at a time."""
         with ThreadPoolExecutor(max(1, self.workers)) as pool:
-            return list(pool.map(lambda m: self.chat(m, max_tokens=max_tokens, top_logprobs=top_logprobs),
-                                 conversations))
+            return list(
+                pool.map(lambda m: self.chat(m, max_tokens=max_tokens, top_logprobs=top_logprobs), conversations)
+            )
 
     def describe(self) -> dict[str, Any]:
         """Who judged: for the score's details."""
-        return {"model": self.model, "version": ", ".join(sorted({m for m, _ in self._served})),
-                "system_fingerprint": ", ".join(sorted({f for _, f in self._served if f})),
-                "base_url": self.base_url, "requests": self.requests}
+        return {
+            "model": self.model,
+            "version": ", ".join(sorted({m for m, _ in self._served})),
+            "system_fingerprint": ", ".join(sorted({f for _, f in self._served if f})),
+            "base_url": self.base_url,
+            "requests": self.requests,
+        }
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.base_url + path
@@ -172,22 +203,30 @@ class EngineJudge:
     def __repr__(self) -> str:
         return f"EngineJudge({str(self.model_dir)!r})"
 
-    def chat_many(self, conversations: Sequence[Messages], *, max_tokens: int,
-                  top_logprobs: int | None = None) -> list[Completion]:
+    def chat_many(
+        self, conversations: Sequence[Messages], *, max_tokens: int, top_logprobs: int | None = None
+    ) -> list[Completion]:
         judge = self.engine.get(self.model_dir, self.model_dir, self._preset)
         prompts = [chat_prompt(judge.tokenizer, m) for m in conversations]
         raw = not judge.tokenizer.chat_template  # a chat template writes its own special tokens
-        texts = judge.generate(prompts, max_new_tokens=self.max_tokens or max_tokens, stop=None,
-                               add_special_tokens=raw)
-        firsts = judge.first_token_logprobs(prompts, top=top_logprobs, add_special_tokens=raw) if top_logprobs \
+        texts = judge.generate(prompts, max_new_tokens=self.max_tokens or max_tokens, stop=None, add_special_tokens=raw)
+        firsts = (
+            judge.first_token_logprobs(prompts, top=top_logprobs, add_special_tokens=raw)
+            if top_logprobs
             else [()] * len(prompts)
+        )
         self.requests += len(prompts)
         return [Completion(t, tuple(f), self.model, self.fingerprint) for t, f in zip(texts, firsts)]
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.model, "version": self.model, "system_fingerprint": self.fingerprint,
-                "model_path": str(self.model_dir), "backend": self.engine.settings.backend,
-                "requests": self.requests}
+        return {
+            "model": self.model,
+            "version": self.model,
+            "system_fingerprint": self.fingerprint,
+            "model_path": str(self.model_dir),
+            "backend": self.engine.settings.backend,
+            "requests": self.requests,
+        }
 
 
 def judge_client(judge: Mapping[str, Any], engine: Any = None) -> ChatClient | EngineJudge:
@@ -198,8 +237,10 @@ def judge_client(judge: Mapping[str, Any], engine: Any = None) -> ChatClient | E
         raise JudgeError(f"the task option judge must be a mapping (base_url, model... or model_path), not {judge!r}")
     endpoint, local = "base_url" in judge, "model_path" in judge
     if endpoint == local:
-        raise JudgeError("the task option judge needs exactly one of base_url (an OpenAI-compatible endpoint) and "
-                         f"model_path (a local model run by the grader); it has {'both' if endpoint else 'neither'}")
+        raise JudgeError(
+            "the task option judge needs exactly one of base_url (an OpenAI-compatible endpoint) and "
+            f"model_path (a local model run by the grader); it has {'both' if endpoint else 'neither'}"
+        )
     try:
         if endpoint:
             return ChatClient.from_options(dict(judge))

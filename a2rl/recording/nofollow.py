@@ -30,9 +30,15 @@ class Changed(OSError):
 
 def kind(mode: int) -> str:
     """A file type in words, for skip reasons."""
-    for test, name in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symlink"),
-                       (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device"),
-                       (stat.S_ISBLK, "device")):
+    for test, name in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "device"),
+        (stat.S_ISBLK, "device"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -160,8 +166,9 @@ def copy_exact(src: int, dst: int, size: int) -> None:
         raise Changed(errno.EIO, f"grew past {size} bytes while it was copied")
 
 
-def walk(root_fd: int, *, skip: Callable[[str, str], bool], max_depth: int = 64,
-         max_entries: int = 100_000) -> Iterator[tuple[str, str, int, os.stat_result | str]]:
+def walk(
+    root_fd: int, *, skip: Callable[[str, str], bool], max_depth: int = 64, max_entries: int = 100_000
+) -> Iterator[tuple[str, str, int, os.stat_result | str]]:
     """Every non-directory entry under the directory descriptor `root_fd` (a directory's own, by name, before
     its subdirectories') as (relative path, name, its directory's descriptor, lstat result), or, for what
     cannot be visited, (path, name, -1, why). Directories are opened without following links; `skip(rel,

@@ -1,8 +1,8 @@
 """The agent's code at every submission, recorded outside its reach:
 
-    blobs/<sha[:2]>/<sha256>          file contents, shared by every snapshot of every run (deduplicated)
-    runs/<id>/snapshots/NNN.json      CodeSnapshot of code/ when submission NNN (its seq) was made
-    runs/<id>/snapshots/NNN.diff      unified diff against the run's previous snapshot
+blobs/<sha[:2]>/<sha256>          file contents, shared by every snapshot of every run (deduplicated)
+runs/<id>/snapshots/NNN.json      CodeSnapshot of code/ when submission NNN (its seq) was made
+runs/<id>/snapshots/NNN.diff      unified diff against the run's previous snapshot
 """
 
 from __future__ import annotations
@@ -73,20 +73,27 @@ class Skip(Exception):
     """Raised by a `keep` callback to list the file as skipped, with this reason."""
 
 
-def collect(root: Path, exclude: list[str], max_file_mb: float, max_total_mb: float, caps: tuple[str, str],
-            keep: Callable[[str, int, int], tuple[str, int]], skip_top: frozenset[str] = frozenset(),
-            ) -> tuple[list[SnapshotFile], list[SkippedFile]]:
+def collect(
+    root: Path,
+    exclude: list[str],
+    max_file_mb: float,
+    max_total_mb: float,
+    caps: tuple[str, str],
+    keep: Callable[[str, int, int], tuple[str, int]],
+    skip_top: frozenset[str] = frozenset(),
+) -> tuple[list[SnapshotFile], list[SkippedFile]]:
     """Each regular file under root, in path order, within the caps (`caps` names them in skip reasons), handed
     to `keep(path, fd, size)` on the descriptor its size was checked on (it returns the sha256 and the bytes
     kept); everything else is listed as skipped with why, unopened (symlinks, FIFOs, sockets, devices). Nothing
     here blocks or follows a link (nofollow.py). OSError when root itself cannot be opened as a directory."""
-    excluded = lambda rel, name: any(fnmatch.fnmatch(name, g) for g in exclude) or (  # noqa: E731
-        "/" not in rel and name in skip_top)
+
+    def excluded(rel: str, name: str) -> bool:
+        return any(fnmatch.fnmatch(name, g) for g in exclude) or ("/" not in rel and name in skip_top)
+
     files, skipped, total = [], [], 0
 
     def skip(rel: str, size: int, reason: str) -> None:
-        skipped.append(SkippedFile(path=nofollow.shown(rel), raw_path=nofollow.raw_name(rel), size=size,
-                                   reason=reason))
+        skipped.append(SkippedFile(path=nofollow.shown(rel), raw_path=nofollow.raw_name(rel), size=size, reason=reason))
 
     root_fd = nofollow.open_last(root)
     try:
@@ -113,8 +120,9 @@ def collect(root: Path, exclude: list[str], max_file_mb: float, max_total_mb: fl
                     skip(rel, size, f"over {caps[1]}")
                 else:
                     sha, size = keep(rel, fd, size)
-                    files.append(SnapshotFile(path=nofollow.shown(rel), raw_path=nofollow.raw_name(rel),
-                                              sha256=sha, size=size))
+                    files.append(
+                        SnapshotFile(path=nofollow.shown(rel), raw_path=nofollow.raw_name(rel), sha256=sha, size=size)
+                    )
                     total += size
             except Skip as e:
                 skip(rel, size, str(e))
@@ -160,14 +168,18 @@ def unified_diff(sweep_root: Path, before: dict[str, str], after: dict[str, str]
         if la is None or lb is None:
             out.append(f"Binary file {path} differs\n")
             continue
-        diff = list(difflib.unified_diff(la, lb, "/dev/null" if a is None else f"a/{path}",
-                                         "/dev/null" if b is None else f"b/{path}"))
+        diff = list(
+            difflib.unified_diff(
+                la, lb, "/dev/null" if a is None else f"a/{path}", "/dev/null" if b is None else f"b/{path}"
+            )
+        )
         out += [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in diff]
     return "".join(out)
 
 
-def snapshot_code(sweep_root: Path, run_id: str, code: Path, *, submission_id: str, seq: int,
-                  settings: RecordingSettings) -> CodeSnapshot:
+def snapshot_code(
+    sweep_root: Path, run_id: str, code: Path, *, submission_id: str, seq: int, settings: RecordingSettings
+) -> CodeSnapshot:
     """Record code/ as it is at submission `seq`, and its diff to the run's previous snapshot."""
     earlier = load_snapshots(sweep_root, run_id)
     stored = {f.sha256: f.size for s in earlier for f in s.files}  # what the run's snapshots hold already
@@ -186,16 +198,25 @@ def snapshot_code(sweep_root: Path, run_id: str, code: Path, *, submission_id: s
             run_bytes += len(data)
         return _store_blob(sweep_root, data), len(data)
 
-    files, skipped = collect(code, settings.exclude, settings.max_file_mb, settings.max_total_mb,
-                             ("max_file_mb", "max_total_mb"), keep)
+    files, skipped = collect(
+        code, settings.exclude, settings.max_file_mb, settings.max_total_mb, ("max_file_mb", "max_total_mb"), keep
+    )
     prev = [s for s in earlier if s.seq < seq]
     before = {f.path: f.sha256 for f in prev[-1].files} if prev else {}
     after = {f.path: f.sha256 for f in files}
-    snap = CodeSnapshot(run_id=run_id, submission_id=submission_id, seq=seq, taken_at=now(), files=files,
-                        skipped=skipped, total_bytes=sum(f.size for f in files),
-                        previous_seq=prev[-1].seq if prev else None,
-                        added=sorted(set(after) - set(before)), removed=sorted(set(before) - set(after)),
-                        modified=sorted(p for p in set(after) & set(before) if after[p] != before[p]))
+    snap = CodeSnapshot(
+        run_id=run_id,
+        submission_id=submission_id,
+        seq=seq,
+        taken_at=now(),
+        files=files,
+        skipped=skipped,
+        total_bytes=sum(f.size for f in files),
+        previous_seq=prev[-1].seq if prev else None,
+        added=sorted(set(after) - set(before)),
+        removed=sorted(set(before) - set(after)),
+        modified=sorted(p for p in set(after) & set(before) if after[p] != before[p]),
+    )
     d = snapshot_dir(sweep_root, run_id)
     atomic_write_text(d / f"{seq:03d}.diff", unified_diff(sweep_root, before, after))
     snap.dump(d / f"{seq:03d}.json")

@@ -18,7 +18,7 @@ def json_objects(text: str) -> Iterator[dict[str, Any]]:
     """JSON objects that start a line (one-line JSONL events or a pretty-printed document)."""
     decoder, pos = json.JSONDecoder(), 0
     while (start := text.find("{", pos)) >= 0:
-        if text[text.rfind("\n", 0, start) + 1:start].strip():
+        if text[text.rfind("\n", 0, start) + 1 : start].strip():
             pos = start + 1
             continue
         try:
@@ -42,8 +42,12 @@ def _claude(o: dict) -> Counts | None:
     if o.get("type") != "result":
         return None
     u = o.get("usage") or {}
-    return (_n(u, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
-            _n(u, "cache_read_input_tokens"), _n(u, "output_tokens"), o.get("total_cost_usd"))
+    return (
+        _n(u, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
+        _n(u, "cache_read_input_tokens"),
+        _n(u, "output_tokens"),
+        o.get("total_cost_usd"),
+    )
 
 
 def _codex(o: dict) -> Counts | None:
@@ -61,8 +65,12 @@ def _gemini(o: dict) -> Counts | None:
     if not isinstance(models, dict):
         return None
     toks = [m.get("tokens") or {} for m in models.values() if isinstance(m, dict)]
-    return (sum(_n(t, "prompt") for t in toks), sum(_n(t, "cached") for t in toks),
-            sum(_n(t, "candidates", "thoughts") for t in toks), None)
+    return (
+        sum(_n(t, "prompt") for t in toks),
+        sum(_n(t, "cached") for t in toks),
+        sum(_n(t, "candidates", "thoughts") for t in toks),
+        None,
+    )
 
 
 def _opencode(o: dict) -> Counts | None:
@@ -73,8 +81,12 @@ def _opencode(o: dict) -> Counts | None:
     part = o.get("part") or {}
     t = part.get("tokens") or {}
     cache = t.get("cache") or {}
-    return (_n(t, "input") + _n(cache, "read", "write"), _n(cache, "read"), _n(t, "output", "reasoning"),
-            part.get("cost"))
+    return (
+        _n(t, "input") + _n(cache, "read", "write"),
+        _n(cache, "read"),
+        _n(t, "output", "reasoning"),
+        part.get("cost"),
+    )
 
 
 def _litellm(o: dict) -> Counts | None:
@@ -83,8 +95,12 @@ def _litellm(o: dict) -> Counts | None:
     u = o.get("usage")
     if not isinstance(u, dict) or "prompt_tokens" not in u:
         return None
-    return (_n(u, "prompt_tokens"), _n(u.get("prompt_tokens_details"), "cached_tokens"), _n(u, "completion_tokens"),
-            o.get("response_cost"))
+    return (
+        _n(u, "prompt_tokens"),
+        _n(u.get("prompt_tokens_details"), "cached_tokens"),
+        _n(u, "completion_tokens"),
+        o.get("response_cost"),
+    )
 
 
 def _openhands(objs: list[dict]) -> AgentUsage:
@@ -98,18 +114,26 @@ def _openhands(objs: list[dict]) -> AgentUsage:
         if isinstance(metrics, dict):
             last = [m for m in metrics.values() if isinstance(m, dict)]
     if last is None or not any(m.get("response_latencies") for m in last):  # the state of a CLI stopped early
-        return AgentUsage(parser="openhands")                                # holds no totals yet, only zeros
+        return AgentUsage(parser="openhands")  # holds no totals yet, only zeros
     usage = [m.get("accumulated_token_usage") or {} for m in last]
     costs = [m["accumulated_cost"] for m in last if isinstance(m.get("accumulated_cost"), (int, float))]
-    return AgentUsage(parser="openhands", calls=sum(len(m.get("response_latencies") or []) for m in last),
-                      input_tokens=sum(_n(u, "prompt_tokens") for u in usage),
-                      cached_input_tokens=sum(_n(u, "cache_read_tokens") for u in usage),
-                      output_tokens=sum(_n(u, "completion_tokens") for u in usage),
-                      cost_usd=round(sum(costs), 6) if costs else None)
+    return AgentUsage(
+        parser="openhands",
+        calls=sum(len(m.get("response_latencies") or []) for m in last),
+        input_tokens=sum(_n(u, "prompt_tokens") for u in usage),
+        cached_input_tokens=sum(_n(u, "cache_read_tokens") for u in usage),
+        output_tokens=sum(_n(u, "completion_tokens") for u in usage),
+        cost_usd=round(sum(costs), 6) if costs else None,
+    )
 
 
 _SUMMED: dict[str, Callable[[dict], Counts | None]] = {
-    "claude": _claude, "codex": _codex, "gemini": _gemini, "opencode": _opencode, "litellm": _litellm}
+    "claude": _claude,
+    "codex": _codex,
+    "gemini": _gemini,
+    "opencode": _opencode,
+    "litellm": _litellm,
+}
 
 
 TRANSCRIPT_FILE_MAX = 16 << 20
@@ -135,13 +159,19 @@ def parse_usage(parser: str, transcript: str) -> AgentUsage | None:
     if not counts:
         return AgentUsage(parser=parser)
     costs = [c[3] for c in counts if c[3] is not None]
-    return AgentUsage(parser=parser, calls=len(counts), input_tokens=sum(c[0] for c in counts),
-                      cached_input_tokens=sum(c[1] for c in counts), output_tokens=sum(c[2] for c in counts),
-                      cost_usd=round(sum(costs), 6) if costs else None)
+    return AgentUsage(
+        parser=parser,
+        calls=len(counts),
+        input_tokens=sum(c[0] for c in counts),
+        cached_input_tokens=sum(c[1] for c in counts),
+        output_tokens=sum(c[2] for c in counts),
+        cost_usd=round(sum(costs), 6) if costs else None,
+    )
 
 
-def cli_failure(parser: str, cli: str, log_text: str, usage: AgentUsage | None, *, status: str,
-                exit_code: int | None) -> str | None:
+def cli_failure(
+    parser: str, cli: str, log_text: str, usage: AgentUsage | None, *, status: str, exit_code: int | None
+) -> str | None:
     """What went wrong with an LLM CLI, for the run's failure reason: it crashed (non-zero exit), printed
     nothing, or printed no transcript record its parser reads; None when its run looks whole (and for stacks
     without a transcript). `log_text` is agent.log, whose `[a2rl ...]` lines are the run's own."""
@@ -155,6 +185,8 @@ def cli_failure(parser: str, cli: str, log_text: str, usage: AgentUsage | None, 
     if not own:
         return f"the agent CLI `{cli}` printed nothing{stopped}"
     if usage is not None and usage.calls == 0:
-        return (f"the agent CLI `{cli}` printed no transcript record the `{parser}` parser reads{stopped} "
-                f"({len(own)} line(s) of other output): its tokens and cost are unknown")
+        return (
+            f"the agent CLI `{cli}` printed no transcript record the `{parser}` parser reads{stopped} "
+            f"({len(own)} line(s) of other output): its tokens and cost are unknown"
+        )
     return None

@@ -44,15 +44,28 @@ class GraderLoop:
     """The run's protocol's loop over the training episodes (env.py's transcripts), with prompts rendered and kept
     inside the context as the grader does for this model (a2rl.tasklib.envs.generator_policy)."""
 
-    def __init__(self, env_module: ModuleType, data_path: Path, protocol: str, tokenizer: PreTrainedTokenizerBase,
-                 context: int, template_kwargs: dict | None = None):
+    def __init__(
+        self,
+        env_module: ModuleType,
+        data_path: Path,
+        protocol: str,
+        tokenizer: PreTrainedTokenizerBase,
+        context: int,
+        template_kwargs: dict | None = None,
+    ):
         self.env_module, self.data_path, self.protocol = env_module, data_path, protocol
         self.tokenizer, self.context = tokenizer, context
         self.template_kwargs = template_kwargs or {}  # the run's chat_template_kwargs, as the grader renders with
 
     @classmethod
-    def for_model(cls, env_module: ModuleType, data_path: Path, protocol: str, model_dir: Path,
-                  template_kwargs: dict | None = None) -> "GraderLoop":
+    def for_model(
+        cls,
+        env_module: ModuleType,
+        data_path: Path,
+        protocol: str,
+        model_dir: Path,
+        template_kwargs: dict | None = None,
+    ) -> "GraderLoop":
         context = int(getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", 0) or 1 << 30)
         return cls(env_module, data_path, protocol, AutoTokenizer.from_pretrained(model_dir), context, template_kwargs)
 
@@ -66,8 +79,9 @@ class GraderLoop:
         limit = self.context - transcript.max_new_tokens
         return lambda prompt: len(self.tokenizer(prompt, add_special_tokens=True)["input_ids"]) <= limit
 
-    def prompts(self, episode: str, history: list[str], *,
-                expert: bool = False) -> tuple[list[str], list[str], list[str]]:
+    def prompts(
+        self, episode: str, history: list[str], *, expert: bool = False
+    ) -> tuple[list[str], list[str], list[str]]:
         """The prompts the loop sends before each action of `history` and after the last, fewer where it would end
         the episode first (done, or a prompt outgrowing the context); the actions as the loop took them; and the
         replies they were read from. expert: `history` holds an expert's actions, each given as the transcript's
@@ -133,15 +147,15 @@ class StepReward:
             if self.pool is None:
                 self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
             try:
-                return self.pool.submit(score_actions, str(self.data_path / "env.py"), str(self.data_path),
-                                        self.protocol, items).result()
+                return self.pool.submit(
+                    score_actions, str(self.data_path / "env.py"), str(self.data_path), self.protocol, items
+                ).result()
             except BrokenProcessPool:
                 log(f"environment worker crashed (attempt {attempt + 1}); restarting it")
                 self.pool = None
         return [0.0] * len(items)
 
-    def __call__(self, completions: list[str], episode: list[str], history: list[list[str]],
-                 **kwargs) -> list[float]:
+    def __call__(self, completions: list[str], episode: list[str], history: list[list[str]], **kwargs) -> list[float]:
         keys = [(e, tuple(h), c) for c, e, h in zip(completions, episode, history)]  # read as the loop reads it
         todo = sorted(set(k for k in keys if k not in self.cache))
         if todo:
@@ -162,14 +176,20 @@ def policy_states(model_dir: Path, loop: GraderLoop, episodes: list[str], max_st
     transcripts = [loop.transcript(e) for e in episodes]
     first = transcripts[0]
     try:
-        played = play_transcripts(lambda prompts: generator.generate(prompts, max_new_tokens=first.max_new_tokens,
-                                                                     stop=first.stop),
-                                  transcripts, max_steps=max_steps, render=loop.render, fits=loop.fits(first))
+        played = play_transcripts(
+            lambda prompts: generator.generate(prompts, max_new_tokens=first.max_new_tokens, stop=first.stop),
+            transcripts,
+            max_steps=max_steps,
+            render=loop.render,
+            fits=loop.fits(first),
+        )
     finally:
         for t in transcripts:
             close(t.env)
-    log(f"policy rollouts on {len(episodes)} training episodes: {sum(t.won for t in played)} won, "
-        f"mean {sum(len(t.actions) for t in played) / len(played):.1f} steps")
+    log(
+        f"policy rollouts on {len(episodes)} training episodes: {sum(t.won for t in played)} won, "
+        f"mean {sum(len(t.actions) for t in played) / len(played):.1f} steps"
+    )
     return [(e, tuple(t.actions[:k])) for e, t in zip(episodes, played) for k in range(len(t.actions) + (not t.done))]
 
 
@@ -178,12 +198,16 @@ def run(args: argparse.Namespace, model_path: Path, data_path: Path, out: Path) 
     trajectories = load_trajectories(data_path)
     loop = GraderLoop.for_model(env_module, data_path, args.protocol, model_path, args.template_kwargs)
     pairs, expert_states = loop.expert_steps(trajectories)
-    log(f"interactive task: {len(trajectories)} trajectories ({sum(t['won'] for t in trajectories)} won), "
-        f"{len(pairs)} SFT pairs in protocol {args.protocol}'s prompts, base model {model_path}")
+    log(
+        f"interactive task: {len(trajectories)} trajectories ({sum(t['won'] for t in trajectories)} won), "
+        f"{len(pairs)} SFT pairs in protocol {args.protocol}'s prompts, base model {model_path}"
+    )
     start = model_path
     if args.sft_steps > 0 and not pairs:
-        log(f"error: no expert step fits the model's context in protocol {args.protocol}'s prompts "
-            f"({loop.context} tokens): the grader would end every episode before its first action")
+        log(
+            f"error: no expert step fits the model's context in protocol {args.protocol}'s prompts "
+            f"({loop.context} tokens): the grader would end every episode before its first action"
+        )
         return 2
     if args.sft_steps > 0:
         log(f"stage sft: {args.sft_steps} steps")

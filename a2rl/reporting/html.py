@@ -120,8 +120,11 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
         renderer = canvas.get_renderer()
         for artist in per_cell:
             artist.draw(renderer)
-        handles = [Line2D([], [], color=c, linewidth=1, label=f"s{seed}")
-                   for c, (seed, _) in zip(run_colors, series)] if len(series) <= LEGEND_RUNS else []
+        handles = (
+            [Line2D([], [], color=c, linewidth=1, label=f"s{seed}") for c, (seed, _) in zip(run_colors, series)]
+            if len(series) <= LEGEND_RUNS
+            else []
+        )
         if base is not None:
             handles.append(Line2D([], [], color="gray", linewidth=1, linestyle="--", label="baseline"))
         if handles:
@@ -199,24 +202,39 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     heatmap_plot(sw, plots / "heatmap.svg")
     parts.append('<img class="heatmap" src="plots/heatmap.svg" alt="mode × task heatmap">')
     parts += [_table(t) for t in tables(sw, by="mode")]
-    parts.append("<h2>Score against budget time, per cell</h2><div class=\"plots\">")
+    parts.append('<h2>Score against budget time, per cell</h2><div class="plots">')
     parts += [f'<img src="plots/{Path(path).name}" alt="{html.escape(title)}">' for (title, *_), path in jobs]
     parts.append("</div><h2>Analyses</h2>")
-    parts += [_table(t) for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True,
-                                        submissions=True)]
+    parts += [
+        _table(t)
+        for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True, submissions=True)
+    ]
     parts.append("<h2>Runs</h2>")
     rows = []
     for run in sw.runs:
         report = run.dir / "report"
-        links = " ".join(filter(None, (_link(out, report / "summary.md", "summary"),
-                                       _link(out, report / "trajectory.png", "trajectory"),
-                                       _link(out, report / "metrics.json", "metrics"),
-                                       _link(out, run.dir / "agent.log", "agent log"))))
+        links = " ".join(
+            filter(
+                None,
+                (
+                    _link(out, report / "summary.md", "summary"),
+                    _link(out, report / "trajectory.png", "trajectory"),
+                    _link(out, report / "metrics.json", "metrics"),
+                    _link(out, run.dir / "agent.log", "agent log"),
+                ),
+            )
+        )
         state = run.result.status if run.result else "no result"
         score = "—" if run.score is None else f"{run.score:.2f}"
-        rows.append(f"<tr><td>{html.escape(run.spec.run_id)}</td><td>{html.escape(state)}</td><td>{score}</td>"
-                    f"<td>{html.escape(_failure(run))}</td><td>{links or 'no report yet'}</td></tr>")
-    parts.append("<table class=\"runs\"><tr><th>run</th><th>status</th><th>score</th><th>failure</th><th>report</th>"
-                 "</tr>" + "".join(rows) + "</table>")
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>a2rl report</title>"
-            f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+        rows.append(
+            f"<tr><td>{html.escape(run.spec.run_id)}</td><td>{html.escape(state)}</td><td>{score}</td>"
+            f"<td>{html.escape(_failure(run))}</td><td>{links or 'no report yet'}</td></tr>"
+        )
+    parts.append(
+        '<table class="runs"><tr><th>run</th><th>status</th><th>score</th><th>failure</th><th>report</th>'
+        "</tr>" + "".join(rows) + "</table>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>a2rl report</title>'
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )

@@ -20,11 +20,21 @@ from a2rl.store.results import RunResult
 from a2rl.store.stages import STAGES_FILE, StageLog
 from a2rl.store.sweepdir import SweepDir
 
-FailureType = Literal["code_error_runtime", "rollout_logic_wrong", "timeout_no_submission", "copy_model_fallback",
-                      "training_diverged", "unknown"]
+FailureType = Literal[
+    "code_error_runtime",
+    "rollout_logic_wrong",
+    "timeout_no_submission",
+    "copy_model_fallback",
+    "training_diverged",
+    "unknown",
+]
 # TRL classes (and configs) that tell the training method, in the order a pipeline usually runs them
-TRAINERS = {"SFT": r"\bSFT(Trainer|Config)\b", "DPO": r"\bDPO(Trainer|Config)\b",
-            "PPO": r"\bPPO(Trainer|Config)\b", "GRPO": r"\bGRPO(Trainer|Config)\b"}
+TRAINERS = {
+    "SFT": r"\bSFT(Trainer|Config)\b",
+    "DPO": r"\bDPO(Trainer|Config)\b",
+    "PPO": r"\bPPO(Trainer|Config)\b",
+    "GRPO": r"\bGRPO(Trainer|Config)\b",
+}
 CODE_SUFFIXES = (".py", ".sh", ".ipynb", ".yaml", ".yml", ".toml", ".cfg")  # not .md: prompts name trainers
 RL = {"PPO", "GRPO"}
 DIVERGED = re.compile(r"""\bloss['"]?\s*[:=]\s*['"]?(nan|inf)\b""", re.IGNORECASE)
@@ -35,6 +45,7 @@ TrainTypeSource = Literal["code", "self-reported"]
 
 class SubmissionRow(Record):
     """One line of summary.jsonl."""
+
     SCHEMA = 3  # 2 added train_type_source; 3 snapshot_error
     iteration: int  # the submission's seq (1-based)
     submission_id: str
@@ -107,14 +118,19 @@ def stage_log(sweep: SweepDir, run_id: str) -> StageLog | None:
         return None
 
 
-def typed(code_types: list[str], stages: StageLog | None, submission_id: str | None) -> tuple[list[str], TrainTypeSource | None]:
+def typed(
+    code_types: list[str], stages: StageLog | None, submission_id: str | None
+) -> tuple[list[str], TrainTypeSource | None]:
     """Train types from the code when it shows a trainer, else from the stage log up to `submission_id` (every
     stage when None), else none."""
     if code_types:
         return code_types, "code"
     if stages is not None:
-        types = (stages.train_types_until(submission_id) if submission_id else
-                 list(dict.fromkeys(s.train_type for s in stages.stages if s.steps > 0)))
+        types = (
+            stages.train_types_until(submission_id)
+            if submission_id
+            else list(dict.fromkeys(s.train_type for s in stages.stages if s.steps > 0))
+        )
         if types:
             return types, "self-reported"
     return [], None
@@ -135,8 +151,9 @@ def submission_failure(entry: LedgerEntry, baseline: float | None, types: list[s
     return "rollout_logic_wrong" if RL & set(types) else "unknown"
 
 
-def run_failure(result: RunResult, best: SubmissionRow | None, rows: list[SubmissionRow],
-                log_text: str) -> tuple[FailureType | None, Literal["infra", "agent"] | None]:
+def run_failure(
+    result: RunResult, best: SubmissionRow | None, rows: list[SubmissionRow], log_text: str
+) -> tuple[FailureType | None, Literal["infra", "agent"] | None]:
     if result.status == "failed" or result.baseline is None or result.ungraded_submissions:
         return "unknown", "infra"  # set-up, supervision, baseline or grading did not complete
     if best is not None and best.failure_type is None:
@@ -151,8 +168,9 @@ def run_failure(result: RunResult, best: SubmissionRow | None, rows: list[Submis
     return (best or rows[-1]).failure_type, "agent"
 
 
-def find_leaks(sweep_root: Path, found_in: HeldoutMarkers, log_text: str, snaps: list[CodeSnapshot],
-               entries: list[LedgerEntry]) -> list[str]:
+def find_leaks(
+    sweep_root: Path, found_in: HeldoutMarkers, log_text: str, snaps: list[CodeSnapshot], entries: list[LedgerEntry]
+) -> list[str]:
     """Where held-out data turned up; a code file is named at the first snapshot holding that content."""
     out = [f"transcript: {what}" for what in found_in.find(log_text)]
     seen: set[tuple[str, str]] = set()
@@ -179,35 +197,63 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
     for e in entries:
         snap = snaps.get(e.seq)
         types, source = typed(train_types(sweep.root, snap), stages, e.submission_id)
-        rows.append(SubmissionRow(
-            iteration=e.seq, submission_id=e.submission_id, at_s=round(e.submitted_at - t0, 3), status=e.status,
-            score=e.score, improvement=None if e.score is None or base is None else e.score - base,
-            delta_prev=None if e.score is None or prev_valid is None else e.score - prev_valid,
-            copy_of_base=e.copy_of_base, train_type="+".join(types) or "none", train_type_source=source,
-            failure_type=submission_failure(e, base, types), error=e.error, snapshot_error=e.snapshot_error,
-            files_added=snap.added if snap else [], files_modified=snap.modified if snap else [],
-            files_removed=snap.removed if snap else []))
+        rows.append(
+            SubmissionRow(
+                iteration=e.seq,
+                submission_id=e.submission_id,
+                at_s=round(e.submitted_at - t0, 3),
+                status=e.status,
+                score=e.score,
+                improvement=None if e.score is None or base is None else e.score - base,
+                delta_prev=None if e.score is None or prev_valid is None else e.score - prev_valid,
+                copy_of_base=e.copy_of_base,
+                train_type="+".join(types) or "none",
+                train_type_source=source,
+                failure_type=submission_failure(e, base, types),
+                error=e.error,
+                snapshot_error=e.snapshot_error,
+                files_added=snap.added if snap else [],
+                files_modified=snap.modified if snap else [],
+                files_removed=snap.removed if snap else [],
+            )
+        )
         prev_valid = e.score if e.score is not None else prev_valid
     valid = [r for r in rows if r.status == "scored"]
     best = max(valid, key=lambda r: r.score, default=None)
     improved = [r for r in valid if base is not None and r.score > base]
     steps = [b.score >= a.score for a, b in zip(valid, valid[1:])]
-    seen = sorted({t for s in snaps.values() for t in train_types(sweep.root, s)}
-                  | set(typed([], stages, None)[0]), key=lambda t: (t not in TRAINERS, list(TRAINERS).index(t)
-                                                                   if t in TRAINERS else 0, t))
+    seen = sorted(
+        {t for s in snaps.values() for t in train_types(sweep.root, s)} | set(typed([], stages, None)[0]),
+        key=lambda t: (t not in TRAINERS, list(TRAINERS).index(t) if t in TRAINERS else 0, t),
+    )
     ref_snap = snaps.get(best.iteration) if best else (snaps[max(snaps)] if snaps else None)
     run_types, run_source = typed(train_types(sweep.root, ref_snap), stages, best.submission_id if best else None)
     log = sweep.run_dir(run_id) / "agent.log"
     log_text = log.read_text(errors="replace") if log.exists() else ""
     failure, source = run_failure(result, best, rows, log_text)
-    leaks = find_leaks(sweep.root, markers(task_data(sweep.data_root(), result.task).heldout_dir), log_text,
-                       [snaps[seq] for seq in sorted(snaps)], entries)
+    leaks = find_leaks(
+        sweep.root,
+        markers(task_data(sweep.data_root(), result.task).heldout_dir),
+        log_text,
+        [snaps[seq] for seq in sorted(snaps)],
+        entries,
+    )
     agent_end = result.agent_ended_at or result.ended_at
     usage = result.usage
     metrics = RunMetrics(
-        run_id=run_id, task=result.task, agent=result.agent, driver=result.driver, mode=run.mode, protocol=run.protocol,
-        model=result.model, seed=result.seed, status=result.status, baseline=base, best=result.best,
-        improvement=result.improvement, submissions=len(rows),
+        run_id=run_id,
+        task=result.task,
+        agent=result.agent,
+        driver=result.driver,
+        mode=run.mode,
+        protocol=run.protocol,
+        model=result.model,
+        seed=result.seed,
+        status=result.status,
+        baseline=base,
+        best=result.best,
+        improvement=result.improvement,
+        submissions=len(rows),
         valid_submission_rate=len(valid) / len(rows) if rows else None,
         first_valid_idx=rows.index(valid[0]) if valid else None,
         time_to_first_improvement=improved[0].at_s if improved else None,
@@ -217,9 +263,17 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         time_used_ratio=round(result.agent_seconds / result.budget_s, 4),
         last_submit_gap=round(agent_end - t0 - rows[-1].at_s, 3) if rows else None,
         score_trajectory=[r.score for r in rows],
-        input_tokens=usage.input_tokens if usage else None, output_tokens=usage.output_tokens if usage else None,
-        cost_usd=usage.cost_usd if usage else None, cpu_seconds=result.cpu_seconds,
-        train_type="+".join(run_types) or "none", train_types_seen=seen, train_type_source=run_source,
+        input_tokens=usage.input_tokens if usage else None,
+        output_tokens=usage.output_tokens if usage else None,
+        cost_usd=usage.cost_usd if usage else None,
+        cpu_seconds=result.cpu_seconds,
+        train_type="+".join(run_types) or "none",
+        train_types_seen=seen,
+        train_type_source=run_source,
         route=stages.route() or None if stages else None,
-        failure_type=failure, failure_source=source, code_snapshots=len(snaps), leaks=leaks)
+        failure_type=failure,
+        failure_source=source,
+        code_snapshots=len(snaps),
+        leaks=leaks,
+    )
     return metrics, rows

@@ -22,8 +22,10 @@ from a2rl.records import atomic_write_text
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 
+
 def _fmt(v: float | None, signed: bool = False) -> str:
     return "—" if v is None else (f"{v:+.2f}" if signed else f"{v:.2f}")
+
 
 log = logging.getLogger("a2rl.runreport")
 
@@ -36,25 +38,37 @@ def _source(source: str | None, route: str | None = None) -> str:
 
 
 def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
-    out = [f"# {m.run_id}", "",
-           f"{m.status}; baseline {_fmt(m.baseline)}, best {_fmt(m.best)} ({_fmt(m.improvement, True)}); "
-           f"{m.submissions} submission(s), training {m.train_type}{_source(m.train_type_source, m.route)}; "
-           f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}", ""]
+    out = [
+        f"# {m.run_id}",
+        "",
+        f"{m.status}; baseline {_fmt(m.baseline)}, best {_fmt(m.best)} ({_fmt(m.improvement, True)}); "
+        f"{m.submissions} submission(s), training {m.train_type}{_source(m.train_type_source, m.route)}; "
+        f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}",
+        "",
+    ]
     if m.leaks:
         out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
     out += ["| metric | value |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in m.model_dump(exclude={"schema_version", "score_trajectory"}).items()]
     for r in rows:
-        out += ["", f"## Submission {r.iteration} ({r.submission_id}) at {r.at_s:.0f} s", "",
-                f"- score: {_fmt(r.score)}" + (" (copy of the base model)" if r.copy_of_base else "")
-                + (f" (invalid: {r.error})" if r.error else ""),
-                f"- change vs previous valid: {_fmt(r.delta_prev, True)}; vs baseline: {_fmt(r.improvement, True)}",
-                f"- training: {r.train_type}{_source(r.train_type_source)}; failure: {r.failure_type or 'none'}"]
-        changed = [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + \
-                  [f"-{p}" for p in r.files_removed]
-        out.append(f"- files changed: {', '.join(changed) or 'none'} "
-                   f"(diff: {snapshots / f'{r.iteration:03d}.diff'})" if r.snapshot_error is None
-                   else f"- **no code record**: {r.snapshot_error}")
+        out += [
+            "",
+            f"## Submission {r.iteration} ({r.submission_id}) at {r.at_s:.0f} s",
+            "",
+            f"- score: {_fmt(r.score)}"
+            + (" (copy of the base model)" if r.copy_of_base else "")
+            + (f" (invalid: {r.error})" if r.error else ""),
+            f"- change vs previous valid: {_fmt(r.delta_prev, True)}; vs baseline: {_fmt(r.improvement, True)}",
+            f"- training: {r.train_type}{_source(r.train_type_source)}; failure: {r.failure_type or 'none'}",
+        ]
+        changed = (
+            [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + [f"-{p}" for p in r.files_removed]
+        )
+        out.append(
+            f"- files changed: {', '.join(changed) or 'none'} (diff: {snapshots / f'{r.iteration:03d}.diff'})"
+            if r.snapshot_error is None
+            else f"- **no code record**: {r.snapshot_error}"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -96,8 +110,10 @@ def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = No
     metrics, rows = build(sweep, run_id, result)
     out = sweep.run_dir(run_id) / "report"
     metrics.dump(out / "metrics.json")
-    atomic_write_text(out / "summary.jsonl", "".join(
-        json.dumps({**r.model_dump(mode="json"), "schema_version": r.SCHEMA}) + "\n" for r in rows))
+    atomic_write_text(
+        out / "summary.jsonl",
+        "".join(json.dumps({**r.model_dump(mode="json"), "schema_version": r.SCHEMA}) + "\n" for r in rows),
+    )
     atomic_write_text(out / "summary.md", markdown(metrics, rows, snapshot_dir(sweep.root, run_id)))
     plot(metrics, out / "trajectory.png")
     return out

@@ -30,8 +30,14 @@ class _Server(ThreadingHTTPServer):
 
 
 class GradingAPI:
-    def __init__(self, submitter: RunSubmitter, budget: Budget, *, on_submit: Callable[[dict], None] = lambda r: None,
-                 wrap_up: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        submitter: RunSubmitter,
+        budget: Budget,
+        *,
+        on_submit: Callable[[dict], None] = lambda r: None,
+        wrap_up: Callable[[], bool] = lambda: False,
+    ):
         self.submitter, self.budget, self.on_submit, self.wrap_up = submitter, budget, on_submit, wrap_up
         self.prefix = "/" + secrets.token_urlsafe(12)
         self.token = secrets.token_urlsafe(32)
@@ -47,7 +53,7 @@ class GradingAPI:
                 given = auth[7:] if auth.startswith("Bearer ") else (parse_qs(url.query).get("token") or [""])[0]
                 if not hmac.compare_digest(given.encode(), api.token.encode()):
                     raise BadRequest(401, "missing or wrong token: send 'Authorization: Bearer $GRADING_TOKEN'")
-                return url.path[len(api.prefix):] if url.path.startswith(api.prefix + "/") else ""
+                return url.path[len(api.prefix) :] if url.path.startswith(api.prefix + "/") else ""
 
             def do_GET(self) -> None:
                 self.answer(self._get)
@@ -55,8 +61,9 @@ class GradingAPI:
             def _get(self) -> None:
                 route = self._route()
                 if route == "/health":
-                    self.send_json(200, {"status": "ok", "run_id": api.submitter.run.run_id,
-                                         "task": api.submitter.run.task})
+                    self.send_json(
+                        200, {"status": "ok", "run_id": api.submitter.run.run_id, "task": api.submitter.run.task}
+                    )
                 elif route == "/time":
                     self.send_json(200, api.time())
                 else:
@@ -71,7 +78,7 @@ class GradingAPI:
                 body = self.read_json()
                 model_path = body.get("model_path") if isinstance(body, dict) else None
                 if not isinstance(body, dict) or not isinstance(model_path, (str, type(None))):
-                    raise BadRequest(400, "bad request body: send {\"model_path\": \"<directory>\"}")
+                    raise BadRequest(400, 'bad request body: send {"model_path": "<directory>"}')
                 try:
                     result = api.submitter.submit(model_path)
                 except MalformedPath as e:
@@ -88,8 +95,12 @@ class GradingAPI:
         self._serving = running(self._server)
 
     def time(self) -> dict:
-        return {"budget_s": self.budget.total_s, "used_s": round(self.budget.used(), 1),
-                "remaining_s": round(self.budget.remaining(), 1), "wrap_up": self.wrap_up()}
+        return {
+            "budget_s": self.budget.total_s,
+            "used_s": round(self.budget.used(), 1),
+            "remaining_s": round(self.budget.remaining(), 1),
+            "wrap_up": self.wrap_up(),
+        }
 
     def __enter__(self) -> "GradingAPI":
         self._serving.__enter__()

@@ -57,10 +57,12 @@ class Limits:
 
 
 def check_model_path(model_path: object) -> None:
-    if isinstance(model_path, str) and ("\0" in model_path or len(model_path) > MAX_PATH
-                                        or any(len(part) > 255 for part in model_path.split("/"))):
-        raise MalformedPath(f"model_path is not a usable path (NUL byte, or longer than {MAX_PATH} characters "
-                            f"or 255 per name)")
+    if isinstance(model_path, str) and (
+        "\0" in model_path or len(model_path) > MAX_PATH or any(len(part) > 255 for part in model_path.split("/"))
+    ):
+        raise MalformedPath(
+            f"model_path is not a usable path (NUL byte, or longer than {MAX_PATH} characters or 255 per name)"
+        )
 
 
 def resolve_submission(model_path: str, workspace: Path) -> Path:
@@ -76,8 +78,10 @@ def resolve_submission(model_path: str, workspace: Path) -> Path:
     except (OSError, RuntimeError) as e:  # a symlink loop
         raise ArtifactError(f"model_path {model_path!r} does not resolve: {e}") from None
     if path != output and output not in path.parents:
-        raise ArtifactError(f"model_path {model_path!r} resolves to {path}, outside the run's output directory "
-                            f"{output}: submit a directory under $OUTPUT_DIR (symlinks out of it are refused)")
+        raise ArtifactError(
+            f"model_path {model_path!r} resolves to {path}, outside the run's output directory "
+            f"{output}: submit a directory under $OUTPUT_DIR (symlinks out of it are refused)"
+        )
     if not path.exists():
         raise ArtifactError(f"model_path {model_path!r} does not exist")
     if not path.is_dir():
@@ -125,8 +129,7 @@ def _open_entry(name: str, dir_fd: int, path: Path, out_fd: int, output: Path) -
                 return None
         real = (path / name).resolve()
         if output not in real.parents:
-            raise ArtifactError(f"{nofollow.shown(name)} is a symlink to {real}, outside the output directory: "
-                                f"refused")
+            raise ArtifactError(f"{nofollow.shown(name)} is a symlink to {real}, outside the output directory: refused")
         try:  # resolve() saw no link on the way to `real`: a link there now was swapped in since
             d = nofollow.open_dir(real.parent.relative_to(output).parts, out_fd)
         except nofollow.Changed:
@@ -175,30 +178,43 @@ def _check(artifact: Artifact, path: Path, dir_fd: int, out_fd: int, output: Pat
     with os.scandir(dir_fd) as it:  # counted lazily: a directory of a million files costs max_files+1 entries
         names = sorted(e.name for e in itertools.islice(it, limits.max_files + 1))
     if len(names) > limits.max_files:
-        raise ArtifactError(f"{path.name}/ holds more than {limits.max_files} entries: submit only the model "
-                            f"files (weights, config, tokenizer)")
+        raise ArtifactError(
+            f"{path.name}/ holds more than {limits.max_files} entries: submit only the model "
+            f"files (weights, config, tokenizer)"
+        )
     if not names:
-        raise ArtifactError(f"{path.name}/ is empty: save the model with model.save_pretrained(dir) and the "
-                            f"tokenizer with tokenizer.save_pretrained(dir)")
+        raise ArtifactError(
+            f"{path.name}/ is empty: save the model with model.save_pretrained(dir) and the "
+            f"tokenizer with tokenizer.save_pretrained(dir)"
+        )
     for name in names:
         if (opened := _open_entry(name, dir_fd, path, out_fd, output)) is not None:
             artifact.files[name], artifact.sizes[name] = os.fdopen(opened[0], "rb"), opened[1]
     if "adapter_config.json" in names or any(n.startswith("adapter_model") for n in names):
-        raise ArtifactError("this is a LoRA/PEFT adapter, not a full model: merge it first "
-                            "(model = model.merge_and_unload(); model.save_pretrained(dir)) and submit that")
+        raise ArtifactError(
+            "this is a LoRA/PEFT adapter, not a full model: merge it first "
+            "(model = model.merge_and_unload(); model.save_pretrained(dir)) and submit that"
+        )
     if not any(n.endswith(".safetensors") for n in artifact.files):
         if any(Path(n).suffix in PICKLE_SUFFIXES for n in names):
-            raise ArtifactError("only pickle checkpoints (.bin/.pt) found; they are never loaded: save with "
-                                "model.save_pretrained(dir, safe_serialization=True) to write .safetensors")
-        raise ArtifactError(f"no *.safetensors weights in {path.name}/ (found: "
-                            f"{', '.join(map(nofollow.shown, names))})")
+            raise ArtifactError(
+                "only pickle checkpoints (.bin/.pt) found; they are never loaded: save with "
+                "model.save_pretrained(dir, safe_serialization=True) to write .safetensors"
+            )
+        raise ArtifactError(
+            f"no *.safetensors weights in {path.name}/ (found: {', '.join(map(nofollow.shown, names))})"
+        )
     sizes = artifact.sizes
     if (big := max(sizes, key=sizes.get, default=None)) is not None and sizes[big] > limits.max_file_bytes:
-        raise ArtifactError(f"{nofollow.shown(big)} is {sizes[big] / 2**30:.2f} GiB, over the limit of "
-                            f"{limits.max_file_bytes / 2**30:.2f} GiB per file")
+        raise ArtifactError(
+            f"{nofollow.shown(big)} is {sizes[big] / 2**30:.2f} GiB, over the limit of "
+            f"{limits.max_file_bytes / 2**30:.2f} GiB per file"
+        )
     if sum(sizes.values()) > limits.max_total_bytes:
-        raise ArtifactError(f"{path.name}/ holds {sum(sizes.values()) / 2**30:.2f} GiB, over the limit of "
-                            f"{limits.max_total_bytes / 2**30:.2f} GiB")
+        raise ArtifactError(
+            f"{path.name}/ holds {sum(sizes.values()) / 2**30:.2f} GiB, over the limit of "
+            f"{limits.max_total_bytes / 2**30:.2f} GiB"
+        )
     if "config.json" not in artifact.files:
         raise ArtifactError("config.json is missing: save with model.save_pretrained(dir)")
     artifact.kept = [n for n in sorted(artifact.files) if Path(n).suffix in KEEP_SUFFIXES]
@@ -216,8 +232,10 @@ def check_content(files: dict[str, BinaryIO], sizes: dict[str, int]) -> None:
     if not isinstance(config, dict):
         raise ArtifactError("config.json must hold a JSON object")
     if "auto_map" in config:
-        raise ArtifactError("config.json has auto_map (custom model code): models are loaded without "
-                            "trust_remote_code; use a standard transformers architecture")
+        raise ArtifactError(
+            "config.json has auto_map (custom model code): models are loaded without "
+            "trust_remote_code; use a standard transformers architecture"
+        )
     try:
         check_files(files, sizes)
     except UntrustedArtifact as e:

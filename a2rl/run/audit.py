@@ -85,9 +85,14 @@ except OSError as e:
 with open(os.path.join(os.environ["OUTPUT_DIR"], "audit-probe.json"), "w") as f:
     json.dump(found, f)
 """
-GUARDS = {"data root": HELDOUT, "launcher's HOME": HELDOUT, "grader's packages": HELDOUT,
-          "sweep directory": "record", "secret in another process's environment": "secret",
-          "host loopback port": "network"}
+GUARDS = {
+    "data root": HELDOUT,
+    "launcher's HOME": HELDOUT,
+    "grader's packages": HELDOUT,
+    "sweep directory": "record",
+    "secret in another process's environment": "secret",
+    "host loopback port": "network",
+}
 
 
 class AuditError(Exception):
@@ -105,6 +110,7 @@ class Probe(BaseModel):
 
 class AuditRecord(Record):
     """audit.json: what the sweep's agents could reach, checked once per sweep (a relaunch reads it)."""
+
     isolation: str  # the mode chosen on the auditing node
     reason: str
     network: str
@@ -117,8 +123,10 @@ class AuditRecord(Record):
         return [p for p in self.probes if p.reachable and p.guards == HELDOUT]
 
     def table(self) -> str:
-        return tabulate([(p.agent, p.probe, p.target, "REACHABLE" if p.reachable else "blocked", p.detail)
-                         for p in self.probes], headers=["agent", "probe", "target", "result", "detail"])
+        return tabulate(
+            [(p.agent, p.probe, p.target, "REACHABLE" if p.reachable else "blocked", p.detail) for p in self.probes],
+            headers=["agent", "probe", "target", "result", "detail"],
+        )
 
 
 def audit_path(sweep: SweepDir) -> Path:
@@ -134,8 +142,11 @@ def run_audit(sweep: SweepDir) -> AuditRecord:
         firsts.setdefault(run.agent.name, run)
     canary = secrets.token_hex(12)
     # a process of the launcher's user holding a secret, as the launcher and the job do
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
-                              env={**os.environ, CANARY_VAR: canary})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={**os.environ, CANARY_VAR: canary},
+    )
     listener = socket.create_server(("127.0.0.1", 0))
     try:
         probes = [p for run in firsts.values() for p in _probe(sweep, run, choice, canary, listener.getsockname()[1])]
@@ -143,8 +154,9 @@ def run_audit(sweep: SweepDir) -> AuditRecord:
         holder.kill()
         holder.wait()
         listener.close()
-    record = AuditRecord(isolation=choice.mode, reason=choice.reason, network=spec.network, probes=probes,
-                         audited_at=now())
+    record = AuditRecord(
+        isolation=choice.mode, reason=choice.reason, network=spec.network, probes=probes, audited_at=now()
+    )
     record.dump(audit_path(sweep))
     return record
 
@@ -161,15 +173,39 @@ def _probe(sweep: SweepDir, run: RunSpec, choice, canary: str, port: int) -> lis
         heldout.append([name, str(next((p for p in sorted(split.rglob("*")) if p.is_file()), split))])
         prepare.append([name, str(t.folder / t.spec.prepare)])
     read_only = [stack_dir, model_dir, *map(Path, stack.search_dirs())]
-    targets = {"heldout": heldout, "prepare": prepare, "data_root": str(sweep.data_root()),
-               "sweep": str(sweep.frozen_path), "canary": canary, "port": port, "home_dir": str(Path.home()),
-               "home": _home_entries([*python_prefixes(python), *read_only, ws.root])}
+    targets = {
+        "heldout": heldout,
+        "prepare": prepare,
+        "data_root": str(sweep.data_root()),
+        "sweep": str(sweep.frozen_path),
+        "canary": canary,
+        "port": port,
+        "home_dir": str(Path.home()),
+        "home": _home_entries([*python_prefixes(python), *read_only, ws.root]),
+    }
     try:
         with AgentSandbox(choice, spec.network, forwards=[], allow_hosts=spec.allow_hosts) as box:
-            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url="http://127.0.0.1:9",
-                                    driver=run.driver, python=python, endpoint_env={}, stack_dir=stack_dir)
-            argv = agent_command(box, stack, [str(python), "-c", PROBE, json.dumps(targets)], ws, python=python,
-                                 stack_dir=stack_dir, model_dir=model_dir)
+            env = agent_environment(
+                box,
+                stack,
+                ws,
+                run,
+                cpus=spec.resources.cpus,
+                url="http://127.0.0.1:9",
+                driver=run.driver,
+                python=python,
+                endpoint_env={},
+                stack_dir=stack_dir,
+            )
+            argv = agent_command(
+                box,
+                stack,
+                [str(python), "-c", PROBE, json.dumps(targets)],
+                ws,
+                python=python,
+                stack_dir=stack_dir,
+                model_dir=model_dir,
+            )
             log = sweep.root / "audit.log"
             proc = AgentProcess(argv, env=env, cwd=ws.code, log=log, sandboxed=choice.trusted)
             deadline = time.monotonic() + PROBE_TIMEOUT_S
@@ -179,13 +215,24 @@ def _probe(sweep: SweepDir, run: RunSpec, choice, canary: str, port: int) -> lis
         out = ws.output / "audit-probe.json"
         if not out.exists():
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-            raise AuditError(f"the audit probe for agent {run.agent.name!r} wrote no findings "
-                             f"({tail[0] if tail else 'no output'}; see {log})")
+            raise AuditError(
+                f"the audit probe for agent {run.agent.name!r} wrote no findings "
+                f"({tail[0] if tail else 'no output'}; see {log})"
+            )
         found = json.loads(out.read_text())
     finally:
         _remove(ws.root)
-    return [Probe(agent=run.agent.name, probe=probe, target=target, reachable=reachable, detail=detail,
-                  guards=GUARDS.get(probe, HELDOUT)) for probe, target, reachable, detail in found]
+    return [
+        Probe(
+            agent=run.agent.name,
+            probe=probe,
+            target=target,
+            reachable=reachable,
+            detail=detail,
+            guards=GUARDS.get(probe, HELDOUT),
+        )
+        for probe, target, reachable, detail in found
+    ]
 
 
 def _home_entries(bound: list[Path]) -> list[str]:

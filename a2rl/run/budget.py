@@ -30,8 +30,14 @@ class Budget:
     """The run's budget clock (see the module docstring): `used()` counts agent time, `grading_wait()` is the one
     in-flight submission's capped uncharged wait, `pause()`/`resume()` the run's own waits."""
 
-    def __init__(self, total_s: float, used_before_s: float = 0.0, *, uncharged_cap_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        total_s: float,
+        used_before_s: float = 0.0,
+        *,
+        uncharged_cap_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.total_s = total_s
         self.uncharged_cap_s = 0.5 * total_s if uncharged_cap_s is None else uncharged_cap_s
         self._clock = clock

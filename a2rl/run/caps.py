@@ -138,14 +138,23 @@ class RunCaps:
 
     def describe(self) -> str:
         lim = self.limits
-        procs = ["pids cgroup" if "pids" in self.cgroup.dirs else "",
-                 "RLIMIT_NPROC in the sandbox" if self.prlimit else ""]
-        mem = ("memory cgroup" if "memory" in self.cgroup.dirs else "RLIMIT_DATA" if self.rlimit_data else
-               "only the job's allocation")
-        return (f"caps: processes {lim.processes} ({' + '.join(p for p in procs if p) or 'not enforceable here'}); "
-                f"memory {self.mem_bytes / GB:g} GiB ({mem}); "
-                f"workspace {lim.workspace_gb:g} GiB (checked every {lim.workspace_check_s:g} s); "
-                f"agent.log {lim.agent_log_mb:g} MiB; relay connections {lim.relay_connections}")
+        procs = [
+            "pids cgroup" if "pids" in self.cgroup.dirs else "",
+            "RLIMIT_NPROC in the sandbox" if self.prlimit else "",
+        ]
+        mem = (
+            "memory cgroup"
+            if "memory" in self.cgroup.dirs
+            else "RLIMIT_DATA"
+            if self.rlimit_data
+            else "only the job's allocation"
+        )
+        return (
+            f"caps: processes {lim.processes} ({' + '.join(p for p in procs if p) or 'not enforceable here'}); "
+            f"memory {self.mem_bytes / GB:g} GiB ({mem}); "
+            f"workspace {lim.workspace_gb:g} GiB (checked every {lim.workspace_check_s:g} s); "
+            f"agent.log {lim.agent_log_mb:g} MiB; relay connections {lim.relay_connections}"
+        )
 
     def inner_argv(self, argv: list[str]) -> list[str]:
         """`argv` as the sandbox runs it: under RLIMIT_NPROC, set inside its user namespace."""
@@ -166,8 +175,9 @@ class RunCaps:
         cap = self.limits.workspace_gb * GB
         if used <= cap:
             return None
-        reason = (f"quota: the workspace holds {used / GB:.2f} GiB, past limits.workspace_gb="
-                  f"{self.limits.workspace_gb:g}")
+        reason = (
+            f"quota: the workspace holds {used / GB:.2f} GiB, past limits.workspace_gb={self.limits.workspace_gb:g}"
+        )
         self.note(f"workspace: {used / GB:.2f} GiB > {self.limits.workspace_gb:g} GiB (limits.workspace_gb)")
         return reason
 
@@ -177,9 +187,12 @@ class RunCaps:
         for controller, n in self.cgroup.hits().items():
             if n > self._reported.get(controller, 0):
                 self._reported[controller] = n
-                what = ({"pids": f"processes: {n} fork(s) refused at limits.processes={self.limits.processes}",
-                         "memory": f"memory: {n} process(es) killed past {self.mem_bytes / GB:g} GiB "
-                                   f"(limits.mem_gb)"})[controller]
+                what = (
+                    {
+                        "pids": f"processes: {n} fork(s) refused at limits.processes={self.limits.processes}",
+                        "memory": f"memory: {n} process(es) killed past {self.mem_bytes / GB:g} GiB (limits.mem_gb)",
+                    }
+                )[controller]
                 out.append(what)
                 self.note(what)
         return out

@@ -13,6 +13,7 @@ from a2rl.records import Record, now
 
 class RunEnvironment(Record):
     """Where and with what an attempt of a run ran: `runs/<id>/env-<attempt>.json`."""
+
     attempt: int
     host: str
     executor: str
@@ -43,8 +44,19 @@ def record_environment(path: Path, attempt: int) -> None:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    RunEnvironment(attempt=attempt, host=socket.gethostname(), executor=kind, job_id=job_id,
-                   slurm={k: v for k, v in os.environ.items() if k.startswith("SLURM_")
-                          and k.split("_", 1)[1].startswith(("JOB", "ARRAY", "RESTART", "STEP_GPUS", "CPUS"))},
-                   cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), python=platform.python_version(),
-                   packages=packages, started_at=now()).dump(path)
+    RunEnvironment(
+        attempt=attempt,
+        host=socket.gethostname(),
+        executor=kind,
+        job_id=job_id,
+        slurm={
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith("SLURM_")
+            and k.split("_", 1)[1].startswith(("JOB", "ARRAY", "RESTART", "STEP_GPUS", "CPUS"))
+        },
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        python=platform.python_version(),
+        packages=packages,
+        started_at=now(),
+    ).dump(path)

@@ -50,7 +50,7 @@ from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
 from a2rl.spec.sweep import local_driver_name
 from a2rl.store.sweepdir import HEARTBEAT_S, RunStatus, SweepDir
-from a2rl.run.workspace import (RunMeta, Workspace, is_blank, restore_for_resume, save_for_resume)
+from a2rl.run.workspace import RunMeta, Workspace, is_blank, restore_for_resume, save_for_resume
 
 log = logging.getLogger("a2rl.job")
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL for the agent
@@ -87,9 +87,17 @@ class AgentRun:
 
     # ---------------------------------------------------------------- status
     def beat(self) -> None:
-        RunStatus(run_id=self.run.run_id, state=self.state, job_id=self.job_id, executor=self.executor,
-                  attempt=self.attempt, host=socket.gethostname(), heartbeat_at=now(),
-                  agent_seconds=self.agent_seconds(), setup_seconds=self.setup_by_attempt()).dump(self.dir / "status.json")
+        RunStatus(
+            run_id=self.run.run_id,
+            state=self.state,
+            job_id=self.job_id,
+            executor=self.executor,
+            attempt=self.attempt,
+            host=socket.gethostname(),
+            heartbeat_at=now(),
+            agent_seconds=self.agent_seconds(),
+            setup_seconds=self.setup_by_attempt(),
+        ).dump(self.dir / "status.json")
 
     def agent_seconds(self) -> float:
         return self.budget.used() if self.budget is not None else self.used_before
@@ -144,9 +152,13 @@ class AgentRun:
         shutil.rmtree(self.sweep.resume_dir(run_id), ignore_errors=True)  # a run with a result never resumes
         self.on_result(self.sweep, run_id, result)
         self._archive_workspace()
-        why = wait_for_grading(self._graded, max_wait_s=self.sweep.spec.grader.max_wait_s,
-                               poll_s=self.sweep.spec.grader.poll_s, kill_at=self._kill_at,
-                               terminated=self._terminated)
+        why = wait_for_grading(
+            self._graded,
+            max_wait_s=self.sweep.spec.grader.max_wait_s,
+            poll_s=self.sweep.spec.grader.poll_s,
+            kill_at=self._kill_at,
+            terminated=self._terminated,
+        )
         if why != "graded":
             self._log(f"stopped waiting for scores ({why}); the grader adds them to the result when they land")
         if (refreshed := refresh_result(self.sweep, run_id)) is not None:
@@ -191,12 +203,19 @@ class AgentRun:
         s, driver, endpoint_env, forwards = self._set_up()
         task, model_dir, ws, stack, stack_dir, python = s.task, s.model_dir, s.ws, s.stack, s.stack_dir, s.python
         # set-up ends here: the clock starts with the grading API the agent process is started against
-        self.budget = Budget(run.budget_s, self.used_before,
-                             uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s)
+        self.budget = Budget(
+            run.budget_s, self.used_before, uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s
+        )
         self.setup_s = time.monotonic() - self.t0
-        meta = RunMeta(run_id=run.run_id, task=run.task, start_time=now(), timeout_s=run.budget_s,
-                       train_format=task.spec.train_format, protocol=run.protocol,
-                       chat_template_kwargs=get_preset(run.model.generation).chat_template_kwargs)
+        meta = RunMeta(
+            run_id=run.run_id,
+            task=run.task,
+            start_time=now(),
+            timeout_s=run.budget_s,
+            train_format=task.spec.train_format,
+            protocol=run.protocol,
+            chat_template_kwargs=get_preset(run.model.generation).chat_template_kwargs,
+        )
         meta.dump(ws.meta_path)
         self.submitter = RunSubmitter(self.sweep, run, ws, self.budget, usage=self._usage)
 
@@ -206,32 +225,77 @@ class AgentRun:
 
         choice = choose(spec.isolation)
         self._log(f"isolation: {choice.mode} ({choice.reason}); network: {spec.network}")
-        caps = RunCaps(spec.limits, name=f"a2rl-{run.run_id}-{os.getpid()}", workspace=ws.root,
-                       gpus=spec.resources.gpus, mem_gb=spec.resources.mem_gb, sandboxed=choice.trusted)
+        caps = RunCaps(
+            spec.limits,
+            name=f"a2rl-{run.run_id}-{os.getpid()}",
+            workspace=ws.root,
+            gpus=spec.resources.gpus,
+            mem_gb=spec.resources.mem_gb,
+            sandboxed=choice.trusted,
+        )
         self._log(caps.describe())
-        with GradingAPI(self.submitter, self.budget, on_submit=on_submit,
-                        wrap_up=lambda: (ws.root / "WRAP_UP").exists()) as api, \
-                AgentSandbox(choice, spec.network, forwards=[_host_port(api.url), *forwards],
-                             allow_hosts=spec.allow_hosts, max_connections=spec.limits.relay_connections,
-                             limit=caps.inner_argv, on_refused=lambda t: self._refused(t, caps)) as box:
-            env = agent_environment(box, stack, ws, run, cpus=spec.resources.cpus, url=api.url, driver=driver,
-                                    python=python, endpoint_env=endpoint_env, stack_dir=stack_dir)
+        with (
+            GradingAPI(
+                self.submitter, self.budget, on_submit=on_submit, wrap_up=lambda: (ws.root / "WRAP_UP").exists()
+            ) as api,
+            AgentSandbox(
+                choice,
+                spec.network,
+                forwards=[_host_port(api.url), *forwards],
+                allow_hosts=spec.allow_hosts,
+                max_connections=spec.limits.relay_connections,
+                limit=caps.inner_argv,
+                on_refused=lambda t: self._refused(t, caps),
+            ) as box,
+        ):
+            env = agent_environment(
+                box,
+                stack,
+                ws,
+                run,
+                cpus=spec.resources.cpus,
+                url=api.url,
+                driver=driver,
+                python=python,
+                endpoint_env=endpoint_env,
+                stack_dir=stack_dir,
+            )
             env["GRADING_TOKEN"] = api.token  # the API's credential: this agent's alone
-            argv = stack.argv(run.agent.args, workspace=ws.root, driver=driver, seed=run.seed,
-                              stack_dir=stack_dir, python=python, env=env)
-            self._log(f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
-                      f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)")
-            logins = {ws.root / "home" / f.relative_to(Path.home()): f for f in stack.logins(Path.home())} \
-                if spec.agent_logins else {}
+            argv = stack.argv(
+                run.agent.args,
+                workspace=ws.root,
+                driver=driver,
+                seed=run.seed,
+                stack_dir=stack_dir,
+                python=python,
+                env=env,
+            )
+            self._log(
+                f"attempt {self.attempt} on {socket.gethostname()}: {' '.join(argv)} "
+                f"(budget left {self.budget.remaining():.0f} s of {run.budget_s:g} s)"
+            )
+            logins = (
+                {ws.root / "home" / f.relative_to(Path.home()): f for f in stack.logins(Path.home())}
+                if spec.agent_logins
+                else {}
+            )
             if logins:
                 self._log(f"agent_logins: mounting {', '.join(map(str, logins.values()))} read-only into its HOME")
-            argv = agent_command(box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir,
-                                 files=logins)
+            argv = agent_command(
+                box, stack, argv, ws, python=python, stack_dir=stack_dir, model_dir=model_dir, files=logins
+            )
             cpu0 = _children_cpu()
             self.recorded["agent_started_at"] = now()
             try:
-                proc = AgentProcess(argv, env=env, cwd=ws.code, log=self.dir / "agent.log", sandboxed=choice.trusted,
-                                    preexec=caps.preexec, log_cap=int(spec.limits.agent_log_mb * 2**20))
+                proc = AgentProcess(
+                    argv,
+                    env=env,
+                    cwd=ws.code,
+                    log=self.dir / "agent.log",
+                    sandboxed=choice.trusted,
+                    preexec=caps.preexec,
+                    log_cap=int(spec.limits.agent_log_mb * 2**20),
+                )
                 status, code = self._supervise(proc, ws, caps)
             finally:
                 for line in caps.new_hits():  # hit in the agent's last moments
@@ -267,9 +331,15 @@ class AgentRun:
         except Exception:
             log.exception("saving the workspace of %s for resuming failed", self.run.run_id)
             return
-        self._log(f"workspace saved for resuming: {copied / 2**20:.1f} MiB of code/, output/ and home/"
-                  + (f"; {len(skipped)} file(s) skipped, past recording.resume_max_mb={cap_mb:g}: "
-                     f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}" if skipped else ""))
+        self._log(
+            f"workspace saved for resuming: {copied / 2**20:.1f} MiB of code/, output/ and home/"
+            + (
+                f"; {len(skipped)} file(s) skipped, past recording.resume_max_mb={cap_mb:g}: "
+                f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}"
+                if skipped
+                else ""
+            )
+        )
 
     def _archive_workspace(self) -> None:
         """Keep what the agent left where the sweep is (node-local scratch goes with the job); never fails the run."""
@@ -279,8 +349,10 @@ class AgentRun:
             return
         try:
             archive = archive_workspace(ws, self.dir / "workspace", self.run.run_id, settings)
-            self._log(f"workspace archived to {self.dir / 'workspace'}: {len(archive.files)} files, "
-                      f"{archive.total_bytes / 2**20:.1f} MiB ({len(archive.skipped)} skipped, see manifest.json)")
+            self._log(
+                f"workspace archived to {self.dir / 'workspace'}: {len(archive.files)} files, "
+                f"{archive.total_bytes / 2**20:.1f} MiB ({len(archive.skipped)} skipped, see manifest.json)"
+            )
         except Exception:
             log.exception("archiving the workspace of %s failed", self.run.run_id)
 
@@ -357,7 +429,9 @@ class AgentRun:
             newest = max(f.stat().st_mtime for f in candidate.iterdir())
             for entry in self.sweep.queue.entries(self.run.run_id):
                 given = Path(entry.model_path)
-                if (given if given.is_absolute() else ws.root / given).resolve() == candidate and entry.submitted_at >= newest:
+                if (
+                    given if given.is_absolute() else ws.root / given
+                ).resolve() == candidate and entry.submitted_at >= newest:
                     return False
             self._log(f"auto-submitting {candidate} (saved, not yet scored)")
             self.submitter.submit(str(candidate), wait=False, force=True)
@@ -370,8 +444,10 @@ class AgentRun:
     def _graded(self) -> bool:
         """Every submission of the run and its baseline are recorded."""
         run = self.run
-        return len(self.sweep.ledger.entries(run.run_id)) >= self.sweep.queue.count(run.run_id) \
+        return (
+            len(self.sweep.ledger.entries(run.run_id)) >= self.sweep.queue.count(run.run_id)
             and baseline_path(self.sweep, run.task, run.model.name, run.protocol).exists()
+        )
 
     def _kill_at(self) -> float | None:
         """When the scheduler kills the job (monotonic), once its time-limit signal has arrived."""
@@ -387,26 +463,47 @@ class AgentRun:
         """Tokens and cost in the transcript so far (the log, and the files the stack keeps its totals in)."""
         if self.stack is None:
             return None
-        return parse_usage(self.stack.transcript, self._log_text() + transcript_files(
-            self.sweep.workspace(self.run.run_id) / "home", self.stack.transcript_files))
+        return parse_usage(
+            self.stack.transcript,
+            self._log_text()
+            + transcript_files(self.sweep.workspace(self.run.run_id) / "home", self.stack.transcript_files),
+        )
 
     def _write_result(self, status: str, reason: str | None, exit_code: int | None) -> RunResult:
         usage = self._usage()
         if self.stack is not None and reason is None and status in ("ok", "timeout"):
             # a CLI that crashed, hung or spoke gibberish
-            reason = cli_failure(self.stack.transcript, self.stack.cli_name, self._log_text(), usage,
-                                 status=status, exit_code=exit_code)
+            reason = cli_failure(
+                self.stack.transcript, self.stack.cli_name, self._log_text(), usage, status=status, exit_code=exit_code
+            )
         setup = self.setup_by_attempt()
-        return write_result(self.sweep, self.run.run_id, status=status, failure_reason=reason,
-                            agent_exit_code=exit_code, agent_seconds=self.agent_seconds(), started_at=self.started_at,
-                            ended_at=now(), usage=usage, setup_seconds=round(sum(setup), 3),
-                            uncharged_seconds=round(self.budget.uncharged(), 1) if self.budget else 0.0,
-                            setup_seconds_by_attempt=setup, **self.recorded)
+        return write_result(
+            self.sweep,
+            self.run.run_id,
+            status=status,
+            failure_reason=reason,
+            agent_exit_code=exit_code,
+            agent_seconds=self.agent_seconds(),
+            started_at=self.started_at,
+            ended_at=now(),
+            usage=usage,
+            setup_seconds=round(sum(setup), 3),
+            uncharged_seconds=round(self.budget.uncharged(), 1) if self.budget else 0.0,
+            setup_seconds_by_attempt=setup,
+            **self.recorded,
+        )
 
 
-def wait_for_grading(graded: Callable[[], bool], *, max_wait_s: float, poll_s: float,
-                     kill_at: Callable[[], float | None], terminated: threading.Event,
-                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+def wait_for_grading(
+    graded: Callable[[], bool],
+    *,
+    max_wait_s: float,
+    poll_s: float,
+    kill_at: Callable[[], float | None],
+    terminated: threading.Event,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """Poll until `graded()`, for at most `max_wait_s`, and no later than KILL_MARGIN_S before the job is
     killed: `kill_at()` is asked at every poll, as the time-limit signal may arrive during the wait; SIGTERM
     ends it at once. Why it ended: "graded", "max_wait_s", "time limit" or "SIGTERM"."""

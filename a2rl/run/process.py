@@ -29,8 +29,17 @@ def _ignore_time_limit_signal() -> None:
 class AgentProcess:
     """One running agent. `stop()` leaves nothing of it behind."""
 
-    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, log: Path, sandboxed: bool = False,
-                 preexec: Callable[[], None] = lambda: None, log_cap: int | None = None):
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log: Path,
+        sandboxed: bool = False,
+        preexec: Callable[[], None] = lambda: None,
+        log_cap: int | None = None,
+    ):
         """`preexec` runs in the child before it execs (caps.py: cgroups, rlimits); the log takes at most
         `log_cap` bytes of the agent's output (then a marker, and the rest is read and dropped)."""
         self.token = secrets.token_hex(8)
@@ -43,9 +52,16 @@ class AgentProcess:
             _ignore_time_limit_signal()
             preexec()
 
-        self.proc = subprocess.Popen(argv, cwd=cwd, env={**env, MARKER: self.token}, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=child)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env={**env, MARKER: self.token},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=child,
+        )
         self._copier = threading.Thread(target=self._copy_output, args=(log_cap,), daemon=True)
         self._copier.start()
 
@@ -56,8 +72,11 @@ class AgentProcess:
                 self.log.write(chunk)
                 self.log_left = None if self.log_left is None else self.log_left - len(chunk)
             elif not self.log_cut:  # past the cap: a marker once, then keep draining so the agent never blocks
-                self.log.write(chunk[:self.log_left] + f"\n[a2rl] agent.log cut here: the agent's output passed "
-                               f"limits.agent_log_mb ({cap} bytes); the rest is dropped\n".encode())
+                self.log.write(
+                    chunk[: self.log_left]
+                    + f"\n[a2rl] agent.log cut here: the agent's output passed "
+                    f"limits.agent_log_mb ({cap} bytes); the rest is dropped\n".encode()
+                )
                 self.log_left, self.log_cut = 0, True
 
     def _close_log(self) -> None:

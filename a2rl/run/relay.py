@@ -40,8 +40,12 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
-def _serve(listener: socket.socket, connect: Callable[[socket.socket], socket.socket | None],
-           max_connections: int | None = None, on_refused: Callable[[str], None] = lambda what: None) -> None:
+def _serve(
+    listener: socket.socket,
+    connect: Callable[[socket.socket], socket.socket | None],
+    max_connections: int | None = None,
+    on_refused: Callable[[str], None] = lambda what: None,
+) -> None:
     """Accept until the listener closes; `connect` returns the far side for a client, or None to drop it. At
     most `max_connections` are relayed at once (two threads each): one past that is closed at once."""
     slots = threading.BoundedSemaphore(max_connections) if max_connections else None
@@ -76,16 +80,18 @@ def _serve(listener: socket.socket, connect: Callable[[socket.socket], socket.so
 
 
 class _Server:
-    def __init__(self, path: str, max_connections: int | None = None,
-                 on_refused: Callable[[str], None] = lambda what: None):
+    def __init__(
+        self, path: str, max_connections: int | None = None, on_refused: Callable[[str], None] = lambda what: None
+    ):
         self.path, self.max_connections, self.on_refused = path, max_connections, on_refused
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(64)
 
     def start(self, connect: Callable[[socket.socket], socket.socket | None]) -> None:
-        threading.Thread(target=_serve, args=(self.listener, connect, self.max_connections, self.on_refused),
-                         daemon=True).start()
+        threading.Thread(
+            target=_serve, args=(self.listener, connect, self.max_connections, self.on_refused), daemon=True
+        ).start()
 
     def close(self) -> None:
         try:
@@ -102,8 +108,14 @@ class _Server:
 class UnixToTCP(_Server):
     """A unix socket at `path` whose connections go to host:port (at most `max_connections` at once)."""
 
-    def __init__(self, path: str, host: str, port: int, max_connections: int | None = None,
-                 on_refused: Callable[[str], None] = lambda what: None):
+    def __init__(
+        self,
+        path: str,
+        host: str,
+        port: int,
+        max_connections: int | None = None,
+        on_refused: Callable[[str], None] = lambda what: None,
+    ):
         super().__init__(path, max_connections, on_refused)
         self.start(lambda _: socket.create_connection((host, port)))
 
@@ -112,8 +124,13 @@ class ConnectProxy(_Server):
     """A unix socket at `path` speaking HTTP CONNECT, relaying only to `allowed` host:port pairs ('host' alone
     means port 443); anything else gets 403 and is logged through `on_refused`."""
 
-    def __init__(self, path: str, allowed: list[str], on_refused: Callable[[str], None] = lambda target: None,
-                 max_connections: int | None = None):
+    def __init__(
+        self,
+        path: str,
+        allowed: list[str],
+        on_refused: Callable[[str], None] = lambda target: None,
+        max_connections: int | None = None,
+    ):
         super().__init__(path, max_connections, on_refused)
         self.allowed = {a if ":" in a else f"{a}:443" for a in allowed}
         self.start(self._connect)
@@ -152,11 +169,13 @@ def main(argv: list[str]) -> int:
         listeners.append((s, path))
     cmd_pid = os.getpid()  # CMD's, once exec'd; read before the fork, as CMD may be gone before the child runs
     if os.fork() == 0:  # the relays: they end with CMD (and with the sandbox's PID namespace, where there is one)
+
         def to_unix(path: str) -> Callable[[socket.socket], socket.socket]:
             def connect(_: socket.socket) -> socket.socket:
                 far = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 far.connect(path)
                 return far
+
             return connect
 
         threads = [threading.Thread(target=_serve, args=(s, to_unix(p)), daemon=True) for s, p in listeners]
@@ -167,7 +186,7 @@ def main(argv: list[str]) -> int:
         os._exit(0)
     for s, _ in listeners:
         s.close()
-    cmd = argv[split + 1:]
+    cmd = argv[split + 1 :]
     os.execvp(cmd[0], cmd)
     return 127
 

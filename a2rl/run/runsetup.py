@@ -36,29 +36,67 @@ def set_up(sweep: SweepDir, run: RunSpec, root: Path) -> RunSetup:
     task = get_task(run.task, [Path(p) for p in spec.task_paths])
     data = task.ensure_prepared(sweep.data_root())
     model_dir = resolve_model(run.model.path)
-    ws = create_workspace(root, task=task, data=data, model_dir=model_dir, budget_s=run.budget_s, source_tree=HOME,
-                          protocol=run.protocol)
+    ws = create_workspace(
+        root, task=task, data=data, model_dir=model_dir, budget_s=run.budget_s, source_tree=HOME, protocol=run.protocol
+    )
     agents = agent_registry([Path(p) for p in spec.agent_paths])
-    return RunSetup(task, model_dir, ws, agents.get(run.agent.name), agents.path(run.agent.name).parent,
-                    agent_python(spec))
+    return RunSetup(
+        task, model_dir, ws, agents.get(run.agent.name), agents.path(run.agent.name).parent, agent_python(spec)
+    )
 
 
-def agent_environment(box: AgentSandbox, stack: AgentStack, ws: Workspace, run: RunSpec, *, cpus: int, url: str,
-                      driver: str, python: Path, endpoint_env: dict[str, str], stack_dir: Path) -> dict[str, str]:
+def agent_environment(
+    box: AgentSandbox,
+    stack: AgentStack,
+    ws: Workspace,
+    run: RunSpec,
+    *,
+    cpus: int,
+    url: str,
+    driver: str,
+    python: Path,
+    endpoint_env: dict[str, str],
+    stack_dir: Path,
+) -> dict[str, str]:
     """The agent's whole environment (shared with `a2rl audit`, which probes exactly what a run gets)."""
-    env = stack.agent_env(agent_env(ws, task=run.task, protocol=run.protocol, model_name=run.model.name, url=url,
-                                    cpus=cpus, passthrough=[*stack.passthrough_env, *stack.credential_vars()], python=python),
-                          driver, stack_dir)
+    env = stack.agent_env(
+        agent_env(
+            ws,
+            task=run.task,
+            protocol=run.protocol,
+            model_name=run.model.name,
+            url=url,
+            cpus=cpus,
+            passthrough=[*stack.passthrough_env, *stack.credential_vars()],
+            python=python,
+        ),
+        driver,
+        stack_dir,
+    )
     env.update(endpoint_env)
     env.update(box.env)
     stack.write_home_files(Path(env["HOME"]))  # the run's private HOME (agent_env made it)
     return env
 
 
-def agent_command(box: AgentSandbox, stack: AgentStack, argv: list[str], ws: Workspace, *, python: Path,
-                  stack_dir: Path, model_dir: Path, files: dict[Path, Path] | None = None) -> list[str]:
+def agent_command(
+    box: AgentSandbox,
+    stack: AgentStack,
+    argv: list[str],
+    ws: Workspace,
+    *,
+    python: Path,
+    stack_dir: Path,
+    model_dir: Path,
+    files: dict[Path, Path] | None = None,
+) -> list[str]:
     """`argv` inside the run's sandbox, with what it may read (shared with `a2rl audit`); `files`: login files
     bound read-only into its HOME."""
-    return box.command(argv, workspace=ws.root, python=python, cwd=ws.code, files=files,
-                       read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())]),
-                                  *linked_files(ws)])
+    return box.command(
+        argv,
+        workspace=ws.root,
+        python=python,
+        cwd=ws.code,
+        files=files,
+        read_only=[stack_dir, *with_link_targets([model_dir, *map(Path, stack.search_dirs())]), *linked_files(ws)],
+    )

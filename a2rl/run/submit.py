@@ -13,8 +13,15 @@ from typing import Any, Callable
 
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.run.budget import Budget
-from a2rl.run.artifacts import (Artifact, ArtifactError, Limits, check_artifact, check_model_path, freeze,
-                                resolve_submission)
+from a2rl.run.artifacts import (
+    Artifact,
+    ArtifactError,
+    Limits,
+    check_artifact,
+    check_model_path,
+    freeze,
+    resolve_submission,
+)
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import AgentUsage
 from a2rl.recording.snapshots import snapshot_code
@@ -27,8 +34,14 @@ log = logging.getLogger("a2rl.submit")
 
 
 class RunSubmitter:
-    def __init__(self, sweep: SweepDir, run: RunSpec, ws: Workspace, budget: Budget,
-                 usage: Callable[[], AgentUsage | None] = lambda: None):
+    def __init__(
+        self,
+        sweep: SweepDir,
+        run: RunSpec,
+        ws: Workspace,
+        budget: Budget,
+        usage: Callable[[], AgentUsage | None] = lambda: None,
+    ):
         """`usage`: the agent's tokens and cost so far (its transcript parsed), recorded with each submission."""
         self.sweep, self.run, self.ws, self.budget, self.usage = sweep, run, ws, budget, usage
         self.settings = sweep.spec.grader
@@ -51,21 +64,30 @@ class RunSubmitter:
 
     def _submit(self, model_path: str, wait: bool) -> dict[str, Any]:
         try:
-            artifact, error = check_artifact(resolve_submission(model_path, self.ws.root), self.ws.output,
-                                             self.limits), None
+            artifact, error = (
+                check_artifact(resolve_submission(model_path, self.ws.root), self.ws.output, self.limits),
+                None,
+            )
         except ArtifactError as e:
             artifact, error = Artifact(""), str(e)
         with artifact:
-            entry = self.queue.submit(self.run.run_id, str(model_path),
-                                      lambda sid: str(freeze(artifact, self.sweep.submissions / sid)), error,
-                                      self.snapshot, **self.at_submit())
+            entry = self.queue.submit(
+                self.run.run_id,
+                str(model_path),
+                lambda sid: str(freeze(artifact, self.sweep.submissions / sid)),
+                error,
+                self.snapshot,
+                **self.at_submit(),
+            )
         if not wait:
             return {"submission_id": entry.submission_id, "queued": True}
         recorded = self.wait_for(entry.submission_id, self.settings.max_wait_s)
         if recorded is None:
-            return {"submission_id": entry.submission_id,
-                    "error": f"not graded within {self.settings.max_wait_s:g} s; it stays queued and will be "
-                             f"scored when a grader is available"}
+            return {
+                "submission_id": entry.submission_id,
+                "error": f"not graded within {self.settings.max_wait_s:g} s; it stays queued and will be "
+                f"scored when a grader is available",
+            }
         return self.response(recorded)
 
     def at_submit(self) -> dict[str, Any]:
@@ -87,8 +109,14 @@ class RunSubmitter:
         """The code behind the submission, recorded while the clock is stopped; a failure to record it is
         logged and returned (for its queue and ledger entries), never the agent's loss of a submission."""
         try:
-            snapshot_code(self.sweep.root, self.run.run_id, self.ws.code, submission_id=sid, seq=seq,
-                          settings=self.sweep.spec.recording)
+            snapshot_code(
+                self.sweep.root,
+                self.run.run_id,
+                self.ws.code,
+                submission_id=sid,
+                seq=seq,
+                settings=self.sweep.spec.recording,
+            )
             return None
         except Exception as e:
             log.exception("code snapshot for %s failed", sid)

@@ -56,6 +56,7 @@ and run_meta.json's `chat_template_kwargs`.
 
 class RunMeta(Record):
     """The paper's run_meta.json: for the agent's information only, never read back."""
+
     run_id: str
     task: str
     start_time: float
@@ -98,8 +99,16 @@ def _budget_text(seconds: float) -> str:
     return f"{seconds / 3600:g} hours" if seconds >= 3600 else f"{seconds / 60:g} minutes"
 
 
-def create_workspace(root: Path, *, task: Task, data: TaskData, model_dir: Path, budget_s: float,
-                     source_tree: Path, protocol: EvalProtocol = DEFAULT_PROTOCOL) -> Workspace:
+def create_workspace(
+    root: Path,
+    *,
+    task: Task,
+    data: TaskData,
+    model_dir: Path,
+    budget_s: float,
+    source_tree: Path,
+    protocol: EvalProtocol = DEFAULT_PROTOCOL,
+) -> Workspace:
     """Lay out a workspace; idempotent, so a requeued run finds its own files again."""
     root = Path(root).resolve()
     if root == source_tree or source_tree in root.parents:
@@ -184,8 +193,17 @@ def _read_only(path: Path) -> None:
         os.chmod(dirpath, 0o555)
 
 
-def agent_env(ws: Workspace, *, task: str, protocol: EvalProtocol, model_name: str, url: str, cpus: int,
-              passthrough: list[str], python: Path) -> dict[str, str]:
+def agent_env(
+    ws: Workspace,
+    *,
+    task: str,
+    protocol: EvalProtocol,
+    model_name: str,
+    url: str,
+    cpus: int,
+    passthrough: list[str],
+    python: Path,
+) -> dict[str, str]:
     """The agent's whole environment: the paper's variables and a minimal base. No launcher variable leaks
     through unless the agent stack lists it, so no path into the sweep directory reaches the agent."""
     bindir = str(python.parent)  # `python` and `a2rl` resolve to the agents' own environment

@@ -18,8 +18,21 @@ import submitit
 from a2rl.spec.sweep import SweepSpec
 
 # the scheduler's words for a job that is queued or running (squeue or sacct)
-ALIVE = frozenset({"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                   "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
+ALIVE = frozenset(
+    {
+        "RUNNING",
+        "PENDING",
+        "CONFIGURING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SUSPENDED",
+        "STAGE_OUT",
+        "SIGNALING",
+    }
+)
 
 
 def resolve_kind(kind: str) -> str:
@@ -31,6 +44,7 @@ def resolve_kind(kind: str) -> str:
 @dataclass(frozen=True)
 class Shape:
     """What one job asks the scheduler for."""
+
     name: str
     time_s: float
     cpus: int
@@ -73,9 +87,15 @@ class Scheduler(ABC):
             raise ValueError("this scheduler was made for queries only (no sweep spec and job folder)")
         interpreter = {f"{self.kind}_python": shlex.quote(shape.python)} if shape.python else {}
         ex = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.kind, **interpreter)
-        params: dict[str, Any] = dict(name=shape.name, timeout_min=math.ceil(shape.time_s / 60),
-                                      cpus_per_task=shape.cpus, mem_gb=shape.mem_gb, gpus_per_node=shape.gpus,
-                                      tasks_per_node=1, nodes=1)
+        params: dict[str, Any] = dict(
+            name=shape.name,
+            timeout_min=math.ceil(shape.time_s / 60),
+            cpus_per_task=shape.cpus,
+            mem_gb=shape.mem_gb,
+            gpus_per_node=shape.gpus,
+            tasks_per_node=1,
+            nodes=1,
+        )
         ex.update_parameters(**{**params, **self.parameters(shape)})
         return ex
 

@@ -66,23 +66,39 @@ def _submit_locked(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -
         return []
     room = scheduler.capacity()
     head = runs if room is None else runs[:room]
-    ids = scheduler.submit(agent_shape(sweep.spec), run_job,
-                           [(str(sweep.root), run.run_id) for run in head]) if head else []
+    ids = (
+        scheduler.submit(agent_shape(sweep.spec), run_job, [(str(sweep.root), run.run_id) for run in head])
+        if head
+        else []
+    )
     for i, run in enumerate(runs):
         submitted = i < len(ids)
         prev = sweep.status(run.run_id)
         # an interrupted run resumes: its attempts and the budget it used carry over to the new job
-        carried = prev.model_dump(include={"attempt", "agent_seconds", "setup_seconds"}) \
-            if prev is not None and prev.state == "interrupted" else {}
-        RunStatus(run_id=run.run_id, state="submitted" if submitted else "deferred",
-                  job_id=ids[i] if submitted else None, executor=scheduler.kind,
-                  heartbeat_at=now(), **carried).dump(sweep.run_dir(run.run_id) / "status.json")
+        carried = (
+            prev.model_dump(include={"attempt", "agent_seconds", "setup_seconds"})
+            if prev is not None and prev.state == "interrupted"
+            else {}
+        )
+        RunStatus(
+            run_id=run.run_id,
+            state="submitted" if submitted else "deferred",
+            job_id=ids[i] if submitted else None,
+            executor=scheduler.kind,
+            heartbeat_at=now(),
+            **carried,
+        ).dump(sweep.run_dir(run.run_id) / "status.json")
     return ids
 
 
 def deferred_runs(sweep: SweepDir) -> list[RunSpec]:
-    return [r for r in sweep.runs() if (s := sweep.status(r.run_id)) is not None and s.state == "deferred"
-            and not sweep.result_path(r.run_id).exists()]
+    return [
+        r
+        for r in sweep.runs()
+        if (s := sweep.status(r.run_id)) is not None
+        and s.state == "deferred"
+        and not sweep.result_path(r.run_id).exists()
+    ]
 
 
 def top_up(sweep: SweepDir, scheduler: Scheduler) -> list[str]:
@@ -150,8 +166,15 @@ class Launcher:
         self.params: dict[str, int] = {}  # model name -> parameters, read by prepare()
 
     @classmethod
-    def launch(cls, target: Path, *, sweep_dir: Path | None = None, executor: str | None = None,
-               retry_failed: bool = False, allow_leaks: bool = False) -> Launch:
+    def launch(
+        cls,
+        target: Path,
+        *,
+        sweep_dir: Path | None = None,
+        executor: str | None = None,
+        retry_failed: bool = False,
+        allow_leaks: bool = False,
+    ) -> Launch:
         """The whole launch: open (or create) the sweep, prepare what its runs share, audit its isolation, and
         submit the services it lacks and its unfinished runs. Raises SpecError, SandboxError or AuditError for a
         sweep that cannot launch."""
@@ -186,20 +209,33 @@ class Launcher:
         alive = len(jobs_alive(self.sweep.grader_jobs, self.schedulers))
         try:
             for i in range(alive, g.workers):
-                job_id = self.scheduler.submit_one(Shape(
-                    f"a2rl-grader-{self.spec.name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, g.cpus,
-                    g.gpus, grader_mem_gb(self.spec, self.params or model_params(self.spec)),
-                    str(python) if (python := grader_python(self.spec)) else None),
-                    GraderJob(str(self.sweep.root), i, rebuild_run_report))
+                job_id = self.scheduler.submit_one(
+                    Shape(
+                        f"a2rl-grader-{self.spec.name}",
+                        r.job_time_s(self.spec.budget) + g.idle_timeout_s,
+                        g.cpus,
+                        g.gpus,
+                        grader_mem_gb(self.spec, self.params or model_params(self.spec)),
+                        str(python) if (python := grader_python(self.spec)) else None,
+                    ),
+                    GraderJob(str(self.sweep.root), i, rebuild_run_report),
+                )
                 self.grader_jobs.append(job_id)
                 record_service_job(self.sweep.grader_jobs, self.kind, job_id)
             for name in drivers_used(runs):  # before the runs, which wait for them
                 if jobs_alive(jobs_path(self.sweep, name), self.schedulers):
                     continue
                 d = self.spec.local_drivers[name]
-                job_id = self.scheduler.submit_one(Shape(
-                    f"a2rl-driver-{name}", r.job_time_s(self.spec.budget) + g.idle_timeout_s, d.cpus, d.gpus,
-                    d.mem_gb), DriverServerJob(str(self.sweep.root), name))
+                job_id = self.scheduler.submit_one(
+                    Shape(
+                        f"a2rl-driver-{name}",
+                        r.job_time_s(self.spec.budget) + g.idle_timeout_s,
+                        d.cpus,
+                        d.gpus,
+                        d.mem_gb,
+                    ),
+                    DriverServerJob(str(self.sweep.root), name),
+                )
                 self.driver_jobs.append(job_id)
                 record_service_job(jobs_path(self.sweep, name), self.kind, job_id)
             room = self.scheduler.capacity()
@@ -212,7 +248,7 @@ class Launcher:
             print(f"WARNING: {e}; relaunch the sweep when jobs have ended", flush=True)
         ids = submit_runs(self.sweep, self.scheduler, runs)
         self.jobs.update(zip((run.run_id for run in runs), ids))
-        self.deferred = [run.run_id for run in runs[len(ids):]]
+        self.deferred = [run.run_id for run in runs[len(ids) :]]
 
     def follow(self, poll_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> int:
         """Live progress until every run has a result, topping up deferred runs. Reads files every `poll_s`;
@@ -234,11 +270,18 @@ class Launcher:
                 if rec.status == "failed" and key not in warned:
                     warned.add(key)
                     print(f"\nERROR: baseline for {key} failed: {rec.error}", flush=True)
-            if st.graders_alive == 0 and st.pending_submissions and "grader" not in warned \
-                    and not any(jobs_alive(self.sweep.grader_jobs, self.schedulers)):
+            if (
+                st.graders_alive == 0
+                and st.pending_submissions
+                and "grader" not in warned
+                and not any(jobs_alive(self.sweep.grader_jobs, self.schedulers))
+            ):
                 warned.add("grader")
-                print(f"\nWARNING: {st.pending_submissions} submission(s) queued but no grader is running; "
-                      f"relaunch the sweep to start one", flush=True)
+                print(
+                    f"\nWARNING: {st.pending_submissions} submission(s) queued but no grader is running; "
+                    f"relaunch the sweep to start one",
+                    flush=True,
+                )
             line = st.line(time.monotonic() - t0)
             if tty:
                 print("\r" + line.ljust(len(last)), end="", flush=True)
@@ -260,8 +303,9 @@ def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool, sched
         if result is not None:
             if not (retry_failed and result.status == "failed"):
                 continue
-            os.replace(sweep.result_path(run.run_id),
-                       sweep.run_dir(run.run_id) / f"result.failed-{int(result.ended_at)}.json")
+            os.replace(
+                sweep.result_path(run.run_id), sweep.run_dir(run.run_id) / f"result.failed-{int(result.ended_at)}.json"
+            )
         todo.append(run)
     by_kind: dict[str, list[str]] = {}
     for run in todo:
@@ -289,13 +333,20 @@ def check_credentials(spec: SweepSpec) -> None:
     for i, a in enumerate(spec.agent_entries):
         stack = agents.get(a.name)
         drivers = spec.drivers_of(a) if stack.needs_driver else ["none"]
-        missing = {name for d in drivers for name in stack.missing_credentials(
-            dict(os.environ), local_driver_name(d) is not None, logins=spec.agent_logins)}
+        missing = {
+            name
+            for d in drivers
+            for name in stack.missing_credentials(
+                dict(os.environ), local_driver_name(d) is not None, logins=spec.agent_logins
+            )
+        }
         problems += [f"agents[{i}]: agent {a.name!r} needs {name}, which is not set" for name in sorted(missing)]
         if stack.install is not None and stack.find_cli(dict(os.environ)) is None:
-            problems.append(f"agents[{i}]: agent {a.name!r} runs `{stack.cli_name}`, which is not installed in "
-                            f"{', '.join(stack.search_dirs()) or 'its path'} or on PATH: install it with "
-                            f"`{stack.install.command(a.name)}`")
+            problems.append(
+                f"agents[{i}]: agent {a.name!r} runs `{stack.cli_name}`, which is not installed in "
+                f"{', '.join(stack.search_dirs()) or 'its path'} or on PATH: install it with "
+                f"`{stack.install.command(a.name)}`"
+            )
     if problems:
         raise SpecError(problems)
 
@@ -323,9 +374,13 @@ def open_sweep(target: Path, sweep_dir: Path | None) -> tuple[SweepDir, list[Run
         frozen = sweep.spec
         if frozen != spec:
             changed = sorted(k for k in SweepSpec.model_fields if getattr(frozen, k) != getattr(spec, k))
-            raise SpecError([f"{sweep.root} already holds sweep {frozen.name!r} with a different spec "
-                             f"(changed: {', '.join(changed)}): relaunch it as it is with "
-                             f"`python -m a2rl.launch {sweep.root}`, or give a new --sweep-dir"])
+            raise SpecError(
+                [
+                    f"{sweep.root} already holds sweep {frozen.name!r} with a different spec "
+                    f"(changed: {', '.join(changed)}): relaunch it as it is with "
+                    f"`python -m a2rl.launch {sweep.root}`, or give a new --sweep-dir"
+                ]
+            )
     else:
         sweep.create(spec, target.read_text(), runs)
     return sweep, runs

@@ -50,10 +50,12 @@ class SweepState:
     def run_line(self, run_id: str) -> str:
         """One finished run: how it ended, its best score against its baseline, and its tokens and cost."""
         r = self.ended[run_id]
-        parts = [f"{run_id}: {r.status}",
-                 "best —" if r.best is None else f"best {r.best:.2f}",
-                 "baseline —" if r.baseline is None else f"baseline {r.baseline:.2f}",
-                 f"{r.submissions} submission{'s' if r.submissions != 1 else ''} ({r.valid_submissions} valid)"]
+        parts = [
+            f"{run_id}: {r.status}",
+            "best —" if r.best is None else f"best {r.best:.2f}",
+            "baseline —" if r.baseline is None else f"baseline {r.baseline:.2f}",
+            f"{r.submissions} submission{'s' if r.submissions != 1 else ''} ({r.valid_submissions} valid)",
+        ]
         tokens, cost = self.usage.get(run_id, (None, None))
         if tokens is not None:
             parts.append(f"tokens {human(tokens)}" + ("" if cost is None else f", ${cost:.2f}"))
@@ -62,19 +64,27 @@ class SweepState:
         return " · ".join(parts)
 
     def line(self, elapsed_s: float) -> str:
-        parts = [f"[{int(elapsed_s) // 60:d}m{int(elapsed_s) % 60:02d}s] {self.finished}/{self.total} done",
-                 f"{self.running} running", f"{self.failed} failed"]
+        parts = [
+            f"[{int(elapsed_s) // 60:d}m{int(elapsed_s) % 60:02d}s] {self.finished}/{self.total} done",
+            f"{self.running} running",
+            f"{self.failed} failed",
+        ]
         if self.waiting:
             parts.append(f"{self.waiting} waiting")
         if self.deferred:
             parts.append(f"{self.deferred} deferred (queue limit)")
-        parts.append(f"{self.graded} graded" + (f", {self.pending_submissions} in queue" if self.pending_submissions else ""))
+        parts.append(
+            f"{self.graded} graded" + (f", {self.pending_submissions} in queue" if self.pending_submissions else "")
+        )
         if self.best:
             parts.append("best " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(self.best.items())))
         if known := [u for u in self.usage.values() if u[0] is not None]:
             costs = [c for _, c in known if c is not None]
-            parts.append(f"tokens {human(sum(t for t, _ in known))}" + (f", ${sum(costs):.2f}" if costs else "")
-                         + f" ({len(known)} run{'s' if len(known) > 1 else ''})")
+            parts.append(
+                f"tokens {human(sum(t for t, _ in known))}"
+                + (f", ${sum(costs):.2f}" if costs else "")
+                + f" ({len(known)} run{'s' if len(known) > 1 else ''})"
+            )
         return " · ".join(parts)
 
 
@@ -128,8 +138,13 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             job = states.get(run.run_id, JobState(None))
             running = status is not None and status.state in ("running", "finishing") and not status.stale()
             gone = job.reason if job.alive is False else None
-            if probe and job.alive is None and status is not None and status.state not in ("submitted", "deferred") \
-                    and status.stale():
+            if (
+                probe
+                and job.alive is None
+                and status is not None
+                and status.state not in ("submitted", "deferred")
+                and status.stale()
+            ):
                 gone = f"no heartbeat for {now() - status.heartbeat_at:.0f} s (job died or node lost)"
             if gone is not None:
                 st.lost[run.run_id] = f"job ended without a result: {gone}"

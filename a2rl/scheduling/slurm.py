@@ -69,8 +69,14 @@ def parse_qos(text: str) -> list[int]:
 class SlurmScheduler(Scheduler):
     kind = "slurm"
 
-    def __init__(self, spec: SweepSpec | None = None, folder=None, runner: Runner = run_command,
-                 clock: Callable[[], float] = time.monotonic, min_interval_s: float = 30.0):
+    def __init__(
+        self,
+        spec: SweepSpec | None = None,
+        folder=None,
+        runner: Runner = run_command,
+        clock: Callable[[], float] = time.monotonic,
+        min_interval_s: float = 30.0,
+    ):
         super().__init__(spec, folder)
         self.runner, self.clock, self.min_interval_s = runner, clock, min_interval_s
         self.user = getpass.getuser()
@@ -111,7 +117,7 @@ class SlurmScheduler(Scheduler):
     def submit(self, shape: Shape, fn: Callable, args: list[tuple]) -> list[str]:
         """As arrays of at most MaxArraySize tasks; stops at the first array a limit refuses."""
         ex, ids, size = self.executor(shape), [], self.max_array_size()
-        for part in (args[i:i + size] for i in range(0, len(args), size)):
+        for part in (args[i : i + size] for i in range(0, len(args), size)):
             try:
                 with ex.batch():
                     jobs = [ex.submit(fn, *a) for a in part]
@@ -131,8 +137,9 @@ class SlurmScheduler(Scheduler):
         try:
             return super().submit_one(shape, fn)
         except QueueFull:
-            raise QueueFull(f"Slurm refused job {shape.name}: a QOS or association limit on queued jobs "
-                            f"is reached") from None
+            raise QueueFull(
+                f"Slurm refused job {shape.name}: a QOS or association limit on queued jobs is reached"
+            ) from None
 
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:
@@ -162,18 +169,26 @@ class SlurmScheduler(Scheduler):
         self._queued = Counter([None] * len(listed) + [qos for _, _, qos in listed.values()])
         self._refused = False
         missing = sorted(watch - listed.keys())
-        acct = parse_sacct(self.runner(["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j",
-                                        ",".join(missing)]).stdout) if missing else {}
+        acct = (
+            parse_sacct(
+                self.runner(["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j", ",".join(missing)]).stdout
+            )
+            if missing
+            else {}
+        )
         for i in watch:
             if i in listed:
                 state, reason, _ = listed[i]
                 self._states[i] = JobState(state in ALIVE, None if state in ALIVE else f"{state} {reason}", state)
             elif i in acct:
                 state, code = acct[i]
-                self._states[i] = JobState(state in ALIVE, None if state in ALIVE else
-                                           f"Slurm state {state} (exit code {code})", state)
+                self._states[i] = JobState(
+                    state in ALIVE, None if state in ALIVE else f"Slurm state {state} (exit code {code})", state
+                )
             else:
-                self._states[i] = JobState(False, "the job is no longer known to Slurm (squeue) and sacct has no record")
+                self._states[i] = JobState(
+                    False, "the job is no longer known to Slurm (squeue) and sacct has no record"
+                )
 
     def limits(self) -> tuple[str | None, int | None, int | None]:
         """(QOS, its limit, the association's limit) on the user's queued jobs: the fewest of MaxSubmitJobsPU,
@@ -184,13 +199,33 @@ class SlurmScheduler(Scheduler):
             if self.spec is not None:
                 prof, r = profile_of(self.spec), self.spec.resources
                 account, qos = r.account or prof.account, r.qos or prof.qos
-            a = self.runner(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={self.user}",
-                             "format=Account,DefaultQOS,MaxSubmit,MaxJobs,GrpSubmit"])
+            a = self.runner(
+                [
+                    "sacctmgr",
+                    "-n",
+                    "-P",
+                    "show",
+                    "assoc",
+                    "where",
+                    f"user={self.user}",
+                    "format=Account,DefaultQOS,MaxSubmit,MaxJobs,GrpSubmit",
+                ]
+            )
             assoc, default_qos = parse_assoc(a.stdout, account) if a.returncode == 0 else ([], None)
             qos_limits = []
             if qos := qos or default_qos:
-                q = self.runner(["sacctmgr", "-n", "-P", "show", "qos", "where", f"name={qos}",
-                                 "format=Name,MaxSubmitPU,MaxJobsPU,GrpSubmit"])
+                q = self.runner(
+                    [
+                        "sacctmgr",
+                        "-n",
+                        "-P",
+                        "show",
+                        "qos",
+                        "where",
+                        f"name={qos}",
+                        "format=Name,MaxSubmitPU,MaxJobsPU,GrpSubmit",
+                    ]
+                )
                 qos_limits = parse_qos(q.stdout) if q.returncode == 0 else []
             self._limits = (qos, min(qos_limits, default=None), min(assoc, default=None))
         return self._limits
@@ -205,6 +240,7 @@ class SlurmScheduler(Scheduler):
             self._refresh(set())
         if self._refused:
             return 0
-        rooms = [limit - self._queued[key] for key, limit in ((qos, qos_limit), (None, assoc_limit))
-                 if limit is not None]
+        rooms = [
+            limit - self._queued[key] for key, limit in ((qos, qos_limit), (None, assoc_limit)) if limit is not None
+        ]
         return max(0, min(rooms))

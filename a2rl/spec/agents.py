@@ -17,8 +17,10 @@ from a2rl.spec.registry import HOME, Registry
 
 PROMPTS = HOME / "configs" / "prompts"  # <mode>.md: the instruction text of each prompt mode
 FREE = "free"  # the default mode, whose text adds nothing to a run's id
-KICKOFF = ("Read {file} in your working directory: it describes the task, the rules and how to submit. "
-           "Then work on the task until your budget ends, submitting each model worth scoring.")
+KICKOFF = (
+    "Read {file} in your working directory: it describes the task, the rules and how to submit. "
+    "Then work on the task until your budget ends, submitting each model worth scoring."
+)
 
 
 class OpenAICompatible(BaseModel):
@@ -26,6 +28,7 @@ class OpenAICompatible(BaseModel):
     Responses, Anthropic Messages, Gemini): the driver string its CLI gets and the variables that carry the
     endpoint (env_flags turn them into flags for CLIs that take flags). Templates: {model} (the served name),
     {base_url} (`http://HOST:PORT/v1`), {root} (`http://HOST:PORT`, for CLIs that add `/v1` themselves), {api_key}."""
+
     model_config = ConfigDict(extra="forbid")
     model: str = "{model}"
     env: dict[str, str]
@@ -37,6 +40,7 @@ class OpenAICompatible(BaseModel):
 
 class Install(BaseModel):
     """Where a stack's CLI comes from, pinned: `tools/agents/install.sh` installs exactly this."""
+
     model_config = ConfigDict(extra="forbid")
     npm: str | None = None  # an npm package, installed into the CLI prefix ($A2RL_AGENT_CLIS)
     pip: str | None = None  # a pip requirement, installed into its own venv under the prefix
@@ -112,8 +116,9 @@ class AgentStack(BaseModel):
         """The login files present under `home` (the launcher's)."""
         return [home / f for f in self.login_files if (home / f).is_file()]
 
-    def missing_credentials(self, environ: dict[str, str], local_driver: bool = False,
-                            logins: bool = False) -> list[str]:
+    def missing_credentials(
+        self, environ: dict[str, str], local_driver: bool = False, logins: bool = False
+    ) -> list[str]:
         """Credentials the launcher lacks ("A or B" for alternatives); with a local driver, those its endpoint
         variables provide are not needed (the sweep's server hands out its own key); with `logins`, none are
         where a login file exists."""
@@ -156,23 +161,46 @@ class AgentStack(BaseModel):
     def check_args(self, overrides: dict[str, Any]) -> None:
         unknown = sorted(set(overrides) - set(self.args))
         if unknown:
-            raise SpecError([f"unknown argument(s) {unknown} for agent {self.name!r} "
-                             f"(known: {', '.join(sorted(self.args)) or 'none'})"])
+            raise SpecError(
+                [
+                    f"unknown argument(s) {unknown} for agent {self.name!r} "
+                    f"(known: {', '.join(sorted(self.args)) or 'none'})"
+                ]
+            )
 
-    def argv(self, overrides: dict[str, Any], *, workspace: Path, driver: str, seed: int,
-             stack_dir: Path, python: Path, env: dict[str, str] | None = None) -> list[str]:
-        subst = {"python": str(python), "workspace": str(workspace), "driver": driver, "seed": seed,
-                 "stack_dir": str(stack_dir), "prompt": KICKOFF.format(file=self.instructions_file or
-                                                                       "../instructions.md")}
+    def argv(
+        self,
+        overrides: dict[str, Any],
+        *,
+        workspace: Path,
+        driver: str,
+        seed: int,
+        stack_dir: Path,
+        python: Path,
+        env: dict[str, str] | None = None,
+    ) -> list[str]:
+        subst = {
+            "python": str(python),
+            "workspace": str(workspace),
+            "driver": driver,
+            "seed": seed,
+            "stack_dir": str(stack_dir),
+            "prompt": KICKOFF.format(file=self.instructions_file or "../instructions.md"),
+        }
         env = env or {}
         if any("{cli_dir}" in part for part in self.command):
             found = self.find_cli(env)
             if found is None:
-                raise SpecError([f"agent {self.name!r}: `{self.cli_name}` is not installed; run "
-                                 f"`{self.install.command(self.name) if self.install else 'its installer'}`"])
+                raise SpecError(
+                    [
+                        f"agent {self.name!r}: `{self.cli_name}` is not installed; run "
+                        f"`{self.install.command(self.name) if self.install else 'its installer'}`"
+                    ]
+                )
             subst["cli_dir"] = os.path.dirname(found)
-        extra = [part.format(value=env[name]) for name, parts in self.env_flags.items() if env.get(name)
-                 for part in parts]
+        extra = [
+            part.format(value=env[name]) for name, parts in self.env_flags.items() if env.get(name) for part in parts
+        ]
         return [part.format(**subst) for part in self.command] + extra + cli_flags({**self.args, **overrides})
 
 

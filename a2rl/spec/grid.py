@@ -24,8 +24,9 @@ class RunSpec(Record):
     budget_s: float
 
 
-def run_id(task: str, agent: str, driver: str, model: str, seed: int, mode: str = FREE,
-           protocol: str = DEFAULT_PROTOCOL) -> str:
+def run_id(
+    task: str, agent: str, driver: str, model: str, seed: int, mode: str = FREE, protocol: str = DEFAULT_PROTOCOL
+) -> str:
     """The mode and the protocol join the id only when they are not the default, so ids from before they
     existed stay valid. A driver's `/` (provider/model) and other characters unsafe in a directory name
     become `-`."""
@@ -47,8 +48,17 @@ def expand(spec: SweepSpec) -> list[RunSpec]:
                     for model in spec.model_entries:
                         for protocol in spec.protocols:
                             for seed in spec.seeds:
-                                runs.append(RunSpec(
-                                    run_id=run_id(task, agent.key, driver, model.name, seed, mode, protocol),
-                                    task=task, agent=agent, driver=driver, mode=mode, model=model,
-                                    protocol=protocol, seed=seed, budget_s=spec.budget))
+                                runs.append(
+                                    RunSpec(
+                                        run_id=run_id(task, agent.key, driver, model.name, seed, mode, protocol),
+                                        task=task,
+                                        agent=agent,
+                                        driver=driver,
+                                        mode=mode,
+                                        model=model,
+                                        protocol=protocol,
+                                        seed=seed,
+                                        budget_s=spec.budget,
+                                    )
+                                )
     return runs

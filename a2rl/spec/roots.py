@@ -57,8 +57,9 @@ def private_dir(path: Path, what: str, fix: str) -> Path:
             owner = f"uid {st.st_uid}"
         raise RootError(f"{what} {path} belongs to another user ({owner}); {fix}")
     if st.st_mode & 0o022:
-        raise RootError(f"{what} {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}; "
-                        f"chmod 700 it); {fix}")
+        raise RootError(
+            f"{what} {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}; chmod 700 it); {fix}"
+        )
     return path
 
 

@@ -62,23 +62,31 @@ def shape_problems(spec: SweepSpec, params: dict[str, int]) -> list[str]:
         need = memory_need(p, g.gpus)
         have = g.gpus * g.gpu_mem_gb * g.gpu_memory_utilization
         if g.gpus and need.gpu_gb > have:
-            problems.append(f"grader.gpus: {size} needs {need.gpu_gb:.1f} GiB of GPU memory in bf16; grader.gpus="
-                            f"{g.gpus} x gpu_mem_gb={g.gpu_mem_gb:g} x gpu_memory_utilization="
-                            f"{g.gpu_memory_utilization:g} gives {have:.1f}: raise grader.gpus (or gpu_mem_gb)")
+            problems.append(
+                f"grader.gpus: {size} needs {need.gpu_gb:.1f} GiB of GPU memory in bf16; grader.gpus="
+                f"{g.gpus} x gpu_mem_gb={g.gpu_mem_gb:g} x gpu_memory_utilization="
+                f"{g.gpu_memory_utilization:g} gives {have:.1f}: raise grader.gpus (or gpu_mem_gb)"
+            )
         mem = grader_mem_gb(spec, params)
         if need.host_gb > mem:
             hint = "" if g.gpus else ", or grade on GPUs (grader.gpus)"
-            problems.append(f"grader.mem_gb: {size} needs {need.host_gb:.1f} GiB of host memory "
-                            f"({'on GPUs' if g.gpus else 'on CPU in fp32'}); grader.mem_gb is {mem:g}: "
-                            f"raise grader.mem_gb{hint}")
+            problems.append(
+                f"grader.mem_gb: {size} needs {need.host_gb:.1f} GiB of host memory "
+                f"({'on GPUs' if g.gpus else 'on CPU in fp32'}); grader.mem_gb is {mem:g}: "
+                f"raise grader.mem_gb{hint}"
+            )
         # a run's needs depend on what the agent does; it must at least hold the weights
         weights = p * (2 if r.gpus else 4) / GIB
         if r.gpus and weights > r.gpus * r.gpu_mem_gb:
-            problems.append(f"resources.gpus: {size} takes {weights:.1f} GiB in bf16; resources.gpus={r.gpus} x "
-                            f"gpu_mem_gb={r.gpu_mem_gb:g} cannot hold it: raise resources.gpus (or gpu_mem_gb)")
+            problems.append(
+                f"resources.gpus: {size} takes {weights:.1f} GiB in bf16; resources.gpus={r.gpus} x "
+                f"gpu_mem_gb={r.gpu_mem_gb:g} cannot hold it: raise resources.gpus (or gpu_mem_gb)"
+            )
         if not r.gpus and weights > r.mem_gb:
-            problems.append(f"resources.mem_gb: {size} takes {weights:.1f} GiB in fp32 on CPU; resources.mem_gb is "
-                            f"{r.mem_gb:g}: raise resources.mem_gb, or give the runs GPUs (resources.gpus)")
+            problems.append(
+                f"resources.mem_gb: {size} takes {weights:.1f} GiB in fp32 on CPU; resources.mem_gb is "
+                f"{r.mem_gb:g}: raise resources.mem_gb, or give the runs GPUs (resources.gpus)"
+            )
     return problems
 
 
@@ -93,5 +101,7 @@ def check_shapes(spec: SweepSpec) -> dict[str, int]:
 def describe(model_dir: Path) -> str:
     p = parameter_count(model_dir)
     gpu, cpu = memory_need(p, 1), memory_need(p, 0)
-    return (f"{p / 1e9:.3f}B parameters: GPU {gpu.gpu_gb:.1f} GiB (bf16) + host {gpu.host_gb:.1f} GiB; "
-            f"CPU-only host {cpu.host_gb:.1f} GiB (fp32)")
+    return (
+        f"{p / 1e9:.3f}B parameters: GPU {gpu.gpu_gb:.1f} GiB (bf16) + host {gpu.host_gb:.1f} GiB; "
+        f"CPU-only host {cpu.host_gb:.1f} GiB (fp32)"
+    )

@@ -117,6 +117,7 @@ class GraderSettings(_Strict):
 class LocalDriver(_Strict):
     """An open-weight driver LLM served by a job of the sweep behind an OpenAI-compatible API (a2rl/drivers/);
     runs use it as driver `local:<name>`."""
+
     model: str  # a directory, or builtin:NAME
     backend: Literal["vllm", "transformers"] = "vllm"  # transformers: a2rl's own server (CPU, small models)
     served_name: str | None = None  # the model name agents ask for; default: the driver's name
@@ -125,11 +126,14 @@ class LocalDriver(_Strict):
     mem_gb: float = Field(64, gt=0)
     args: dict[str, Any] = {}  # further `vllm serve` options, e.g. {max_model_len: 32768}
     python: str | None = None  # backend vllm: the interpreter vLLM's server runs in; default: vllm_python()
-    startup_timeout_s: float = Field(1800, gt=0)  # a run waits this long for the server (set-up: before the budget starts)
+    startup_timeout_s: float = Field(
+        1800, gt=0
+    )  # a run waits this long for the server (set-up: before the budget starts)
 
 
 class RecordingSettings(_Strict):
     """Code snapshots taken at each submission, and the workspace archived after the run (see a2rl/recording/)."""
+
     max_file_mb: float = Field(1, gt=0)  # larger files are skipped (and listed as skipped)
     max_total_mb: float = Field(50, gt=0)  # per snapshot; files past it are skipped
     exclude: list[str] = [".git", "__pycache__", ".venv", "wandb", "*.safetensors", "*.bin", "*.pt"]
@@ -147,6 +151,7 @@ class RecordingSettings(_Strict):
 class RunLimits(_Strict):
     """What one run may consume (run/caps.py), sized for the paper's 7-8B runs; a cap hit is named in agent.log
     and in the run's result (`caps_hit`). docs/isolation.md "Caps" lists how each is enforced."""
+
     processes: int = Field(4096, ge=16)  # tasks (processes and threads) in the agent's sandbox
     workspace_gb: float = Field(256, gt=0)  # bytes under the workspace; past it the run stops with status quota
     workspace_check_s: float = Field(30, gt=0)  # how often the workspace is measured
@@ -211,8 +216,11 @@ class SweepSpec(_Strict):
     @field_validator("models", mode="before")
     @classmethod
     def _models(cls, v: Any) -> Any:
-        return [ModelEntry(name=_model_name(m), path=m) if isinstance(m, str) else m for m in v] \
-            if isinstance(v, list) else v
+        return (
+            [ModelEntry(name=_model_name(m), path=m) if isinstance(m, str) else m for m in v]
+            if isinstance(v, list)
+            else v
+        )
 
     @field_validator("tasks", "agents", "drivers", "modes", "models", "protocols", "seeds")
     @classmethod
@@ -221,8 +229,10 @@ class SweepSpec(_Strict):
         keys = [x.key if isinstance(x, AgentEntry) else x.name if isinstance(x, ModelEntry) else x for x in v]
         dup = sorted({k for k in keys if keys.count(k) > 1}, key=str)
         if dup:
-            raise ValueError(f"duplicate entries {dup}" + (" (give agents a distinct `label`)"
-                                                           if info.field_name == "agents" else ""))
+            raise ValueError(
+                f"duplicate entries {dup}"
+                + (" (give agents a distinct `label`)" if info.field_name == "agents" else "")
+            )
         return v
 
     def drivers_of(self, agent: AgentEntry) -> list[str]:
@@ -288,8 +298,12 @@ def load_sweep(path: Path) -> SweepSpec:
         spec, problems, invalid = SweepSpec.model_validate(data), [], set()
     except ValidationError as e:
         problems, invalid = format_validation_error(e), {err["loc"][0] for err in e.errors()}
-        spec = SweepSpec.model_validate({**{k: v for k, v in data.items() if k not in invalid},
-                                         **{k: v for k, v in _PLACEHOLDERS.items() if k in invalid}})
+        spec = SweepSpec.model_validate(
+            {
+                **{k: v for k, v in data.items() if k not in invalid},
+                **{k: v for k, v in _PLACEHOLDERS.items() if k in invalid},
+            }
+        )
     spec = _absolutise(spec, path.resolve().parent)
     problems += check_references(spec, invalid)
     if problems:
@@ -304,6 +318,7 @@ _PLACEHOLDERS = {"name": "invalid", "tasks": ["invalid"], "agents": ["invalid"],
 
 def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
     """Relative paths in a sweep file are relative to the file, so the frozen copy works from anywhere."""
+
     def ab(p: str | None) -> str | None:
         if p is None or p.startswith((BUILTIN_PREFIX, "$")) or p == "sweep":  # resolved in the job
             return p
@@ -312,15 +327,23 @@ def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
     def interpreter(p: str | None) -> str | None:  # not resolved: a venv's bin/python links out of the venv
         return p if p is None or p.startswith("$") else os.path.abspath(base / Path(p).expanduser())
 
-    return spec.model_copy(update={
-        "models": [m.model_copy(update={"path": ab(m.path)}) for m in spec.model_entries],
-        "scratch_root": ab(spec.scratch_root), "data_root": ab(spec.data_root),
-        "task_paths": [ab(p) for p in spec.task_paths], "agent_python": interpreter(spec.agent_python), "agent_paths": [ab(p) for p in spec.agent_paths],
-        "grader": spec.grader.model_copy(update={"baseline_cache": ab(spec.grader.baseline_cache),
-                                                 "python": interpreter(spec.grader.python)}),
-        "local_drivers": {k: d.model_copy(update={"model": ab(d.model), "python": interpreter(d.python)})
-                          for k, d in spec.local_drivers.items()},
-    })
+    return spec.model_copy(
+        update={
+            "models": [m.model_copy(update={"path": ab(m.path)}) for m in spec.model_entries],
+            "scratch_root": ab(spec.scratch_root),
+            "data_root": ab(spec.data_root),
+            "task_paths": [ab(p) for p in spec.task_paths],
+            "agent_python": interpreter(spec.agent_python),
+            "agent_paths": [ab(p) for p in spec.agent_paths],
+            "grader": spec.grader.model_copy(
+                update={"baseline_cache": ab(spec.grader.baseline_cache), "python": interpreter(spec.grader.python)}
+            ),
+            "local_drivers": {
+                k: d.model_copy(update={"model": ab(d.model), "python": interpreter(d.python)})
+                for k, d in spec.local_drivers.items()
+            },
+        }
+    )
 
 
 def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[str]:
@@ -366,50 +389,67 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
         for d in spec.drivers_of(a):
             local = local_driver_name(d)
             if local is None and not stack.supports(d):
-                problems.append(f"agents[{i}]: agent {a.name!r} does not support driver {d!r} "
-                                f"(supports: {', '.join(stack.driver_families)})")
+                problems.append(
+                    f"agents[{i}]: agent {a.name!r} does not support driver {d!r} "
+                    f"(supports: {', '.join(stack.driver_families)})"
+                )
             elif local is not None and local not in spec.local_drivers:
-                problems.append(f"agents[{i}]: driver {d!r} names no entry of local_drivers "
-                                f"(defined: {', '.join(spec.local_drivers) or 'none'})")
+                problems.append(
+                    f"agents[{i}]: driver {d!r} names no entry of local_drivers "
+                    f"(defined: {', '.join(spec.local_drivers) or 'none'})"
+                )
             elif local is not None and stack.openai_compatible is None:
-                problems.append(f"agents[{i}]: agent {a.name!r} cannot use local driver {d!r}: its stack declares "
-                                f"no `openai_compatible` endpoint settings")
+                problems.append(
+                    f"agents[{i}]: agent {a.name!r} cannot use local driver {d!r}: its stack declares "
+                    f"no `openai_compatible` endpoint settings"
+                )
     modes = known_modes()
     presets = preset_registry().names()
-    problems += [f"modes[{i}]: unknown mode {m!r} (known: {', '.join(modes)})"
-                 for i, m in enumerate(spec.modes) if m not in modes]
+    problems += [
+        f"modes[{i}]: unknown mode {m!r} (known: {', '.join(modes)})"
+        for i, m in enumerate(spec.modes)
+        if m not in modes
+    ]
     for i, m in enumerate(spec.model_entries if valid("models") else []):
         err = check_model_ref(m.path)
         if err:
             problems.append(f"models[{i}].path: {err}")
         if m.generation not in presets:
-            problems.append(f"models[{i}].generation: unknown generation preset {m.generation!r} "
-                            f"(known: {', '.join(presets)})")
+            problems.append(
+                f"models[{i}].generation: unknown generation preset {m.generation!r} (known: {', '.join(presets)})"
+            )
     for name, d in spec.local_drivers.items():
         if not re.match(NAME, name):
             problems.append(f"local_drivers.{name}: a driver name may hold letters, digits, '_', '.' and '-'")
         if err := check_model_ref(d.model):
             problems.append(f"local_drivers.{name}.model: {err}")
         if d.backend == "vllm" and not (python := driver_python(d)).is_file():
-            problems.append(f"local_drivers.{name}.python: no interpreter at {python} (build the vLLM environment "
-                            f"with tools/setup-vllm-env.sh, or set python / $A2RL_VLLM_PYTHON)")
+            problems.append(
+                f"local_drivers.{name}.python: no interpreter at {python} (build the vLLM environment "
+                f"with tools/setup-vllm-env.sh, or set python / $A2RL_VLLM_PYTHON)"
+            )
     for field in ("task_paths", "agent_paths"):
         for i, p in enumerate(getattr(spec, field)):
             if not Path(p).is_dir():
                 problems.append(f"{field}[{i}]: directory {p!r} does not exist")
     if valid("grader") and (python := grader_python(spec)) is not None and not python.is_file():
-        problems.append(f"grader.python: no interpreter at {python} (build the vLLM environment with "
-                        f"tools/setup-vllm-env.sh, or set grader.python / $A2RL_VLLM_PYTHON)")
+        problems.append(
+            f"grader.python: no interpreter at {python} (build the vLLM environment with "
+            f"tools/setup-vllm-env.sh, or set grader.python / $A2RL_VLLM_PYTHON)"
+        )
     python = agent_python(spec)
     if not python.is_file():
-        problems.append(f"agent_python: no interpreter at {python} (build the agents' environment with "
-                        f"tools/setup-agent-env.sh, or set agent_python / $A2RL_AGENT_PYTHON)")
+        problems.append(
+            f"agent_python: no interpreter at {python} (build the agents' environment with "
+            f"tools/setup-agent-env.sh, or set agent_python / $A2RL_AGENT_PYTHON)"
+        )
     if spec.cluster is not None:
         from a2rl.spec.clusters import cluster_registry
 
         if spec.cluster not in cluster_registry().names():
-            problems.append(f"cluster: unknown cluster profile {spec.cluster!r} "
-                            f"(known: {', '.join(cluster_registry().names())})")
+            problems.append(
+                f"cluster: unknown cluster profile {spec.cluster!r} (known: {', '.join(cluster_registry().names())})"
+            )
         else:
             try:  # a bad profile (an unknown key, a wrong type) fails at launch, not at submission
                 cluster_registry().get(spec.cluster)

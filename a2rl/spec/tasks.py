@@ -33,7 +33,9 @@ CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, ne
 # the paper's Table 2, its quirks included); `a2rl` is ours with its bugs fixed. Evaluators get it as
 # options["protocol"]; a task with one way of scoring ignores it.
 PROTOCOLS = ("paper", "a2rl")
-EvalProtocol = Literal["paper", "a2rl"]  # how a task is scored (the wire protocols of driver LLMs: drivers/protocols.py)
+EvalProtocol = Literal[
+    "paper", "a2rl"
+]  # how a task is scored (the wire protocols of driver LLMs: drivers/protocols.py)
 DEFAULT_PROTOCOL = "paper"
 
 # What a task's train rows are, declared in task.yaml and told to agents in run_meta.json:
@@ -105,9 +107,13 @@ class Task:
     def check_engines(self) -> None:
         missing = [m for m in self.spec.engines if importlib.util.find_spec(m) is None]
         if missing:
-            raise SpecError([f"task {self.name!r} needs {', '.join(missing)} (the `games` extra; Fast Downward and "
-                             f"jericho compile from source: cmake and a C/C++ compiler): "
-                             f"A2RL_EXTRAS=train,test,tasks,games bash tools/setup-env.sh"])
+            raise SpecError(
+                [
+                    f"task {self.name!r} needs {', '.join(missing)} (the `games` extra; Fast Downward and "
+                    f"jericho compile from source: cmake and a C/C++ compiler): "
+                    f"A2RL_EXTRAS=train,test,tasks,games bash tools/setup-env.sh"
+                ]
+            )
 
     def data(self, data_root: Path) -> TaskData:
         return task_data(data_root, self.name)
@@ -143,8 +149,11 @@ class Task:
         rec = self.prepared(data_root)
         if rec is None:
             return "unprepared"
-        split = {k: v for k, v in rec.checksums.items()
-                 if k.startswith("heldout/") and k not in (f"heldout/{CANARY}", "heldout/SEED")}
+        split = {
+            k: v
+            for k, v in rec.checksums.items()
+            if k.startswith("heldout/") and k not in (f"heldout/{CANARY}", "heldout/SEED")
+        }
         return hashlib.sha256(json.dumps(split, sort_keys=True).encode()).hexdigest()
 
     def ensure_prepared(self, data_root: Path, *, allow_network: bool = False, source: Path | None = None) -> TaskData:
@@ -162,13 +171,18 @@ class Task:
             return self.data(data_root)
         base = Path(data_root) / self.name
         if not (self.spec.offline or allow_network or source):
-            state = ("was prepared by another version of its prepare script"
-                     if (base / "prepared.json").exists() else "is not prepared")
-            raise SpecError([
-                f"task {self.name!r} {state} under {data_root}: run `a2rl prepare {self.name} "
-                f"--data-root {data_root}` (with --source if you prepared it from one) on a machine with internet "
-                "access (a login node)"
-            ])
+            state = (
+                "was prepared by another version of its prepare script"
+                if (base / "prepared.json").exists()
+                else "is not prepared"
+            )
+            raise SpecError(
+                [
+                    f"task {self.name!r} {state} under {data_root}: run `a2rl prepare {self.name} "
+                    f"--data-root {data_root}` (with --source if you prepared it from one) on a machine with internet "
+                    "access (a login node)"
+                ]
+            )
         base.mkdir(parents=True, exist_ok=True)
         with FileLock(str(base) + ".lock"):
             if self.prepared(data_root):
@@ -189,10 +203,15 @@ class Task:
                 shutil.rmtree(base / part, ignore_errors=True)
                 os.replace(tmp / part, base / part)
             tmp.rmdir()
-            sums = {str(p.relative_to(base)): sha256_file(p)
-                    for part in ("train", "heldout") for p in sorted((base / part).rglob("*")) if p.is_file()}
-            PreparedData(task=self.name, prepared_at=now(), prepare_fingerprint=fingerprint,
-                         checksums=sums).dump(base / "prepared.json")
+            sums = {
+                str(p.relative_to(base)): sha256_file(p)
+                for part in ("train", "heldout")
+                for p in sorted((base / part).rglob("*"))
+                if p.is_file()
+            }
+            PreparedData(task=self.name, prepared_at=now(), prepare_fingerprint=fingerprint, checksums=sums).dump(
+                base / "prepared.json"
+            )
         return self.data(data_root)
 
 
@@ -206,7 +225,9 @@ def _load_module(path: Path, name: str) -> ModuleType:
 
 
 def task_registry(extra_dirs: list[Path] = ()) -> Registry[TaskSpec]:
-    return Registry(TaskSpec, "task", HOME / "tasks", "A2RL_TASKS_PATH", filename="task.yaml").with_dirs(list(extra_dirs))
+    return Registry(TaskSpec, "task", HOME / "tasks", "A2RL_TASKS_PATH", filename="task.yaml").with_dirs(
+        list(extra_dirs)
+    )
 
 
 def get_task(name: str, extra_dirs: list[Path] = ()) -> Task:

@@ -55,14 +55,22 @@ def _load(path: Path, key: bytes, problems: list[str] | None = None) -> Baseline
         return None
 
 
-def load_baseline(sweep: SweepDir, task: str, model: str, protocol: str,
-                  problems: list[str] | None = None) -> BaselineRecord | None:
+def load_baseline(
+    sweep: SweepDir, task: str, model: str, protocol: str, problems: list[str] | None = None
+) -> BaselineRecord | None:
     return _load(baseline_path(sweep, task, model, protocol), sweep.key, problems)
 
 
-def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: str, protocol: EvalProtocol,
-                    evaluate: Callable[[Task, Path, Path, str], tuple[float, dict]], *,
-                    retry_failed: bool = False) -> BaselineRecord:
+def ensure_baseline(
+    sweep: SweepDir,
+    task: Task,
+    model_name: str,
+    model_path: str,
+    protocol: EvalProtocol,
+    evaluate: Callable[[Task, Path, Path, str], tuple[float, dict]],
+    *,
+    retry_failed: bool = False,
+) -> BaselineRecord:
     """The sweep's baseline record for (task, model, protocol), computing it at most once across graders.
 
     The optional shared cache (grader.baseline_cache) is keyed by weights hash, evaluator version, protocol and
@@ -73,8 +81,11 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
     own.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(own) + ".lock"):
         rec = _load(own, sweep.key)
-        if rec is not None and rec.evaluator_version == task.spec.evaluator_version \
-                and not (retry_failed and rec.status == "failed"):
+        if (
+            rec is not None
+            and rec.evaluator_version == task.spec.evaluator_version
+            and not (retry_failed and rec.status == "failed")
+        ):
             return rec
         model_dir = resolve_model(model_path)
         digest = weights_hash(model_dir)
@@ -93,13 +104,32 @@ def ensure_baseline(sweep: SweepDir, task: Task, model_name: str, model_path: st
         t0 = now()
         try:
             score, details = evaluate(task, model_dir, model_dir, protocol)
-            rec = BaselineRecord(task=task.name, protocol=protocol, model=model_name, model_path=str(model_dir), weights_hash=digest,
-                                 evaluator_version=task.spec.evaluator_version, status="ok", score=score,
-                                 graded_at=now(), eval_seconds=now() - t0, details=details)
+            rec = BaselineRecord(
+                task=task.name,
+                protocol=protocol,
+                model=model_name,
+                model_path=str(model_dir),
+                weights_hash=digest,
+                evaluator_version=task.spec.evaluator_version,
+                status="ok",
+                score=score,
+                graded_at=now(),
+                eval_seconds=now() - t0,
+                details=details,
+            )
         except Exception as e:  # recorded and shown as a failure, never as a score of 0
-            rec = BaselineRecord(task=task.name, protocol=protocol, model=model_name, model_path=str(model_dir),
-                                 weights_hash=digest, evaluator_version=task.spec.evaluator_version, status="failed",
-                                 error=f"{type(e).__name__}: {e}", graded_at=now(), eval_seconds=now() - t0)
+            rec = BaselineRecord(
+                task=task.name,
+                protocol=protocol,
+                model=model_name,
+                model_path=str(model_dir),
+                weights_hash=digest,
+                evaluator_version=task.spec.evaluator_version,
+                status="failed",
+                error=f"{type(e).__name__}: {e}",
+                graded_at=now(),
+                eval_seconds=now() - t0,
+            )
         rec.sign(sweep.key).dump(own)
         if shared is not None and rec.status == "ok":
             rec.model_copy().sign(cache_key).dump(shared)

@@ -50,13 +50,15 @@ def read_key(directory: Path) -> bytes:
 class SignedRecord(Record):
     """A record carrying `hmac`: HMAC-SHA256 over its canonical JSON (sorted keys, schema version stamped)
     without the hmac field itself."""
+
     hmac: str | None = None
 
     def digest(self, key: bytes) -> str:
         data = self.model_dump(mode="json", exclude={"hmac"})
         data["schema_version"] = self.SCHEMA
-        return _hmac.new(key, json.dumps(data, sort_keys=True, separators=(",", ":")).encode(),
-                         hashlib.sha256).hexdigest()
+        return _hmac.new(
+            key, json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), hashlib.sha256
+        ).hexdigest()
 
     def sign(self: S, key: bytes) -> S:
         self.hmac = self.digest(key)
@@ -64,8 +66,10 @@ class SignedRecord(Record):
 
     def verify(self: S, key: bytes, path: Path) -> S:
         if self.hmac is None or not _hmac.compare_digest(self.hmac, self.digest(key)):
-            raise ForgedRecord(f"{path}: {type(self).__name__} {'is unsigned' if self.hmac is None else 'does not verify'}"
-                               f" (written without the sweep's key): ignored")
+            raise ForgedRecord(
+                f"{path}: {type(self).__name__} {'is unsigned' if self.hmac is None else 'does not verify'}"
+                f" (written without the sweep's key): ignored"
+            )
         return self
 
     @classmethod

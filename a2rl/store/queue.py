@@ -73,14 +73,21 @@ class SubmissionQueue:
     def __init__(self, root: Path, key: bytes, lock_timeout_s: float = 120.0):
         self.root, self.key = Path(root), key
         self.pending, self.leases, self.done, self.seq, self.rejected = (
-            self.root / d for d in ("pending", "leases", "done", "seq", "rejected"))
+            self.root / d for d in ("pending", "leases", "done", "seq", "rejected")
+        )
         for d in (self.pending, self.leases, self.done, self.seq, self.rejected):
             d.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(self.root / ".lock"), timeout=lock_timeout_s)
 
-    def submit(self, run_id: str, model_path: str, artifact_for: Callable[[str], str | None],
-               error: str | None = None, record: Callable[[str, int], str | None] = lambda sid, seq: None,
-               **at_submit: float | int | None) -> QueueEntry:
+    def submit(
+        self,
+        run_id: str,
+        model_path: str,
+        artifact_for: Callable[[str], str | None],
+        error: str | None = None,
+        record: Callable[[str, int], str | None] = lambda sid, seq: None,
+        **at_submit: float | int | None,
+    ) -> QueueEntry:
         """Enqueue a submission. `artifact_for(submission_id)` freezes the artifact (outside the lock) and
         returns its path, then `record(submission_id, seq)` records the code behind it and returns why it
         could not (kept in the entry, so a missing record is never silent); the entry becomes visible to
@@ -96,8 +103,17 @@ class SubmissionQueue:
             except Exception as e:  # a failed snapshot is the agent's invalid submission, not our crash
                 error = f"could not snapshot the model directory: {e}"
         snapshot_error = record(sid, seq)
-        entry = QueueEntry(submission_id=sid, run_id=run_id, seq=seq, submitted_at=now(), model_path=model_path,
-                           artifact=artifact, error=error, snapshot_error=snapshot_error, **at_submit).sign(self.key)
+        entry = QueueEntry(
+            submission_id=sid,
+            run_id=run_id,
+            seq=seq,
+            submitted_at=now(),
+            model_path=model_path,
+            artifact=artifact,
+            error=error,
+            snapshot_error=snapshot_error,
+            **at_submit,
+        ).sign(self.key)
         entry.dump(self.pending / f"{sid}.json")  # atomic rename: graders never see half an entry
         return entry
 
@@ -113,8 +129,13 @@ class SubmissionQueue:
                 old = Lease.load_or_none(self.leases / f"{sid}.json")
                 if old is not None and old.expires_at > t:
                     continue
-                lease = Lease(submission_id=sid, holder=holder, claimed_at=t, expires_at=t + lease_s,
-                              attempt=(old.attempt + 1) if old else 1)
+                lease = Lease(
+                    submission_id=sid,
+                    holder=holder,
+                    claimed_at=t,
+                    expires_at=t + lease_s,
+                    attempt=(old.attempt + 1) if old else 1,
+                )
                 if (entry := self._verified(path)) is None:
                     continue
                 lease.dump(self.leases / f"{sid}.json")
@@ -189,9 +210,14 @@ class SubmissionQueue:
         st = os.stat(self.pending)
         return st.st_mtime_ns, st.st_size, st.st_ino
 
-    def wait_for_change(self, stamp: tuple[int, int, int], timeout_s: float, *,
-                        sleep: Callable[[float], object] = time.sleep,
-                        clock: Callable[[], float] = time.monotonic) -> bool:
+    def wait_for_change(
+        self,
+        stamp: tuple[int, int, int],
+        timeout_s: float,
+        *,
+        sleep: Callable[[float], object] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> bool:
         """Stat pending/ every WATCH_S until it differs from `stamp` (True) or `timeout_s` has passed (False;
         the caller lists the queue anyway). Take `stamp` before listing, so an entry added meanwhile counts."""
         deadline = clock() + timeout_s

@@ -38,6 +38,7 @@ _NO_BASELINE = "no baseline was recorded"  # the baseline_error a refresh replac
 
 class AgentUsage(BaseModel):
     """Totals over the run's transcript. input_tokens counts every prompt token, cached ones included."""
+
     parser: str
     calls: int = 0  # transcript records the totals came from (results, turns, steps)
     input_tokens: int | None = None
@@ -91,25 +92,59 @@ class RunResult(SignedRecord):
     caps_hit: list[str] = []  # the run's caps (sweep `limits`) it ran into, each named: "processes: ...", ...
 
 
-def build_result(run: RunSpec, *, status: str, entries: list[LedgerEntry], baseline: BaselineRecord | None,
-                 submitted: int, failure_reason: str | None, agent_exit_code: int | None, agent_seconds: float,
-                 started_at: float, ended_at: float, **recorded) -> RunResult:
+def build_result(
+    run: RunSpec,
+    *,
+    status: str,
+    entries: list[LedgerEntry],
+    baseline: BaselineRecord | None,
+    submitted: int,
+    failure_reason: str | None,
+    agent_exit_code: int | None,
+    agent_seconds: float,
+    started_at: float,
+    ended_at: float,
+    **recorded,
+) -> RunResult:
     """`recorded`: the agent's timestamps, CPU time and usage (RunResult's fields of those names)."""
     scored = [e for e in entries if e.status == "scored"]
     best = max(scored, key=lambda e: e.score, default=None)
     base = baseline.score if baseline is not None and baseline.status == "ok" else None
     return RunResult(
-        run_id=run.run_id, task=run.task, protocol=run.protocol, agent=run.agent.key, driver=run.driver, model=run.model.name,
-        seed=run.seed, status=status, failure_reason=failure_reason, agent_exit_code=agent_exit_code,
+        run_id=run.run_id,
+        task=run.task,
+        protocol=run.protocol,
+        agent=run.agent.key,
+        driver=run.driver,
+        model=run.model.name,
+        seed=run.seed,
+        status=status,
+        failure_reason=failure_reason,
+        agent_exit_code=agent_exit_code,
         baseline=base,
-        baseline_error=(baseline.error if baseline is not None and baseline.status == "failed"
-                        else None if baseline is not None else _NO_BASELINE),
-        best=best.score if best else None, best_submission=best.submission_id if best else None,
+        baseline_error=(
+            baseline.error
+            if baseline is not None and baseline.status == "failed"
+            else None
+            if baseline is not None
+            else _NO_BASELINE
+        ),
+        best=best.score if best else None,
+        best_submission=best.submission_id if best else None,
         improvement=(best.score - base) if best is not None and base is not None else None,
-        submissions=submitted, valid_submissions=len(scored), ungraded_submissions=submitted - len(entries),
-        scores=[e.score for e in entries], submitted_budget_s=[e.budget_used_s for e in entries],
-        submitted_tokens=[e.tokens for e in entries], budget_s=run.budget_s, agent_seconds=agent_seconds,
-        wall_seconds=ended_at - started_at, started_at=started_at, ended_at=ended_at, **recorded)
+        submissions=submitted,
+        valid_submissions=len(scored),
+        ungraded_submissions=submitted - len(entries),
+        scores=[e.score for e in entries],
+        submitted_budget_s=[e.budget_used_s for e in entries],
+        submitted_tokens=[e.tokens for e in entries],
+        budget_s=run.budget_s,
+        agent_seconds=agent_seconds,
+        wall_seconds=ended_at - started_at,
+        started_at=started_at,
+        ended_at=ended_at,
+        **recorded,
+    )
 
 
 def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
@@ -126,8 +161,9 @@ def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
 log = logging.getLogger("a2rl.results")
 
 
-def load_result(sweep: SweepDir, run_id: str, problems: list[str] | None = None,
-                raw: bytes | OSError | None = None) -> RunResult | None:
+def load_result(
+    sweep: SweepDir, run_id: str, problems: list[str] | None = None, raw: bytes | OSError | None = None
+) -> RunResult | None:
     """The run's verified result; None when there is none or it does not load or verify (logged, and added to
     `problems` for the caller to show). `raw`: its file's bytes when the caller read them (records.read_many)."""
     try:
@@ -137,7 +173,6 @@ def load_result(sweep: SweepDir, run_id: str, problems: list[str] | None = None,
         if problems is not None:
             problems.append(str(e))
         return None
-
 
 
 class FinishedRuns:
@@ -168,6 +203,7 @@ class FinishedRuns:
                 return True
         return False
 
+
 def _lock(sweep: SweepDir, run_id: str) -> FileLock:
     return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=sweep.spec.grader.lock_timeout_s)
 
@@ -182,8 +218,21 @@ def write_result(sweep: SweepDir, run_id: str, **fields) -> RunResult:
 
 
 # what a refresh keeps of the result it replaces; the rest is rebuilt from the ledger and the baseline
-_KEPT = {"status", "agent_exit_code", "agent_seconds", "started_at", "ended_at", "agent_started_at", "agent_ended_at",
-         "cpu_seconds", "usage", "setup_seconds", "setup_seconds_by_attempt", "uncharged_seconds", "caps_hit"}
+_KEPT = {
+    "status",
+    "agent_exit_code",
+    "agent_seconds",
+    "started_at",
+    "ended_at",
+    "agent_started_at",
+    "agent_ended_at",
+    "cpu_seconds",
+    "usage",
+    "setup_seconds",
+    "setup_seconds_by_attempt",
+    "uncharged_seconds",
+    "caps_hit",
+}
 
 
 def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
@@ -195,7 +244,9 @@ def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
         if old is None:
             return None
         run = sweep.run(run_id)
-        baseline_landed = old.baseline_error == _NO_BASELINE and baseline_path(sweep, run.task, run.model.name, run.protocol).exists()
+        baseline_landed = (
+            old.baseline_error == _NO_BASELINE and baseline_path(sweep, run.task, run.model.name, run.protocol).exists()
+        )
         if old.ungraded_submissions == 0 and not baseline_landed:
             return None
         reason = None if old.failure_reason and "not graded yet" in old.failure_reason else old.failure_reason
@@ -214,10 +265,18 @@ def mark_lost(sweep: SweepDir, run: RunSpec, reason: str) -> RunResult:
         reason = f"cancelled by `a2rl cancel` ({reason})"
     t = now()
     setup = status.setup_seconds if status else []
-    result = result_from_ledger(sweep, run.run_id, status="failed", failure_reason=reason, agent_exit_code=None,
-                                agent_seconds=status.agent_seconds if status else 0.0,
-                                started_at=status.heartbeat_at if status else t, ended_at=t,
-                                setup_seconds=sum(setup), setup_seconds_by_attempt=setup)
+    result = result_from_ledger(
+        sweep,
+        run.run_id,
+        status="failed",
+        failure_reason=reason,
+        agent_exit_code=None,
+        agent_seconds=status.agent_seconds if status else 0.0,
+        started_at=status.heartbeat_at if status else t,
+        ended_at=t,
+        setup_seconds=sum(setup),
+        setup_seconds_by_attempt=setup,
+    )
     if not result.sign(sweep.key).publish_once(sweep.result_path(run.run_id)):
         if (written := load_result(sweep, run.run_id)) is not None:
             return written

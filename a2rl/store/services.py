@@ -15,6 +15,7 @@ from a2rl.store.sweepdir import SweepDir
 class ServiceJobs(Record):
     """Jobs submitted for a sweep's services (graders, local driver servers, top-up), so status and cancel find
     them."""
+
     executor: str
     job_ids: list[str]
 

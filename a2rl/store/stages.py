@@ -45,7 +45,7 @@ class StageLog(Record):
     stages: list[Stage] = []
 
     def route(self) -> str:
-        """"SFT→GRPO": the stages that trained, in order."""
+        """ "SFT→GRPO": the stages that trained, in order."""
         return "→".join(s.train_type for s in self.stages if s.steps > 0)
 
     def train_types_until(self, submission_id: str) -> list[str] | None:

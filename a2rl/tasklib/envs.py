@@ -53,8 +53,9 @@ def load_task_env(env_py: str | Path, name: str = "a2rl_workspace_env") -> Modul
     module = load_module(env_py, name)
     missing = [n for n in TASK_ENV_NAMES if not hasattr(module, n)]
     if missing:
-        raise ValueError(f"{env_py} lacks {', '.join(missing)} of the interactive task protocol "
-                         f"({', '.join(TASK_ENV_NAMES)})")
+        raise ValueError(
+            f"{env_py} lacks {', '.join(missing)} of the interactive task protocol ({', '.join(TASK_ENV_NAMES)})"
+        )
     return module
 
 
@@ -83,7 +84,7 @@ def parse_action(completion: str) -> str:
     line = completion.strip().split("\n", 1)[0].strip()
     for prefix in ("Action:", ">"):
         if line.startswith(prefix):
-            line = line[len(prefix):].strip()
+            line = line[len(prefix) :].strip()
     return line
 
 
@@ -99,7 +100,7 @@ def react_prompt(header: str, episode: Episode, fits: Fits | None = None) -> str
         turns.pop(1 if len(turns) > 1 else 0)
         prompt = head + "".join(turns) + tail
     while fits is not None and not fits(prompt) and len(prompt) > 1:
-        prompt = prompt[len(prompt) // 8 or 1:]
+        prompt = prompt[len(prompt) // 8 or 1 :]
     return prompt
 
 
@@ -112,6 +113,7 @@ class Transcript:
     `actions`, `done`, `won` and `reward`, and define prompt (the next step's prompt), read (the action the loop
     reads from a completion), reply (a completion the loop reads as a given action, ending where generation stops)
     and step (take an action as the loop does; returns the environment's (observation, reward, done, info))."""
+
     stop: str | tuple[str, ...] = "\n"
     max_new_tokens = 32
     actions: list[str]
@@ -166,8 +168,14 @@ class ReactTranscript(Transcript):
         return obs, reward, done, info
 
 
-def play_transcripts(generate: Generate, transcripts: Sequence[Transcript], *, max_steps: int,
-                     render: Render | None = None, fits: Fits | None = None) -> Sequence[Transcript]:
+def play_transcripts(
+    generate: Generate,
+    transcripts: Sequence[Transcript],
+    *,
+    max_steps: int,
+    render: Render | None = None,
+    fits: Fits | None = None,
+) -> Sequence[Transcript]:
     """Step every transcript's episode together, one generate call per turn, until each is done, its prompt no
     longer fits (the loop ends it there, as the reference's would fail) or max_steps have passed."""
     live = list(range(len(transcripts)))
@@ -181,16 +189,19 @@ def play_transcripts(generate: Generate, transcripts: Sequence[Transcript], *, m
     return transcripts
 
 
-def play(generate: Generate, envs: Sequence[TextEnv], headers: Sequence[str], *, max_steps: int,
-         fits: Fits | None = None) -> list[Episode]:
+def play(
+    generate: Generate, envs: Sequence[TextEnv], headers: Sequence[str], *, max_steps: int, fits: Fits | None = None
+) -> list[Episode]:
     """Protocol a2rl's loop: one episode per environment, all unfinished episodes stepped together."""
-    played = play_transcripts(generate, [ReactTranscript(e, h) for e, h in zip(envs, headers)], max_steps=max_steps,
-                              fits=fits)
+    played = play_transcripts(
+        generate, [ReactTranscript(e, h) for e, h in zip(envs, headers)], max_steps=max_steps, fits=fits
+    )
     return [t.episode for t in played]  # type: ignore[attr-defined]
 
 
-def rollout(policy_fn: Callable[[str], str], env: TextEnv, header: str, *, max_steps: int = 50,
-            fits: Fits | None = None) -> Episode:
+def rollout(
+    policy_fn: Callable[[str], str], env: TextEnv, header: str, *, max_steps: int = 50, fits: Fits | None = None
+) -> Episode:
     """One episode with a prompt → completion policy (the agent's side of `play`)."""
     return play(lambda prompts: [policy_fn(p) for p in prompts], [env], [header], max_steps=max_steps, fits=fits)[0]
 
@@ -213,8 +224,15 @@ def replay(env: TextEnv, actions: Sequence[str], *, strict: bool = False) -> Epi
 
 def trajectory_record(episode_id: str, episode: Episode, header: str, source: str) -> dict[str, Any]:
     """One line of a task's trajectories.jsonl: the episode, where its actions came from, and its SFT pairs."""
-    return {"episode": episode_id, "source": source, "won": episode.won, "reward": episode.reward,
-            "actions": episode.actions, "observations": episode.observations, "steps": sft_pairs(header, episode)}
+    return {
+        "episode": episode_id,
+        "source": source,
+        "won": episode.won,
+        "reward": episode.reward,
+        "actions": episode.actions,
+        "observations": episode.observations,
+        "steps": sft_pairs(header, episode),
+    }
 
 
 def step_score(reward: float, info: dict[str, Any]) -> float:
@@ -230,8 +248,9 @@ def step_score(reward: float, info: dict[str, Any]) -> float:
 _SCORING_ENVS: dict[tuple[str, str], TextEnv] = {}  # per process: one environment per episode, reset for each state
 
 
-def score_actions(env_py: str, data_dir: str, protocol: str,
-                  items: Sequence[tuple[str, Sequence[str], str]]) -> list[float]:
+def score_actions(
+    env_py: str, data_dir: str, protocol: str, items: Sequence[tuple[str, Sequence[str], str]]
+) -> list[float]:
     """Score each (episode, history, completion): replay the history from the episode's reset as the protocol's
     loop takes it, then the action that loop reads from the completion (step_score). A module-level function so
     that a worker process can run it (the agent's StepReward does)."""
@@ -251,8 +270,13 @@ def score_actions(env_py: str, data_dir: str, protocol: str,
 
 def sft_pairs(header: str, episode: Episode) -> list[dict[str, str]]:
     """{"prompt", "completion"} for every action of an episode, in the grader's prompt format."""
-    return [{"prompt": react_prompt(header, Episode(episode.observations[: k + 1], episode.actions[:k])),
-             "completion": f" {a}\n"} for k, a in enumerate(episode.actions)]
+    return [
+        {
+            "prompt": react_prompt(header, Episode(episode.observations[: k + 1], episode.actions[:k])),
+            "completion": f" {a}\n",
+        }
+        for k, a in enumerate(episode.actions)
+    ]
 
 
 def generator_policy(generator: Any, options: dict[str, Any]) -> tuple[Generate, Fits]:
@@ -274,9 +298,13 @@ def generator_policy(generator: Any, options: dict[str, Any]) -> tuple[Generate,
 def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
     """Score = success rate × 100; mean final reward and steps reported alongside."""
     n = len(episodes)
-    return {"score": 100.0 * sum(e.won for e in episodes) / n, "n": n, "successes": sum(e.won for e in episodes),
-            "mean_reward": sum(e.reward for e in episodes) / n,
-            "mean_steps": sum(len(e.actions) for e in episodes) / n}
+    return {
+        "score": 100.0 * sum(e.won for e in episodes) / n,
+        "n": n,
+        "successes": sum(e.won for e in episodes),
+        "mean_reward": sum(e.reward for e in episodes) / n,
+        "mean_steps": sum(len(e.actions) for e in episodes) / n,
+    }
 
 
 def load_module(path: str | Path, name: str) -> ModuleType:

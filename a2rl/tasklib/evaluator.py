@@ -24,11 +24,19 @@ class Policy(Protocol):
     @property
     def config(self) -> Any: ...
 
-    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-                 stop: str | Sequence[str] | None = "\n", add_special_tokens: bool = True) -> list[str]: ...
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        batch_size: int = 64,
+        stop: str | Sequence[str] | None = "\n",
+        add_special_tokens: bool = True,
+    ) -> list[str]: ...
 
-    def first_token_logprobs(self, prompts: list[str], *, top: int, batch_size: int = 16,
-                             add_special_tokens: bool = True) -> list[list[tuple[str, float]]]: ...
+    def first_token_logprobs(
+        self, prompts: list[str], *, top: int, batch_size: int = 16, add_special_tokens: bool = True
+    ) -> list[list[tuple[str, float]]]: ...
 
 
 class Evaluator(Protocol):
@@ -42,12 +50,20 @@ class Evaluator(Protocol):
 class EngineEvaluator(Protocol):
     """An evaluator that serves a second model (a local judge) declares `engine` and gets the grader's engine."""
 
-    def evaluate(self, generator: Policy, heldout_dir: Path, options: dict[str, Any], *,
-                 engine: Engine) -> dict[str, Any]: ...
+    def evaluate(
+        self, generator: Policy, heldout_dir: Path, options: dict[str, Any], *, engine: Engine
+    ) -> dict[str, Any]: ...
 
 
-def evaluate(evaluator: Evaluator | EngineEvaluator, generator: Policy, heldout_dir: Path, options: dict[str, Any],
-             engine: Engine, *, task: str) -> tuple[float, dict[str, Any]]:
+def evaluate(
+    evaluator: Evaluator | EngineEvaluator,
+    generator: Policy,
+    heldout_dir: Path,
+    options: dict[str, Any],
+    engine: Engine,
+    *,
+    task: str,
+) -> tuple[float, dict[str, Any]]:
     """Call `evaluator` as the contract says: the score (checked to lie in 0–100) and the details."""
     extra = {"engine": engine} if "engine" in inspect.signature(evaluator.evaluate).parameters else {}
     result = evaluator.evaluate(generator, heldout_dir, options, **extra)

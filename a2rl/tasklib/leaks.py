@@ -111,7 +111,7 @@ class HeldoutMarkers:
         for needle, label in self.normalised.items():
             start = needle.find(" ") + 1
             if start and len(needle) - start >= ANCHOR:
-                anchors.setdefault(needle[start:start + ANCHOR], []).append((needle, label))
+                anchors.setdefault(needle[start : start + ANCHOR], []).append((needle, label))
             else:
                 unanchored.append((needle, label))
         return anchors, unanchored
@@ -210,7 +210,11 @@ def _unzip(data: bytes) -> list[tuple[str, bytes]] | None:
 
 
 _CONTAINERS: list[tuple[str, Callable[[bytes], list[tuple[str, bytes]] | None]]] = [
-    ("gzip", _gunzip), ("bzip2", _bunzip), ("xz", _unxz), ("zip", _unzip)]
+    ("gzip", _gunzip),
+    ("bzip2", _bunzip),
+    ("xz", _unxz),
+    ("zip", _unzip),
+]
 
 
 def markers(heldout_dir: Path) -> HeldoutMarkers:
@@ -251,8 +255,13 @@ def _items(root: Path) -> Iterator[tuple[str, str]]:
             units = [(str(n), _loads(line)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
         else:
             value = _loads(text)
-            units = [(str(n), v) for n, v in enumerate(value, 1)] if isinstance(value, list) else \
-                [(str(k), v) for k, v in value.items()] if isinstance(value, dict) else [("", value)]
+            units = (
+                [(str(n), v) for n, v in enumerate(value, 1)]
+                if isinstance(value, list)
+                else [(str(k), v) for k, v in value.items()]
+                if isinstance(value, dict)
+                else [("", value)]
+            )
         for key, value in units:
             for item in _strings(value):
                 yield f"{rel}:{key}" if key else str(rel), item

@@ -22,8 +22,9 @@ GSM8K_PAPER_SUFFIX = "\nLet's think step by step\nAnswer:"
 
 def gsm8k_prompt(exemplars: Sequence[dict[str, str]], question: str) -> str:
     """a2rl's completion prompt: the exemplars (calculator annotations removed), then the question."""
-    shots = "".join(f"Question: {e['question']}\nAnswer: {format_answer(e['answer'])}{GSM8K_SEPARATOR}"
-                    for e in exemplars)
+    shots = "".join(
+        f"Question: {e['question']}\nAnswer: {format_answer(e['answer'])}{GSM8K_SEPARATOR}" for e in exemplars
+    )
     return f"{shots}Question: {question}\nAnswer:"
 
 
@@ -36,8 +37,10 @@ def gsm8k_paper_messages(question: str) -> Messages:
     """paper: the exemplar conversation, then the question."""
     messages = []
     for shot_question, shot_answer in _paper_exemplars():
-        messages += [{"role": "user", "content": f"Question: {shot_question}{GSM8K_PAPER_SUFFIX}"},
-                     {"role": "assistant", "content": shot_answer}]
+        messages += [
+            {"role": "user", "content": f"Question: {shot_question}{GSM8K_PAPER_SUFFIX}"},
+            {"role": "assistant", "content": shot_answer},
+        ]
     return messages + [{"role": "user", "content": f"Question: {question}{GSM8K_PAPER_SUFFIX}"}]
 
 
@@ -49,8 +52,10 @@ def gsm8k_paper_reply(answer: str) -> str:
 
 
 # ---------------------------------------------------------------- HumanEval
-HUMANEVAL_INSTRUCTION = ("Read the following function signature and docstring, and fully implement the function "
-                         "described. Your response should only contain the code for this function.")
+HUMANEVAL_INSTRUCTION = (
+    "Read the following function signature and docstring, and fully implement the function "
+    "described. Your response should only contain the code for this function."
+)
 
 
 def humaneval_paper_messages(prompt: str) -> Messages:

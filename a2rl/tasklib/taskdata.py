@@ -33,8 +33,9 @@ def heldout_seed(heldout_dir: Path) -> int:
     return seed
 
 
-def distinct_rows(rng: random.Random, make: Callable[[random.Random], dict[str, Any]], key: str,
-                  n: int, taken: set[str] = frozenset()) -> list[dict[str, Any]]:
+def distinct_rows(
+    rng: random.Random, make: Callable[[random.Random], dict[str, Any]], key: str, n: int, taken: set[str] = frozenset()
+) -> list[dict[str, Any]]:
     """`n` generated rows, no two with the same `key` and none with a key in `taken` (a held-out row never
     also appears in train)."""
     seen: set[str] = set(taken)

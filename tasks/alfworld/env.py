@@ -21,15 +21,29 @@ try:  # the grader, or an agent environment with a2rl installed
 except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
     from react import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout  # type: ignore[no-redef]
 
-HEADER = ("Interact with a household to solve a task. Write one action after \"Action:\": go to X, take X from Y, "
-          "move X to Y, open X, close X, clean X with Y, heat X with Y, cool X with Y, use X, examine X, "
-          "inventory, look, or \"think: ...\" to reason. Here are two examples.\n\n")
+HEADER = (
+    'Interact with a household to solve a task. Write one action after "Action:": go to X, take X from Y, '
+    "move X to Y, open X, close X, clean X with Y, heat X with Y, cool X with Y, use X, examine X, "
+    'inventory, look, or "think: ..." to reason. Here are two examples.\n\n'
+)
 
 # ALFWorld's AlfredTWEnv: the task types it plays (config task_types [1..6]); the reference's example key per type
-TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
-              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
-TASK_PREFIXES = {"pick_and_place": "put", "pick_clean_then_place": "clean", "pick_heat_then_place": "heat",
-                 "pick_cool_then_place": "cool", "look_at_obj": "examine", "pick_two_obj": "puttwo"}
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+TASK_PREFIXES = {
+    "pick_and_place": "put",
+    "pick_clean_then_place": "clean",
+    "pick_heat_then_place": "heat",
+    "pick_cool_then_place": "cool",
+    "look_at_obj": "examine",
+    "pick_two_obj": "puttwo",
+}
 PAPER_HEAD, PAPER_TAIL = "Interact with a household to solve a task. Here are two examples.\n", "\nHere is the task.\n"
 MAX_NEW_TOKENS = {"paper": 100, "a2rl": 48}  # per action: task.yaml's eval.<protocol>.max_new_tokens (a test checks)
 
@@ -73,7 +87,7 @@ def paper_prompt(game: str | Path, observation: str) -> str:
 
 def process_ob(observation: str) -> str:
     """ReAct's clean-up of an observation: "You arrive at loc N. " dropped."""
-    return observation[observation.find(". ") + 2:] if observation.startswith("You arrive at loc ") else observation
+    return observation[observation.find(". ") + 2 :] if observation.startswith("You arrive at loc ") else observation
 
 
 def valid_actions(example: str) -> str:
@@ -100,6 +114,7 @@ class PaperTranscript(Transcript):
     """Protocol `paper`'s loop for one game (the reference's alfworld_run): the raw prompt grows by
     " <action>\\n<observation>\\n>" per step; a "think:" action is stepped in the game too (costing a step) and
     shown as "OK."; the action is the completion's first line, stripped."""
+
     max_new_tokens = MAX_NEW_TOKENS["paper"]
 
     def __init__(self, env, game: str | Path):
@@ -145,8 +160,12 @@ class AlfworldEnv:
         PDDL), whose plan from the current state is then `expert_plan` (prepare's trajectories; never graded)."""
         import textworld
         import textworld.gym
-        from alfworld.agents.environment.alfred_tw_env import (AlfredDemangler, AlfredExpert, AlfredExpertType,
-                                                               AlfredInfos)
+        from alfworld.agents.environment.alfred_tw_env import (
+            AlfredDemangler,
+            AlfredExpert,
+            AlfredExpertType,
+            AlfredInfos,
+        )
 
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         wrappers = [AlfredDemangler(), AlfredInfos]
@@ -155,8 +174,14 @@ class AlfworldEnv:
             # By keyword: the first positional parameter is the wrapped env (alfworld's own AlfredTWEnv passes the
             # type positionally, so it silently gets the handcoded expert).
             wrappers.append(AlfredExpert(expert_type=AlfredExpertType.PLANNER))
-        env_id = textworld.gym.register_games([str(Path(game) / "game.tw-pddl")], infos, batch_size=1,
-                                              asynchronous=False, max_episode_steps=max_steps, wrappers=wrappers)
+        env_id = textworld.gym.register_games(
+            [str(Path(game) / "game.tw-pddl")],
+            infos,
+            batch_size=1,
+            asynchronous=False,
+            max_episode_steps=max_steps,
+            wrappers=wrappers,
+        )
         self._env = textworld.gym.make(env_id)
         self.expert_plan: list[str] = []
 
@@ -171,8 +196,11 @@ class AlfworldEnv:
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         obs, scores, dones, infos = self._env.step([action])
-        info = {"won": bool(infos["won"][0]), "admissible_commands": infos["admissible_commands"][0],
-                "valid": action in self._admissible}
+        info = {
+            "won": bool(infos["won"][0]),
+            "admissible_commands": infos["admissible_commands"][0],
+            "valid": action in self._admissible,
+        }
         self._observe(infos)
         return obs[0].strip(), float(scores[0]), bool(dones[0]), info
 
@@ -196,7 +224,8 @@ def transcript(data_dir: str | Path, episode: str, protocol: str, env: AlfworldE
     return game_transcript(Path(data_dir) / episode, env or make_env(data_dir, episode), protocol)
 
 
-def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,
-            fits: Fits | None = None) -> Episode:
+def rollout(
+    policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50, fits: Fits | None = None
+) -> Episode:
     """Play one game with a prompt → completion policy and the grader's 2-shot prompt of protocol `a2rl`."""
     return _rollout(policy_fn, AlfworldEnv(game, max_steps), a2rl_header(game), max_steps=max_steps, fits=fits)

@@ -37,10 +37,19 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     # paper: a prompt that outgrows the model's context ends its episode as a loss (the reference's vLLM call
     # would fail there); a2rl: react_prompt drops old turns to fit
     generate, fits = generator_policy(generator, options)
-    played = play_transcripts(generate, [alf.game_transcript(g, make(g, max_steps), protocol) for g in games],
-                              max_steps=max_steps, fits=fits)
+    played = play_transcripts(
+        generate, [alf.game_transcript(g, make(g, max_steps), protocol) for g in games], max_steps=max_steps, fits=fits
+    )
     won, steps = [t.won for t in played], [len(t.actions) for t in played]
     n = len(games)
-    types, wins = Counter(alf.example_key(g) for g in games), Counter(alf.example_key(g) for g, w in zip(games, won) if w)
-    return {"score": 100.0 * sum(won) / n, "n": n, "successes": sum(won), "mean_steps": sum(steps) / n,
-            "per_type": {t: {"successes": wins[t], "n": c} for t, c in sorted(types.items())}}
+    types, wins = (
+        Counter(alf.example_key(g) for g in games),
+        Counter(alf.example_key(g) for g, w in zip(games, won) if w),
+    )
+    return {
+        "score": 100.0 * sum(won) / n,
+        "n": n,
+        "successes": sum(won),
+        "mean_steps": sum(steps) / n,
+        "per_type": {t: {"successes": wins[t], "n": c} for t, c in sorted(types.items())},
+    }

@@ -22,18 +22,23 @@ def expert_trajectory(train_dir: Path, episode_id: str) -> dict:
     env = alf.AlfworldEnv(Path(train_dir) / episode_id, expert=True)
     env.reset()
     episode = a2rl.tasklib.envs.replay(env, env.expert_plan)
-    return a2rl.tasklib.envs.trajectory_record(episode_id, episode, alf.prompt_header(train_dir, episode_id),
-                                                 "planner_expert")
+    return a2rl.tasklib.envs.trajectory_record(
+        episode_id, episode, alf.prompt_header(train_dir, episode_id), "planner_expert"
+    )
 
 
 def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> None:
     if source is None:
-        raise RuntimeError("run `pip install alfworld && alfworld-download`, then "
-                           "`a2rl prepare alfworld --source ~/.cache/alfworld/json_2.1.1`")
+        raise RuntimeError(
+            "run `pip install alfworld && alfworld-download`, then "
+            "`a2rl prepare alfworld --source ~/.cache/alfworld/json_2.1.1`"
+        )
     shutil.copytree(Path(source) / "train", Path(train_dir) / "games")
     shutil.copytree(Path(source) / "valid_unseen", Path(heldout_dir) / "games")
     for name in ("env.py", "react_prompts.json"):
         shutil.copyfile(Path(__file__).with_name(name), Path(train_dir) / name)
     shutil.copyfile(a2rl.tasklib.envs.__file__, Path(train_dir) / "react.py")
-    write_jsonl(Path(train_dir) / "trajectories.jsonl",
-                [expert_trajectory(Path(train_dir), e) for e in alf.train_episodes(train_dir)])
+    write_jsonl(
+        Path(train_dir) / "trajectories.jsonl",
+        [expert_trajectory(Path(train_dir), e) for e in alf.train_episodes(train_dir)],
+    )

@@ -43,8 +43,10 @@ from a2rl.llm.chat import Messages
 from a2rl.tasklib.pairwise import compare_to_references, generate_answers, win_rate_summary
 
 RIDGE = 0.01
-LC_METHOD = {"paper": "alpaca_eval glm length_controlled_v1 (instruction difficulty, gamed-baseline rows, CV'd L1)",
-             "a2rl": f"glm length_controlled_v1 without the instruction-difficulty term; ridge {RIDGE} instead of CV'd L1"}
+LC_METHOD = {
+    "paper": "alpaca_eval glm length_controlled_v1 (instruction difficulty, gamed-baseline rows, CV'd L1)",
+    "a2rl": f"glm length_controlled_v1 without the instruction-difficulty term; ridge {RIDGE} instead of CV'd L1",
+}
 
 PAPER_TEMPLATE = Path(__file__).with_name("alpaca_eval_clf.txt")  # alpaca_eval's alpaca_eval_clf_gpt4_turbo prompt
 GAMED_CSV = "df_gamed.csv"  # under heldout/, from tatsu-lab/alpaca_eval (prepare.py)
@@ -96,13 +98,16 @@ def paper_preference(c: Completion) -> float | None:
     return {"m": 1.0, "M": 2.0}.get(c.text)
 
 
-def paper_preferences(instructions: Sequence[str], baseline: Sequence[str], answers: Sequence[str],
-                      client: ChatClient | EngineJudge) -> list[float | None]:
+def paper_preferences(
+    instructions: Sequence[str], baseline: Sequence[str], answers: Sequence[str], client: ChatClient | EngineJudge
+) -> list[float | None]:
     """The preference of each answer over the baseline's, 1 … 2 (2 = the policy's better), None without one."""
     asked = [i for i, (b, a) in enumerate(zip(baseline, answers, strict=True)) if a != b]
     switched = {i: is_switched(instructions[i]) for i in asked}
-    conversations = [paper_messages(instructions[i], *((answers[i], baseline[i]) if switched[i]
-                                                       else (baseline[i], answers[i]))) for i in asked]
+    conversations = [
+        paper_messages(instructions[i], *((answers[i], baseline[i]) if switched[i] else (baseline[i], answers[i])))
+        for i in asked
+    ]
     verdicts = client.chat_many(conversations, max_tokens=1, top_logprobs=PAPER_TOP_LOGPROBS)
     preferences: list[float | None] = [1.5] * len(answers)  # identical outputs: a draw, the judge not asked
     for i, verdict in zip(asked, verdicts):
@@ -121,7 +126,8 @@ def read_gamed(heldout_dir: Path):
     if not path.is_file():
         raise MissingGamedAnnotations(
             f"{path} is missing: the paper protocol's LC needs alpaca_eval's df_gamed.csv; prepare alpacaeval again "
-            "(a2rl prepare alpacaeval, or --source with df_gamed.csv beside the other files)")
+            "(a2rl prepare alpacaeval, or --source with df_gamed.csv beside the other files)"
+        )
     gamed = pd.read_csv(path)
     if missing := set(GAMED_COLUMNS) - set(gamed.columns):
         raise MissingGamedAnnotations(f"{path} lacks the columns {sorted(missing)}")
@@ -148,19 +154,33 @@ def fit_soft_l1_cv(x: np.ndarray, p: np.ndarray, weight: np.ndarray):
     xx, y = np.vstack([x, x]), np.concatenate([np.ones(n), np.zeros(n)])
     true_prob, true_weight = np.concatenate([p, 1 - p]), np.concatenate([weight, weight])
     with sklearn.config_context(enable_metadata_routing=True):  # to hand the soft labels to the CV scorer
-        scorer = make_scorer(_soft_log_loss, response_method="predict_proba", greater_is_better=False
-                             ).set_score_request(true_prob=True, true_sample_weight=True)
-        model = LogisticRegressionCV(cv=GroupKFold(n_splits=CV_FOLDS), scoring=scorer, l1_ratios=(1,),
-                                     solver="liblinear", fit_intercept=False, random_state=CV_SEED,
-                                     use_legacy_attributes=False)
+        scorer = make_scorer(
+            _soft_log_loss, response_method="predict_proba", greater_is_better=False
+        ).set_score_request(true_prob=True, true_sample_weight=True)
+        model = LogisticRegressionCV(
+            cv=GroupKFold(n_splits=CV_FOLDS),
+            scoring=scorer,
+            l1_ratios=(1,),
+            solver="liblinear",
+            fit_intercept=False,
+            random_state=CV_SEED,
+            use_legacy_attributes=False,
+        )
         model.set_fit_request(sample_weight=True)
-        model.fit(xx, y, sample_weight=true_prob * true_weight, groups=np.concatenate([np.arange(n)] * 2),
-                  true_prob=true_prob, true_sample_weight=true_weight)
+        model.fit(
+            xx,
+            y,
+            sample_weight=true_prob * true_weight,
+            groups=np.concatenate([np.arange(n)] * 2),
+            true_prob=true_prob,
+            true_sample_weight=true_weight,
+        )
     return model
 
 
-def paper_length_controlled_winrate(preferences: Sequence[float | None], lengths: Sequence[int],
-                                    baseline_lengths: Sequence[int], gamed) -> tuple[float, dict[str, float]]:
+def paper_length_controlled_winrate(
+    preferences: Sequence[float | None], lengths: Sequence[int], baseline_lengths: Sequence[int], gamed
+) -> tuple[float, dict[str, float]]:
     """(LC win rate in percent, the fitted weights) for preferences 1 … 2 (None: none given; 0: a draw, as
     alpaca_eval reads it) on instructions 0 … n−1; `gamed` is df_gamed.csv as a DataFrame."""
     p = np.array([np.nan if v is None else v for v in preferences], dtype=float)
@@ -173,8 +193,13 @@ def paper_length_controlled_winrate(preferences: Sequence[float | None], lengths
     ones = np.ones(len(p))
     x_model = np.column_stack([np.tanh(delta / np.std(delta, ddof=1)), difficulty, ones])
     not_gamed = gamed["not_gamed_baseline"].to_numpy(dtype=float)
-    x_gamed = np.column_stack([np.tanh(gamed["std_delta_len"].to_numpy(dtype=float)),
-                               gamed["instruction_difficulty"].to_numpy(dtype=float), not_gamed])
+    x_gamed = np.column_stack(
+        [
+            np.tanh(gamed["std_delta_len"].to_numpy(dtype=float)),
+            gamed["instruction_difficulty"].to_numpy(dtype=float),
+            not_gamed,
+        ]
+    )
     x = np.vstack([x_gamed, x_model])
     y = np.concatenate([gamed["preference"].to_numpy(dtype=float), p])
     weight = np.concatenate([not_gamed + GAMED_WEIGHT * (1 - not_gamed), ones])
@@ -204,8 +229,9 @@ def fit_logistic(x: np.ndarray, p: np.ndarray, ridge: float = RIDGE, iterations:
     raise ArithmeticError(f"the LC logistic fit did not converge in {iterations} Newton steps")
 
 
-def length_controlled_winrate(preferences: Sequence[float], lengths: Sequence[int],
-                              baseline_lengths: Sequence[int]) -> tuple[float, dict[str, float]]:
+def length_controlled_winrate(
+    preferences: Sequence[float], lengths: Sequence[int], baseline_lengths: Sequence[int]
+) -> tuple[float, dict[str, float]]:
     """(LC win rate in percent, the fitted weights) — see the module docstring."""
     p = np.asarray(preferences, dtype=float)
     delta = np.asarray(lengths, dtype=float) - np.asarray(baseline_lengths, dtype=float)
@@ -215,17 +241,20 @@ def length_controlled_winrate(preferences: Sequence[float], lengths: Sequence[in
     return 100 * float(_sigmoid(theta[0])), {"intercept": float(theta[0]), "length": float(theta[1])}
 
 
-def paper_summary(preferences: Sequence[float | None], answers: Sequence[str],
-                  baseline: Sequence[str]) -> dict:
+def paper_summary(preferences: Sequence[float | None], answers: Sequence[str], baseline: Sequence[str]) -> dict:
     """alpaca_eval's head-to-head numbers over the preferences given (win rate and its standard error in percent)."""
     given = [p - 1 for p in preferences if p is not None]
     n = len(given)
-    return {"win_rate": 100 * statistics.fmean(given) if n else 0.0,
-            "standard_error": 100 * statistics.stdev(given) / math.sqrt(n) if n > 1 else 0.0,
-            "n_total": n, "n_wins": sum(p > 0.5 for p in given), "n_draws": sum(p == 0.5 for p in given),
-            "avg_length": statistics.fmean(map(len, answers)),
-            "reference_avg_length": statistics.fmean(map(len, baseline)),
-            "unparsed_verdicts": len(preferences) - n}
+    return {
+        "win_rate": 100 * statistics.fmean(given) if n else 0.0,
+        "standard_error": 100 * statistics.stdev(given) / math.sqrt(n) if n > 1 else 0.0,
+        "n_total": n,
+        "n_wins": sum(p > 0.5 for p in given),
+        "n_draws": sum(p == 0.5 for p in given),
+        "avg_length": statistics.fmean(map(len, answers)),
+        "reference_avg_length": statistics.fmean(map(len, baseline)),
+        "unparsed_verdicts": len(preferences) - n,
+    }
 
 
 def evaluate(generator, heldout_dir: Path, options: dict, *, engine=None) -> dict:
@@ -234,19 +263,29 @@ def evaluate(generator, heldout_dir: Path, options: dict, *, engine=None) -> dic
     instructions, baseline = [r["instruction"] for r in rows], [r["output"] for r in rows]
     gamed = read_gamed(heldout_dir) if protocol == "paper" else None  # before generating: fail fast
     client = judge_client(options["judge"], engine)
-    generation = {"max_new_tokens": int(options.get("max_new_tokens", 512)),
-                  "batch_size": int(options.get("batch_size", 16))}
+    generation = {
+        "max_new_tokens": int(options.get("max_new_tokens", 512)),
+        "batch_size": int(options.get("batch_size", 16)),
+    }
     if protocol == "paper":
         answers = generate_answers(generator, instructions, **generation)
         preferences = paper_preferences(instructions, baseline, answers, client)
-        lc, weights = paper_length_controlled_winrate(preferences, list(map(len, answers)),
-                                                      list(map(len, baseline)), gamed)
+        lc, weights = paper_length_controlled_winrate(
+            preferences, list(map(len, answers)), list(map(len, baseline)), gamed
+        )
         summary = paper_summary(preferences, answers, baseline)
     else:
         comparison = compare_to_references(generator, instructions, baseline, client, **generation)
-        lc, weights = length_controlled_winrate(comparison.preferences, [len(a) for a in comparison.answers],
-                                                [len(b) for b in baseline])
+        lc, weights = length_controlled_winrate(
+            comparison.preferences, [len(a) for a in comparison.answers], [len(b) for b in baseline]
+        )
         summary = win_rate_summary(comparison, baseline)
-    return {"score": lc, "length_controlled_winrate": lc, **summary, "lc_method": LC_METHOD[protocol],
-            "lc_weights": weights, "baseline_generator": sorted({r["generator"] for r in rows}),
-            "judge": client.describe()}
+    return {
+        "score": lc,
+        "length_controlled_winrate": lc,
+        **summary,
+        "lc_method": LC_METHOD[protocol],
+        "lc_weights": weights,
+        "baseline_generator": sorted({r["generator"] for r in rows}),
+        "judge": client.describe(),
+    }

@@ -49,7 +49,12 @@ def prepare(train_dir: Path, heldout_dir: Path) -> None:
     """Train rows from the public SEED (the same everywhere); held-out rows from a secret seed of this data
     root's (heldout/SEED), none equal to a train row."""
     train = distinct_rows(random.Random(SEED), make_problem, "prompt", N_TRAIN)
-    heldout = distinct_rows(random.Random(heldout_seed(Path(heldout_dir))), make_problem, "prompt", N_HELDOUT,
-                            taken={r["prompt"] for r in train})
+    heldout = distinct_rows(
+        random.Random(heldout_seed(Path(heldout_dir))),
+        make_problem,
+        "prompt",
+        N_HELDOUT,
+        taken={r["prompt"] for r in train},
+    )
     write_jsonl(Path(heldout_dir) / "test.jsonl", heldout)
     write_jsonl(Path(train_dir) / "train.jsonl", train)

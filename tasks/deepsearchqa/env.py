@@ -41,7 +41,10 @@ You have at most {max_steps} actions; answer with Finish before they run out."""
 INVALID = "No valid action. Use Search[query] or Finish[answer]."
 ACTION = re.compile(r"\b(search|finish|answer)\[(.*?)\]", re.IGNORECASE | re.DOTALL)
 STOP = "\nObservation:"  # a2rl: where each step's generation stops
-MAX_NEW_TOKENS = {"paper": 256, "a2rl": 128}  # per step: the reference's; task.yaml's eval.max_new_tokens (a test checks)
+MAX_NEW_TOKENS = {
+    "paper": 256,
+    "a2rl": 128,
+}  # per step: the reference's; task.yaml's eval.max_new_tokens (a test checks)
 
 # ---- protocol `paper`: the reference's prompt and loop (autorl_bench deepsearchqa/eval.py)
 PAPER_SYSTEM = """You are a research assistant that answers questions by searching the web.
@@ -126,6 +129,7 @@ class A2rlTranscript(Transcript):
     """Protocol `a2rl`'s loop for one question: REACT_SYSTEM and the question turn in the policy's chat template,
     then the trace "Thought:<step>\\nObservation: <results>\\nThought:..."; each step is generated up to STOP and
     its first action taken (the step cut after it); Finish ends the question with its answer."""
+
     stop, max_new_tokens = STOP, MAX_NEW_TOKENS["a2rl"]
 
     def __init__(self, env: SearchQAEnv, max_steps: int = MAX_STEPS):
@@ -133,8 +137,12 @@ class A2rlTranscript(Transcript):
         self.actions, self.done, self.won, self.reward = [], False, False, 0.0
 
     def prompt(self, render: Render, fits: Fits | None = None) -> str:
-        return render([{"role": "system", "content": self.system},
-                       {"role": "user", "content": question_turn(self.env.row)}]) + self.trace
+        return (
+            render(
+                [{"role": "system", "content": self.system}, {"role": "user", "content": question_turn(self.env.row)}]
+            )
+            + self.trace
+        )
 
     @staticmethod
     def read(completion: str) -> str:
@@ -159,13 +167,16 @@ class PaperTranscript(Transcript):
     up to PAPER_STOP, stripped and appended; its "Action: search[q]" appends the snippets as an Observation, its
     answer[a] ends the question. A step without an action leaves the prompt open at "\\nAction: answer[" (`forced`):
     the evaluator then generates the answer up to "]" (`force`); training rewards count such a step as invalid."""
+
     stop, max_new_tokens = PAPER_STOP, MAX_NEW_TOKENS["paper"]
 
     def __init__(self, env: SearchQAEnv):
         row = env.row
         self.env, self.answer, self.forced = env, "", False
-        self.text = (f"{PAPER_SYSTEM}\n\nQuestion: {row['problem']}\nAnswer type: "
-                     f"{row.get('answer_type') or 'Single Answer'}\n\nThought:")
+        self.text = (
+            f"{PAPER_SYSTEM}\n\nQuestion: {row['problem']}\nAnswer type: "
+            f"{row.get('answer_type') or 'Single Answer'}\n\nThought:"
+        )
         self.actions, self.done, self.won, self.reward = [], False, False, 0.0
 
     def prompt(self, render: Render | None = None, fits: Fits | None = None) -> str:

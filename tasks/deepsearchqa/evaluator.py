@@ -41,20 +41,27 @@ Is the predicted answer correct or incorrect?"""
 JUDGE_MAX_TOKENS = 8
 
 
-def react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, max_new_tokens: int,
-          batch_size: int) -> tuple[list[str], list[int]]:
+def react(
+    generator, rows: list[dict[str, str]], backend, *, max_steps: int, max_new_tokens: int, batch_size: int
+) -> tuple[list[str], list[int]]:
     """Final answers ("" when the policy never finished) and the number of actions each question took."""
     transcripts = [dsqa.A2rlTranscript(dsqa.SearchQAEnv(r, backend), max_steps) for r in rows]
     played = play_transcripts(
         lambda prompts: generator.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, stop=STOP),
-        transcripts, max_steps=max_steps, render=lambda messages: policy_prompt(generator, messages))
+        transcripts,
+        max_steps=max_steps,
+        render=lambda messages: policy_prompt(generator, messages),
+    )
     return [t.answer for t in played], [len(t.actions) for t in played]
 
 
 # ---- protocol `paper`: the reference's prompt, loop, judge
 
-PAPER_STOP, PAPER_ACTION, PAPER_ANSWERS = dsqa.PAPER_STOP, dsqa.PAPER_ACTION, re.compile(r"Action:\s*answer\[(.+?)\]",
-                                                                                   re.DOTALL)
+PAPER_STOP, PAPER_ACTION, PAPER_ANSWERS = (
+    dsqa.PAPER_STOP,
+    dsqa.PAPER_ACTION,
+    re.compile(r"Action:\s*answer\[(.+?)\]", re.DOTALL),
+)
 PLACEHOLDER, PAPER_SYSTEM = dsqa.PLACEHOLDER, dsqa.PAPER_SYSTEM
 PAPER_JUDGE_SYSTEM = "You are a strict answer evaluator."
 PAPER_JUDGE_USER = """You are an answer evaluator. Compare the predicted answer to the gold answer.
@@ -72,16 +79,21 @@ def paper_react(generator, rows: list[dict[str, str]], backend, *, max_steps: in
     traces: list[list[str]] = [[] for _ in rows]  # the model's own outputs, for the answer after the last step
     open_ = list(range(len(rows)))
     for _ in range(max_steps):
-        outputs = generator.generate([transcripts[i].prompt() for i in open_], max_new_tokens=256,
-                                     batch_size=batch_size, stop=PAPER_STOP)
+        outputs = generator.generate(
+            [transcripts[i].prompt() for i in open_], max_new_tokens=256, batch_size=batch_size, stop=PAPER_STOP
+        )
         for i, out in zip(open_, outputs):
             generated = dsqa.PaperTranscript.read(out)
             traces[i].append(generated)
             transcripts[i].step(generated)
         forced = [i for i in open_ if transcripts[i].forced]
         if forced:
-            for i, out in zip(forced, generator.generate([transcripts[i].prompt() for i in forced],
-                                                         max_new_tokens=128, batch_size=batch_size, stop="]")):
+            for i, out in zip(
+                forced,
+                generator.generate(
+                    [transcripts[i].prompt() for i in forced], max_new_tokens=128, batch_size=batch_size, stop="]"
+                ),
+            ):
                 answer = out.strip()
                 if answer:
                     traces[i].append(answer)
@@ -97,9 +109,15 @@ def paper_react(generator, rows: list[dict[str, str]], backend, *, max_steps: in
 
 
 def paper_judge_messages(row: dict[str, str], predicted: str) -> Messages:
-    return [{"role": "system", "content": PAPER_JUDGE_SYSTEM},
-            {"role": "user", "content": PAPER_JUDGE_USER.format(answer_type=row.get("answer_type") or "Single Answer",
-                                                                gold=row["answer"], predicted=predicted)}]
+    return [
+        {"role": "system", "content": PAPER_JUDGE_SYSTEM},
+        {
+            "role": "user",
+            "content": PAPER_JUDGE_USER.format(
+                answer_type=row.get("answer_type") or "Single Answer", gold=row["answer"], predicted=predicted
+            ),
+        },
+    ]
 
 
 def paper_verdict(text: str) -> bool:
@@ -109,9 +127,15 @@ def paper_verdict(text: str) -> bool:
 
 
 def judge_messages(row: dict[str, str], predicted: str) -> Messages:
-    return [{"role": "system", "content": JUDGE_SYSTEM},
-            {"role": "user", "content": JUDGE_USER.format(problem=row["problem"], answer_type=row["answer_type"],
-                                                          gold=row["answer"], predicted=predicted)}]
+    return [
+        {"role": "system", "content": JUDGE_SYSTEM},
+        {
+            "role": "user",
+            "content": JUDGE_USER.format(
+                problem=row["problem"], answer_type=row["answer_type"], gold=row["answer"], predicted=predicted
+            ),
+        },
+    ]
 
 
 def verdict(text: str) -> bool | None:
@@ -133,17 +157,40 @@ def evaluate(generator, heldout_dir: Path, options: dict, *, engine=None) -> dic
     max_steps, batch_size = int(options.get("max_steps", 6)), int(options.get("batch_size", 32))
     if protocol == "paper":
         answers = paper_react(generator, rows, backend, max_steps=max_steps, batch_size=batch_size)
-        replies = client.chat_many([paper_judge_messages(r, a) for r, a in zip(rows, answers)],
-                                   max_tokens=int(options["judge"].get("max_tokens", 1024)))
+        replies = client.chat_many(
+            [paper_judge_messages(r, a) for r, a in zip(rows, answers)],
+            max_tokens=int(options["judge"].get("max_tokens", 1024)),
+        )
         correct = sum(paper_verdict(c.text) for c in replies)
-        return {"score": 100 * correct / len(rows), "n": len(rows), "correct": correct,
-                "answered": sum(bool(a) for a in answers), "search": settings, "judge": client.describe()}
-    answers, steps = react(generator, rows, backend, max_steps=max_steps,
-                           max_new_tokens=int(options.get("max_new_tokens", 128)), batch_size=batch_size)
+        return {
+            "score": 100 * correct / len(rows),
+            "n": len(rows),
+            "correct": correct,
+            "answered": sum(bool(a) for a in answers),
+            "search": settings,
+            "judge": client.describe(),
+        }
+    answers, steps = react(
+        generator,
+        rows,
+        backend,
+        max_steps=max_steps,
+        max_new_tokens=int(options.get("max_new_tokens", 128)),
+        batch_size=batch_size,
+    )
     answered = [i for i, a in enumerate(answers) if a]  # an empty answer is wrong: the judge never sees it
-    verdicts = [verdict(c.text) for c in client.chat_many([judge_messages(rows[i], answers[i]) for i in answered],
-                                                          max_tokens=JUDGE_MAX_TOKENS)]
+    verdicts = [
+        verdict(c.text)
+        for c in client.chat_many([judge_messages(rows[i], answers[i]) for i in answered], max_tokens=JUDGE_MAX_TOKENS)
+    ]
     correct = sum(v is True for v in verdicts)
-    return {"score": 100 * correct / len(rows), "n": len(rows), "correct": correct, "answered": len(answered),
-            "unparsed_verdicts": sum(v is None for v in verdicts), "mean_steps": sum(steps) / len(rows),
-            "search": settings, "judge": client.describe()}
+    return {
+        "score": 100 * correct / len(rows),
+        "n": len(rows),
+        "correct": correct,
+        "answered": len(answered),
+        "unparsed_verdicts": sum(v is None for v in verdicts),
+        "mean_steps": sum(steps) / len(rows),
+        "search": settings,
+        "judge": client.describe(),
+    }

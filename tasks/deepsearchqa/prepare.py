@@ -41,8 +41,10 @@ FIELDS = ("problem", "problem_category", "answer", "answer_type")
 SEED, N_TRAIN, N_HELDOUT = 42, 100, 200
 WIKI_REPO, WIKI_CONFIG = "wikimedia/wikipedia", "20231101.simple"
 PASSAGE_CHARS = 1000
-STOPWORDS = frozenset("a an and are as at be by did do does for from give had has have how in is it its of on only "
-                      "or that the their this to was were what when where which who whom whose why with".split())
+STOPWORDS = frozenset(
+    "a an and are as at be by did do does for from give had has have how in is it its of on only "
+    "or that the their this to was were what when where which who whom whose why with".split()
+)
 
 
 def split(rows: list[dict[str, str]]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -70,8 +72,11 @@ def wikipedia(tmp: Path) -> Iterator[dict[str, str]]:
     import pyarrow.parquet as pq
     from huggingface_hub import snapshot_download
 
-    root = Path(snapshot_download(WIKI_REPO, repo_type="dataset", allow_patterns=[f"{WIKI_CONFIG}/*.parquet"],
-                                  local_dir=tmp / "wiki"))
+    root = Path(
+        snapshot_download(
+            WIKI_REPO, repo_type="dataset", allow_patterns=[f"{WIKI_CONFIG}/*.parquet"], local_dir=tmp / "wiki"
+        )
+    )
     for path in sorted((root / WIKI_CONFIG).glob("*.parquet")):
         for batch in pq.ParquetFile(path).iter_batches(columns=["title", "text", "url"]):
             yield from batch.to_pylist()

@@ -37,8 +37,10 @@ def build_index(docs: Iterable[dict[str, str]], path: str | Path) -> int:
     path.unlink(missing_ok=True)
     with sqlite3.connect(path) as db:
         db.execute("CREATE VIRTUAL TABLE passages USING fts5(title, text, url UNINDEXED, tokenize='porter unicode61')")
-        db.executemany("INSERT INTO passages (title, text, url) VALUES (?, ?, ?)",
-                       ((d.get("title", ""), d["text"], d.get("url", "")) for d in docs))
+        db.executemany(
+            "INSERT INTO passages (title, text, url) VALUES (?, ?, ?)",
+            ((d.get("title", ""), d["text"], d.get("url", "")) for d in docs),
+        )
         n = db.execute("SELECT count(*) FROM passages").fetchone()[0]
     db.close()
     return n
@@ -59,8 +61,10 @@ class LocalSearch:
         if not words:
             return []
         match = " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
-        rows = self.db.execute("SELECT title, text, url FROM passages WHERE passages MATCH ? "
-                               "ORDER BY bm25(passages), rowid LIMIT ?", (match, self.k)).fetchall()
+        rows = self.db.execute(
+            "SELECT title, text, url FROM passages WHERE passages MATCH ? ORDER BY bm25(passages), rowid LIMIT ?",
+            (match, self.k),
+        ).fetchall()
         return [{"title": t, "snippet": x[: self.snippet_chars], "url": u} for t, x, u in rows]
 
 
@@ -75,18 +79,24 @@ class SerpAPISearch:
 
     def search(self, query: str) -> list[Result]:
         data = _get_json("https://serpapi.com/search", {"q": query, "api_key": self.api_key, "num": self.k})
-        return [{"title": r.get("title", ""), "snippet": r.get("snippet", ""), "url": r.get("link", "")}
-                for r in data.get("organic_results", [])[: self.k]]
+        return [
+            {"title": r.get("title", ""), "snippet": r.get("snippet", ""), "url": r.get("link", "")}
+            for r in data.get("organic_results", [])[: self.k]
+        ]
 
 
 class DuckDuckGoSearch:
     def search(self, query: str) -> list[Result]:
         data = _get_json("https://api.duckduckgo.com/", {"q": query, "format": "json", "no_html": 1})
         if data.get("AbstractText"):
-            return [{"title": data.get("Heading", ""), "snippet": data["AbstractText"],
-                     "url": data.get("AbstractURL", "")}]
-        return [{"title": "", "snippet": r.get("Text", ""), "url": r.get("FirstURL", "")}
-                for r in data.get("RelatedTopics", [])[:2] if isinstance(r, dict)]
+            return [
+                {"title": data.get("Heading", ""), "snippet": data["AbstractText"], "url": data.get("AbstractURL", "")}
+            ]
+        return [
+            {"title": "", "snippet": r.get("Text", ""), "url": r.get("FirstURL", "")}
+            for r in data.get("RelatedTopics", [])[:2]
+            if isinstance(r, dict)
+        ]
 
 
 def make_backend(options: dict[str, Any]) -> SearchBackend:
@@ -106,6 +116,8 @@ def make_backend(options: dict[str, Any]) -> SearchBackend:
         return DuckDuckGoSearch()
     module, sep, factory = backend.partition(":")
     if not sep:
-        raise ValueError(f"deepsearchqa: unknown search backend {backend!r} (local, serpapi, duckduckgo, auto or "
-                         "package.module:factory)")
+        raise ValueError(
+            f"deepsearchqa: unknown search backend {backend!r} (local, serpapi, duckduckgo, auto or "
+            "package.module:factory)"
+        )
     return getattr(importlib.import_module(module), factory)(options)

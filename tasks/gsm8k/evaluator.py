@@ -17,10 +17,14 @@ import json
 from pathlib import Path
 
 from a2rl.llm.chat import policy_prompt
+
 # The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
 from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number
-from a2rl.tasklib.answers import (gsm8k_paper_correct as paper_correct, gsm8k_paper_prediction as paper_prediction,
-                                  gsm8k_paper_reference as paper_reference)
+from a2rl.tasklib.answers import (
+    gsm8k_paper_correct as paper_correct,
+    gsm8k_paper_prediction as paper_prediction,
+    gsm8k_paper_reference as paper_reference,
+)
 from a2rl.tasklib.prompts import gsm8k_paper_messages as paper_messages, gsm8k_prompt as build_prompt
 
 MAX_NEW_TOKENS = {"paper": 512, "a2rl": 256}
@@ -40,15 +44,22 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     if protocol == "paper":
         completions = generator.generate(
             [policy_prompt(generator, paper_messages(r["question"])) for r in rows],
-            max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
-            add_special_tokens=not getattr(generator.tokenizer, "chat_template", None))
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            stop=None,
+            add_special_tokens=not getattr(generator.tokenizer, "chat_template", None),
+        )
         predicted = [paper_prediction(c) for c in completions]
         verdicts = [paper_correct(p, paper_reference(r["answer"])) for p, r in zip(predicted, rows)]
         no_number = sum(p == "NULL" for p in predicted)
     else:
         exemplars = _read_jsonl(Path(heldout_dir) / "fewshot.jsonl")
-        completions = generator.generate([build_prompt(exemplars, r["question"]) for r in rows],
-                                         max_new_tokens=max_new_tokens, batch_size=batch_size, stop=STOP)
+        completions = generator.generate(
+            [build_prompt(exemplars, r["question"]) for r in rows],
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            stop=STOP,
+        )
         answers = [extract_number(c) for c in completions]
         verdicts = [a is not None and a == extract_number(r["answer"]) for a, r in zip(answers, rows)]
         no_number = sum(a is None for a in answers)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from a2rl.llm.chat import policy_prompt
 from a2rl.tasklib.coderunner import run_many
+
 # The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
 from a2rl.tasklib.answers import HUMANEVAL_PAPER_NAME as HUMAN_EVAL_NAME, HUMANEVAL_STOP as STOP_SEQUENCES
 from a2rl.tasklib.answers import cut_at_stop, first_code_block, humaneval_paper_program as paper_program
@@ -51,18 +52,27 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     if protocol == "paper":
         replies = generator.generate(
             [policy_prompt(generator, humaneval_paper_messages(p["prompt"])) for p in problems],
-            max_new_tokens=max_new_tokens, batch_size=batch_size, stop=None,
-            add_special_tokens=not getattr(generator.tokenizer, "chat_template", None))
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            stop=None,
+            add_special_tokens=not getattr(generator.tokenizer, "chat_template", None),
+        )
         programs, name = [paper_program(p, first_code_block(r)) for p, r in zip(problems, replies)], HUMAN_EVAL_NAME
     else:
         # Decoding stops at the stop sequences, so a finished function costs no more tokens; the completion comes
         # back cut where truncate() cuts it.
-        completions = generator.generate([p["prompt"] for p in problems], max_new_tokens=max_new_tokens,
-                                         batch_size=batch_size, stop=STOP_SEQUENCES)
+        completions = generator.generate(
+            [p["prompt"] for p in problems], max_new_tokens=max_new_tokens, batch_size=batch_size, stop=STOP_SEQUENCES
+        )
         programs, name = [build_program(p, c) for p, c in zip(problems, completions)], "__main__"
-    results = run_many(programs, timeout_s=float(options.get("timeout_s", 3.0)), name=name,
-                       memory_mb=int(options.get("memory_mb", 1024)), workers=int(options.get("workers", 2)),
-                       hidden=hidden_paths())
+    results = run_many(
+        programs,
+        timeout_s=float(options.get("timeout_s", 3.0)),
+        name=name,
+        memory_mb=int(options.get("memory_mb", 1024)),
+        workers=int(options.get("workers", 2)),
+        hidden=hidden_paths(),
+    )
     passed = sum(r.passed for r in results)
     return {
         "score": 100.0 * passed / len(problems),

@@ -19,7 +19,12 @@ def evaluate(generator, heldout_dir: Path, options: dict, *, engine) -> dict:
     references = [r["reference"] for r in rows]
     judge = judge_client({"model_path": str(options["judge_model"])}, engine)
     comparison = compare_to_references(
-        generator, [r["instruction"] for r in rows], references, judge,
-        max_new_tokens=int(options.get("max_new_tokens", 64)), batch_size=int(options.get("batch_size", 64)))
+        generator,
+        [r["instruction"] for r in rows],
+        references,
+        judge,
+        max_new_tokens=int(options.get("max_new_tokens", 64)),
+        batch_size=int(options.get("batch_size", 64)),
+    )
     summary = win_rate_summary(comparison, references)
     return {"score": summary["win_rate"], **summary, "judge": judge.describe()}

@@ -19,8 +19,28 @@ N_HELDOUT = 200
 COLORS = ["red", "blue", "green", "yellow", "white", "black"]
 FRUITS = ["apple", "orange", "pear", "banana"]
 NAMES = ["Tom", "Anna", "Ben", "Lucy", "Sam", "Mia", "Leo", "Emma", "Max", "Zoe", "Jack", "Lily"]
-WORDS = ["apple", "orange", "cookie", "marble", "pencil", "basket", "garden", "market", "friend", "teacher",
-         "school", "flower", "sister", "brother", "morning", "evening", "yellow", "number", "answer", "question"]
+WORDS = [
+    "apple",
+    "orange",
+    "cookie",
+    "marble",
+    "pencil",
+    "basket",
+    "garden",
+    "market",
+    "friend",
+    "teacher",
+    "school",
+    "flower",
+    "sister",
+    "brother",
+    "morning",
+    "evening",
+    "yellow",
+    "number",
+    "answer",
+    "question",
+]
 
 
 def _add(rng: random.Random) -> tuple[str, str]:
@@ -77,7 +97,17 @@ def _give(rng: random.Random) -> tuple[str, str]:
 
 
 KINDS: list[Callable[[random.Random], tuple[str, str]]] = [
-    _add, _sub, _count, _bigger, _sort, _even, _backwards, _letters, _name_some, _give]
+    _add,
+    _sub,
+    _count,
+    _bigger,
+    _sort,
+    _even,
+    _backwards,
+    _letters,
+    _name_some,
+    _give,
+]
 
 
 def _row(rng: random.Random) -> dict[str, str]:
@@ -89,7 +119,12 @@ def prepare(train_dir: Path, heldout_dir: Path) -> None:
     """Train rows from the public SEED (the same everywhere); held-out rows from a secret seed of this data
     root's (heldout/SEED), none equal to a train row."""
     train = distinct_rows(random.Random(SEED), _row, "instruction", N_TRAIN)
-    heldout = distinct_rows(random.Random(heldout_seed(Path(heldout_dir))), _row, "instruction", N_HELDOUT,
-                            taken={r["instruction"] for r in train})
+    heldout = distinct_rows(
+        random.Random(heldout_seed(Path(heldout_dir))),
+        _row,
+        "instruction",
+        N_HELDOUT,
+        taken={r["instruction"] for r in train},
+    )
     write_jsonl(Path(heldout_dir) / "test.jsonl", heldout)
     write_jsonl(Path(train_dir) / "train.jsonl", train)

@@ -1,10 +1,10 @@
 """Play TextWorld games (shipped to the agent as $DATA_PATH/env.py; the grader plays held-out games with it).
 
-    import sys; sys.path.insert(0, DATA_PATH)
-    import env
-    game = env.train_games()[0]
-    e = env.TextWorldEnv(game); obs = e.reset(); obs, reward, done, info = e.step("open antique trunk")
-    episode = env.rollout(lambda prompt: " go east\\n", game)   # prompt → completion, as the grader calls it
+import sys; sys.path.insert(0, DATA_PATH)
+import env
+game = env.train_games()[0]
+e = env.TextWorldEnv(game); obs = e.reset(); obs, reward, done, info = e.step("open antique trunk")
+episode = env.rollout(lambda prompt: " go east\\n", game)   # prompt → completion, as the grader calls it
 """
 
 from __future__ import annotations
@@ -20,17 +20,22 @@ try:  # the grader, or an agent environment with a2rl installed
 except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
     from react import Episode, Fits, ReactTranscript, rollout as _rollout  # type: ignore[no-redef]
 
-HEADER = ("You are playing a text adventure game. Complete the task described in the first observation. "
-          "After each observation, write one game command after \"Action:\", e.g. \"go east\", "
-          "\"open antique trunk\", \"take coin\", \"put milk on stove\".")
+HEADER = (
+    "You are playing a text adventure game. Complete the task described in the first observation. "
+    'After each observation, write one game command after "Action:", e.g. "go east", '
+    '"open antique trunk", "take coin", "put milk on stove".'
+)
 
 
 def prompt_header(data_dir: str | Path, episode: str) -> str:
     """The common protocol (a2rl/tasklib/envs.py): one header for every game."""
     return HEADER
+
+
 MAX_NEW_TOKENS = 32  # per action: task.yaml's eval.max_new_tokens (a test checks)
-INFOS = textworld.EnvInfos(won=True, lost=True, score=True, max_score=True, admissible_commands=True,
-                           extras=["walkthrough"])
+INFOS = textworld.EnvInfos(
+    won=True, lost=True, score=True, max_score=True, admissible_commands=True, extras=["walkthrough"]
+)
 _WORDS = re.compile(r"[A-Za-z]{2}")
 
 
@@ -87,8 +92,9 @@ def transcript(data_dir: str | Path, episode: str, protocol: str, env: TextWorld
     return ReactTranscript(env or make_env(data_dir, episode), HEADER, MAX_NEW_TOKENS)
 
 
-def rollout(policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50,
-            fits: Fits | None = None) -> Episode:
+def rollout(
+    policy_fn: Callable[[str], str], game: str | Path, *, max_steps: int = 50, fits: Fits | None = None
+) -> Episode:
     """Play one game with a prompt → completion policy, with the grader's prompt; episode.won is success."""
     env = TextWorldEnv(game)
     try:

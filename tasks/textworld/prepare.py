@@ -51,14 +51,27 @@ def _tw_make(path: Path, seed: int, cache: Path | None, level: int | None = None
         return _identity(path)
     level = LEVELS[seed % len(LEVELS)] if level is None else level
     tw_make = shutil.which("tw-make", path=str(Path(sys.executable).parent)) or "tw-make"
-    subprocess.run([tw_make, "tw-coin_collector", "--level", str(level), "--seed", str(seed),
-                    "--output", str(path), "--silent", "-f"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            tw_make,
+            "tw-coin_collector",
+            "--level",
+            str(level),
+            "--seed",
+            str(seed),
+            "--output",
+            str(path),
+            "--silent",
+            "-f",
+        ],
+        check=True,
+        capture_output=True,
+    )
     path.with_suffix(".ni").unlink(missing_ok=True)  # Inform source: not needed to play
     return _identity(path)
 
 
-def _generate(games: Path, plan: Iterator[tuple[str, int, int]], n: int, taken: set[str],
-              cache: Path | None) -> None:
+def _generate(games: Path, plan: Iterator[tuple[str, int, int]], n: int, taken: set[str], cache: Path | None) -> None:
     """n games from `plan`'s (name, seed, level) that differ from each other and from `taken`."""
     games.mkdir(parents=True, exist_ok=True)
     kept = 0
@@ -66,8 +79,9 @@ def _generate(games: Path, plan: Iterator[tuple[str, int, int]], n: int, taken: 
         while kept < n:
             batch = [next(plan) for _ in range(n - kept)]
             paths = [games / f"{name}.z8" for name, _, _ in batch]
-            made = pool.map(_tw_make, paths, [seed for _, seed, _ in batch], [cache] * len(batch),
-                            [level for _, _, level in batch])
+            made = pool.map(
+                _tw_make, paths, [seed for _, seed, _ in batch], [cache] * len(batch), [level for _, _, level in batch]
+            )
             for path, identity in zip(paths, made):
                 if identity in taken:
                     path.unlink()
@@ -120,5 +134,6 @@ def prepare(train_dir: Path, heldout_dir: Path, source: Path | None = None) -> N
     _generate(heldout_dir / "games", _heldout_plan(heldout_dir, source), N_HELDOUT, taken, source)
     shutil.copyfile(Path(__file__).with_name("env.py"), train_dir / "env.py")
     shutil.copyfile(a2rl.tasklib.envs.__file__, train_dir / "react.py")
-    write_jsonl(train_dir / "trajectories.jsonl",
-                [expert_trajectory(train_dir, e) for e in tw.train_episodes(train_dir)])
+    write_jsonl(
+        train_dir / "trajectories.jsonl", [expert_trajectory(train_dir, e) for e in tw.train_episodes(train_dir)]
+    )

@@ -36,24 +36,29 @@ try:  # the grader, or an agent environment with a2rl installed
 except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
     from react import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout  # type: ignore[no-redef]
 
-HEADER = ("You are shopping on WebShop, a simulated online store, for the product an instruction describes. "
-          "Each observation is the current web page (its texts separated by [SEP]) followed by the actions it "
-          "allows. Write one action after \"Action:\": search[keywords] on the search page, or click[x] where x is "
-          "a button, a product ID or an option value on the page, e.g. click[b078gwrc1j], click[large], "
-          "click[< prev], click[buy now]. Open a matching product, click every option the instruction asks for, "
-          "then click[buy now]: buying ends the episode and scores the product's type, attributes, options and "
-          "price against the instruction. Write \"think: ...\" to reason.")
+HEADER = (
+    "You are shopping on WebShop, a simulated online store, for the product an instruction describes. "
+    "Each observation is the current web page (its texts separated by [SEP]) followed by the actions it "
+    'allows. Write one action after "Action:": search[keywords] on the search page, or click[x] where x is '
+    "a button, a product ID or an option value on the page, e.g. click[b078gwrc1j], click[large], "
+    "click[< prev], click[buy now]. Open a matching product, click every option the instruction asks for, "
+    "then click[buy now]: buying ends the episode and scores the product's type, attributes, options and "
+    'price against the instruction. Write "think: ..." to reason.'
+)
 
 
 def prompt_header(data_dir: str | Path, episode: str) -> str:
     """The common protocol (a2rl/tasklib/envs.py): one header for every goal."""
     return HEADER
 
+
 # Protocol `paper`: the reference's prompt (autorl_bench webshop/eval.py), sent with the model's chat template.
-PAPER_SYSTEM = ("You are a helpful shopping assistant browsing an e-commerce website. Given a user instruction, current "
-                "observation, and available actions, pick the best action to find and purchase a matching product. "
-                "Output ONLY one action (e.g., 'search[red shoes]', 'click[buy now]') with NO extra text, NO "
-                "explanation.")
+PAPER_SYSTEM = (
+    "You are a helpful shopping assistant browsing an e-commerce website. Given a user instruction, current "
+    "observation, and available actions, pick the best action to find and purchase a matching product. "
+    "Output ONLY one action (e.g., 'search[red shoes]', 'click[buy now]') with NO extra text, NO "
+    "explanation."
+)
 PAPER_RULES = """Rules:
 - Output ONLY one action from the available actions list above.
 - For search, use: search[your query]
@@ -73,6 +78,7 @@ SUB_PAGES = ("description", "features", "reviews")  # the item page's buttons, l
 
 
 # ---- thefuzz.fuzz.token_set_ratio (thefuzz 0.22 over rapidfuzz), as goal.py scores attributes and options
+
 
 def _full_process(s: str) -> str:
     """thefuzz.utils.full_process(force_ascii=True): drop chars 128-255, non-alphanumerics to spaces, lower."""
@@ -108,24 +114,119 @@ def token_set_ratio(s1: str, s2: str) -> int:
     sect_ba_len = sect_len + (sect_len != 0) + len(ba_joined)
     result = _norm(_indel_distance(ab_joined, ba_joined), sect_ab_len + sect_ba_len)
     if sect_len:
-        result = max(result, _norm((sect_len != 0) + len(ab_joined), sect_len + sect_ab_len),
-                     _norm((sect_len != 0) + len(ba_joined), sect_len + sect_ba_len))
+        result = max(
+            result,
+            _norm((sect_len != 0) + len(ab_joined), sect_len + sect_ab_len),
+            _norm((sect_len != 0) + len(ba_joined), sect_len + sect_ba_len),
+        )
     return int(round(result))
 
 
 # ---- web_agent_site/engine/normalize.py and goal.py
 
 COLOR_SET = [
-    'alabaster', 'apricot', 'aqua', 'ash', 'asphalt', 'azure', 'banana', 'beige', 'black', 'blue', 'blush',
-    'bordeaux', 'bronze', 'brown', 'burgundy', 'camel', 'camo', 'caramel', 'champagne', 'charcoal', 'cheetah',
-    'chestnut', 'chocolate', 'christmas', 'coffee', 'cognac', 'copper', 'coral', 'cranberry', 'cream', 'crystal',
-    'dark', 'denim', 'eggplant', 'elephant', 'espresso', 'fuchsia', 'gold', 'granite', 'grape', 'graphite',
-    'grass', 'gray', 'green', 'grey', 'heather', 'indigo', 'ivory', 'ivy', 'khaki', 'lavender', 'lemon',
-    'leopard', 'light', 'lilac', 'lime', 'magenta', 'maroon', 'mauve', 'merlot', 'midnight', 'mint', 'mocha',
-    'multicolor', 'mushroom', 'mustard', 'natural', 'navy', 'nude', 'olive', 'orange', 'peach', 'pewter', 'pink',
-    'plum', 'purple', 'rainbow', 'red', 'rose', 'royal', 'rust', 'sand', 'sapphire', 'seashell', 'silver',
-    'skull', 'slate', 'steel', 'stone', 'stonewash', 'sunflower', 'tan', 'taupe', 'teal', 'tiger', 'turquoise',
-    'violet', 'walnut', 'wheat', 'white', 'wine', 'yellow',
+    "alabaster",
+    "apricot",
+    "aqua",
+    "ash",
+    "asphalt",
+    "azure",
+    "banana",
+    "beige",
+    "black",
+    "blue",
+    "blush",
+    "bordeaux",
+    "bronze",
+    "brown",
+    "burgundy",
+    "camel",
+    "camo",
+    "caramel",
+    "champagne",
+    "charcoal",
+    "cheetah",
+    "chestnut",
+    "chocolate",
+    "christmas",
+    "coffee",
+    "cognac",
+    "copper",
+    "coral",
+    "cranberry",
+    "cream",
+    "crystal",
+    "dark",
+    "denim",
+    "eggplant",
+    "elephant",
+    "espresso",
+    "fuchsia",
+    "gold",
+    "granite",
+    "grape",
+    "graphite",
+    "grass",
+    "gray",
+    "green",
+    "grey",
+    "heather",
+    "indigo",
+    "ivory",
+    "ivy",
+    "khaki",
+    "lavender",
+    "lemon",
+    "leopard",
+    "light",
+    "lilac",
+    "lime",
+    "magenta",
+    "maroon",
+    "mauve",
+    "merlot",
+    "midnight",
+    "mint",
+    "mocha",
+    "multicolor",
+    "mushroom",
+    "mustard",
+    "natural",
+    "navy",
+    "nude",
+    "olive",
+    "orange",
+    "peach",
+    "pewter",
+    "pink",
+    "plum",
+    "purple",
+    "rainbow",
+    "red",
+    "rose",
+    "royal",
+    "rust",
+    "sand",
+    "sapphire",
+    "seashell",
+    "silver",
+    "skull",
+    "slate",
+    "steel",
+    "stone",
+    "stonewash",
+    "sunflower",
+    "tan",
+    "taupe",
+    "teal",
+    "tiger",
+    "turquoise",
+    "violet",
+    "walnut",
+    "wheat",
+    "white",
+    "wine",
+    "yellow",
 ]
 
 
@@ -137,7 +238,8 @@ def normalize_color(color_string: str) -> str:
 # Function words of product names: spaCy (which upstream uses to keep only nouns) tags them otherwise.
 _FUNCTION_WORDS = frozenset(
     "a an and are as at be but by for from has have in into is it its of on or per s such that the their this "
-    "to up was will with without you your".split())
+    "to up was will with without you your".split()
+)
 
 
 def title_words(name: str) -> list[str]:
@@ -160,15 +262,15 @@ def type_reward(product: dict, goal: dict) -> dict[str, Any]:
         r_type = 0.1
     if title_score == 0.0:
         r_type = 0.0
-    return {"r_type": r_type, "query_match": query_match, "category_match": category_match,
-            "title_score": title_score}
+    return {"r_type": r_type, "query_match": query_match, "category_match": category_match, "title_score": title_score}
 
 
 def attribute_matches(product: dict, goal_attrs: list[str]) -> int:
     """Goal attributes fuzzily among the product's attributes, or literally in its title, features or description."""
     text = [product["Title"].lower(), " ".join(product["BulletPoints"]).lower(), product["Description"].lower()]
-    return sum(any(token_set_ratio(p, g) > 85 for p in product["Attributes"]) or any(g in t for t in text)
-               for g in goal_attrs)
+    return sum(
+        any(token_set_ratio(p, g) > 85 for p in product["Attributes"]) or any(g in t for t in text) for g in goal_attrs
+    )
 
 
 def goal_option_texts(goal_options: list[str] | dict[str, str]) -> list[str]:
@@ -206,7 +308,8 @@ def get_reward(product: dict, goal: dict, price: float, options: dict[str, str])
 
 _LUCENE_STOPWORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
-    "they this to was will with".split())
+    "they this to was will with".split()
+)
 
 
 def _stem(word: str) -> str:
@@ -261,6 +364,7 @@ class Catalogue:
 
 # ---- the text environment (SimServer + WebAgentTextEnv in text mode)
 
+
 def parse_action(action: str) -> tuple[str, str | None]:
     """engine.parse_action: "name[arg]" → (name, arg); anything else → (action, None)."""
     m = re.match(r"(.+)\[(.+)\]", action)
@@ -294,7 +398,7 @@ class WebShopEnv:
         if self.page == "done":
             return ["Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", str(self.reward)], {}
         if self.page == "results":
-            shown = self.results[(self.page_num - 1) * PRODUCT_WINDOW:self.page_num * PRODUCT_WINDOW]
+            shown = self.results[(self.page_num - 1) * PRODUCT_WINDOW : self.page_num * PRODUCT_WINDOW]
             texts = [*head, "Back to Search", f"Page {self.page_num} (Total results: {len(self.results)})"]
             clickables = {"back to search": ("button", "")}
             if self.page_num > 1:
@@ -311,13 +415,22 @@ class WebShopEnv:
         product = self.catalogue.products[self.asin]
         texts = [*head, "Back to Search", "< Prev"]
         if self.page == "item":
-            clickables = {**back, **{b.lower(): ("button", "") for b in ("Description", "Features", "Reviews",
-                                                                          "Buy Now")}}
+            clickables = {
+                **back,
+                **{b.lower(): ("button", "") for b in ("Description", "Features", "Reviews", "Buy Now")},
+            }
             for name, values in product["options"].items():
                 texts += [name, *values]
                 clickables.update({v: ("option", name) for v in values})  # options last: they win clashes
-            texts += [product["Title"], f"Price: {product['Price']}", "Rating: N.A.",  # no ratings published
-                      "Description", "Features", "Reviews", "Buy Now"]
+            texts += [
+                product["Title"],
+                f"Price: {product['Price']}",
+                "Rating: N.A.",  # no ratings published
+                "Description",
+                "Features",
+                "Reviews",
+                "Buy Now",
+            ]
             return texts, clickables
         if self.page == "description":
             texts.append(product["Description"])
@@ -338,8 +451,7 @@ class WebShopEnv:
 
     def observation(self) -> str:
         page, (_, clickables) = self.page_text(), self._page()
-        actions = (["search[<your query>]"] if self.page == "search" else
-                   [f"click[{c}]" for c in clickables])
+        actions = ["search[<your query>]"] if self.page == "search" else [f"click[{c}]" for c in clickables]
         return f"{page}\nAvailable actions: {', '.join(actions)}" if actions else page
 
     def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
@@ -394,16 +506,23 @@ class WebShopEnv:
 
 # ---- protocol `paper`: the reference's prompt and action clean-up
 
-def paper_messages(env: WebShopEnv, history: list[tuple[str, str]], observation: str,
-                   history_window: int = 5) -> list[dict[str, str]]:
+
+def paper_messages(
+    env: WebShopEnv, history: list[tuple[str, str]], observation: str, history_window: int = 5
+) -> list[dict[str, str]]:
     """The reference's chat for the next action: the instruction, the page's available actions, the last
     `history_window` (action, observation) steps numbered from the start, and the current observation."""
     avail = env.available_actions()
-    actions = (["search[<your query>]"] if avail["has_search_bar"] else []) + [f"click[{c}]" for c in
-                                                                                avail["clickables"]]
-    prompt = ("You are shopping on an e-commerce website. Find and purchase a product matching the user's "
-              f"instruction.\n\nInstruction: {env.goal['instruction_text']}\n\nAvailable actions:\n"
-              + "\n".join(f"  {a}" for a in actions) + "\n\n" + PAPER_RULES)
+    actions = (["search[<your query>]"] if avail["has_search_bar"] else []) + [
+        f"click[{c}]" for c in avail["clickables"]
+    ]
+    prompt = (
+        "You are shopping on an e-commerce website. Find and purchase a product matching the user's "
+        f"instruction.\n\nInstruction: {env.goal['instruction_text']}\n\nAvailable actions:\n"
+        + "\n".join(f"  {a}" for a in actions)
+        + "\n\n"
+        + PAPER_RULES
+    )
     offset = max(0, len(history) - history_window)
     for step, (action, obs) in enumerate(history[offset:], offset + 1):
         prompt += f"\nObservation {step}: {obs}\nAction {step}: {action}\n"
@@ -424,6 +543,7 @@ class PaperTranscript(Transcript):
     """Protocol `paper`'s loop for one goal (the reference's webshop_run): paper_messages over the page texts (not
     the observation with its action list: the prompt lists the actions itself), rendered with the policy's chat
     template; the action is paper_action of the completion."""
+
     max_new_tokens = MAX_NEW_TOKENS["paper"]
 
     def __init__(self, env: WebShopEnv, history_window: int = HISTORY_WINDOW):
@@ -493,7 +613,8 @@ def transcript(data_dir: str | Path, episode: str, protocol: str, env: WebShopEn
     return goal_transcript(env or make_env(data_dir, episode), protocol)
 
 
-def rollout(policy_fn: Callable[[str], str], catalogue: Catalogue, goal: dict, *, max_steps: int = 50,
-            fits: Fits | None = None) -> Episode:
+def rollout(
+    policy_fn: Callable[[str], str], catalogue: Catalogue, goal: dict, *, max_steps: int = 50, fits: Fits | None = None
+) -> Episode:
     """Shop for one goal with a prompt → completion policy and the grader's prompt; episode.won is success."""
     return _rollout(policy_fn, WebShopEnv(catalogue, goal), HEADER, max_steps=max_steps, fits=fits)

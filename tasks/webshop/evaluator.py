@@ -23,9 +23,16 @@ def summarize(rewards: list[float], steps: list[int], protocol: str) -> dict:
     n = len(rewards)
     full, half = sum(r == 1.0 for r in rewards), sum(r >= 0.5 for r in rewards)
     successes = half if protocol == "paper" else full
-    return {"score": 100.0 * successes / n, "n": n, "successes": successes, "success": (
-        "reward >= 0.5" if protocol == "paper" else "reward = 1"), "reward_1_rate": 100.0 * full / n,
-        "reward_half_rate": 100.0 * half / n, "mean_reward": sum(rewards) / n, "mean_steps": sum(steps) / n}
+    return {
+        "score": 100.0 * successes / n,
+        "n": n,
+        "successes": successes,
+        "success": ("reward >= 0.5" if protocol == "paper" else "reward = 1"),
+        "reward_1_rate": 100.0 * full / n,
+        "reward_half_rate": 100.0 * half / n,
+        "mean_reward": sum(rewards) / n,
+        "mean_steps": sum(steps) / n,
+    }
 
 
 def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
@@ -35,11 +42,18 @@ def evaluate(generator, heldout_dir: Path, options: dict) -> dict:
     options = {**options, **options.get(protocol, {})}
     catalogue = ws.load_catalogue(heldout_dir)
     window = int(options.get("history_window", ws.HISTORY_WINDOW))
-    transcripts = [ws.goal_transcript(ws.WebShopEnv(catalogue, goal), protocol, window)
-                   for goal in ws.load_goals(heldout_dir, GOALS[protocol])]
+    transcripts = [
+        ws.goal_transcript(ws.WebShopEnv(catalogue, goal), protocol, window)
+        for goal in ws.load_goals(heldout_dir, GOALS[protocol])
+    ]
     # paper: an episode whose prompt does not fit the model's context ends there with reward 0, as the reference's
     # per-goal exception handler counts it; a2rl: react_prompt drops old turns to fit
     generate, fits = generator_policy(generator, options)
-    played = play_transcripts(generate, transcripts, max_steps=int(options.get("max_steps", 50)),
-                              render=lambda messages: policy_prompt(generator, messages), fits=fits)
+    played = play_transcripts(
+        generate,
+        transcripts,
+        max_steps=int(options.get("max_steps", 50)),
+        render=lambda messages: policy_prompt(generator, messages),
+        fits=fits,
+    )
     return summarize([t.reward for t in played], [len(t.actions) for t in played], protocol)

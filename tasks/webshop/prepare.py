@@ -58,8 +58,10 @@ URL = "https://drive.usercontent.google.com/download?id={}&export=download&confi
 # of the repository, whose copy lacked the zip's bytes: the bytes' SHA-256 could not be computed here, and the
 # download has not been exercised from this machine).
 IL_FILE = "il_trajs_finalized_images.jsonl"
-IL_URL = ("https://raw.githubusercontent.com/princeton-nlp/WebShop/64fa2a5c15c7daa698b9ac93f5bb5437b634c9bd/"
-          "baseline_models/data/il_trajs_finalized_images.zip")
+IL_URL = (
+    "https://raw.githubusercontent.com/princeton-nlp/WebShop/64fa2a5c15c7daa698b9ac93f5bb5437b634c9bd/"
+    "baseline_models/data/il_trajs_finalized_images.zip"
+)
 IL_BLOB = "36da904c4223b5ee53f49c22201c5772144f6bc3"
 NUM_PRODUCTS = 1000  # the reference's num_products
 N_HELDOUT = 100  # graded goals: 0..N_HELDOUT-1
@@ -82,8 +84,10 @@ def read(name: str, source: Path | None, tmp: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise RuntimeError(f"{name} is not JSON (Google Drive may have refused the download): fetch it as "
-                           f"WebShop's setup.sh does and run `a2rl prepare webshop --source <its folder>`") from e
+        raise RuntimeError(
+            f"{name} is not JSON (Google Drive may have refused the download): fetch it as "
+            f"WebShop's setup.sh does and run `a2rl prepare webshop --source <its folder>`"
+        ) from e
 
 
 def load_products(raw: list[dict], attributes: dict, rng: random.Random) -> list[dict]:
@@ -96,17 +100,28 @@ def load_products(raw: list[dict], attributes: dict, rng: random.Random) -> list
             continue
         seen.add(asin)
         pricing = [float(re.sub(r"[^\d.]", "", x)) for x in (p.get("pricing") or "").split("$")[1:]][:2] or [100.0]
-        options = {name.lower(): [o["value"].strip().replace("/", " | ").lower() for o in values]
-                   for name, values in (p["customization_options"] or {}).items() if values is not None}
+        options = {
+            name.lower(): [o["value"].strip().replace("/", " | ").lower() for o in values]
+            for name, values in (p["customization_options"] or {}).items()
+            if values is not None
+        }
         small = p["small_description"]
-        products.append({
-            "asin": asin, "name": p["name"], "Title": p["name"], "Description": p["full_description"],
-            "BulletPoints": small if isinstance(small, list) else [small],
-            "Price": f"${pricing[0]}" if len(pricing) == 1 else f"${pricing[0]} to ${pricing[1]}",
-            "pricing": pricing, "options": options,
-            "Attributes": attributes.get(asin, {}).get("attributes") or ["DUMMY_ATTR"],
-            "category": p["category"], "query": p["query"].lower().strip(), "product_category": p["product_category"],
-        })
+        products.append(
+            {
+                "asin": asin,
+                "name": p["name"],
+                "Title": p["name"],
+                "Description": p["full_description"],
+                "BulletPoints": small if isinstance(small, list) else [small],
+                "Price": f"${pricing[0]}" if len(pricing) == 1 else f"${pricing[0]} to ${pricing[1]}",
+                "pricing": pricing,
+                "options": options,
+                "Attributes": attributes.get(asin, {}).get("attributes") or ["DUMMY_ATTR"],
+                "category": p["category"],
+                "query": p["query"].lower().strip(),
+                "product_category": p["product_category"],
+            }
+        )
     for product in products:  # generate_product_prices: one draw per ranged product, in catalogue order
         product["price"] = product["pricing"][0] if len(product["pricing"]) == 1 else rng.uniform(*product["pricing"])
     return products
@@ -120,11 +135,19 @@ def human_goals(products: list[dict], human: dict, rng: random.Random) -> list[d
             if not ins["instruction_attributes"]:
                 continue  # upstream skips instructions without attributes
             price_upper, price_text = price_cap(product["price"], rng)
-            goals.append({"asin": product["asin"], "category": product["category"], "query": product["query"],
-                          "name": product["name"], "product_category": product["product_category"],
-                          "instruction_text": ins["instruction"].strip(".") + price_text,
-                          "attributes": ins["instruction_attributes"], "price_upper": price_upper,
-                          "goal_options": ins["instruction_options"]})
+            goals.append(
+                {
+                    "asin": product["asin"],
+                    "category": product["category"],
+                    "query": product["query"],
+                    "name": product["name"],
+                    "product_category": product["product_category"],
+                    "instruction_text": ins["instruction"].strip(".") + price_text,
+                    "attributes": ins["instruction_attributes"],
+                    "price_upper": price_upper,
+                    "goal_options": ins["instruction_options"],
+                }
+            )
     random.Random(233).shuffle(goals)
     return goals
 
@@ -151,11 +174,21 @@ def synthetic_goals(products: list[dict], attributes: dict, rng: random.Random) 
         for combination in itertools.product(*(product["options"][n] for n in names)):
             options = dict(zip(names, combination))
             option_text = ", and ".join(f"{k}: {v}" for k, v in options.items())
-            goals.append({"asin": product["asin"], "category": product["category"], "query": product["query"],
-                          "name": product["Title"], "product_category": product["product_category"],
-                          "instruction_text": entry["instruction"] + (f" with {option_text}" if option_text else "")
-                          + price_text, "attributes": entry["instruction_attributes"],
-                          "price_upper": price_upper, "goal_options": options})
+            goals.append(
+                {
+                    "asin": product["asin"],
+                    "category": product["category"],
+                    "query": product["query"],
+                    "name": product["Title"],
+                    "product_category": product["product_category"],
+                    "instruction_text": entry["instruction"]
+                    + (f" with {option_text}" if option_text else "")
+                    + price_text,
+                    "attributes": entry["instruction_attributes"],
+                    "price_upper": price_upper,
+                    "goal_options": options,
+                }
+            )
     random.Random(233).shuffle(goals)
     return goals
 
@@ -212,8 +245,10 @@ def il_file(source: Path | None, tmp: Path) -> Path | None:
     archive = tmp / "il_trajs.zip"
     download(IL_URL, archive)
     if (blob := git_blob_id(archive)) != IL_BLOB:
-        raise RuntimeError(f"{IL_URL} downloaded with git blob id {blob}, not the pinned {IL_BLOB}: fetch it by hand, "
-                           f"unzip {IL_FILE} next to the other files and run `a2rl prepare webshop --source <folder>`")
+        raise RuntimeError(
+            f"{IL_URL} downloaded with git blob id {blob}, not the pinned {IL_BLOB}: fetch it by hand, "
+            f"unzip {IL_FILE} next to the other files and run `a2rl prepare webshop --source <folder>`"
+        )
     with zipfile.ZipFile(archive) as z:
         member = next((n for n in z.namelist() if n.split("/")[-1] == IL_FILE and "__MACOSX" not in n), None)
         if member is None:
@@ -251,8 +286,9 @@ def read_demos(path: Path) -> list[tuple[str, list[str] | None]]:
         return [(instruction_key(r["states"][0]), demo_actions(r)) for r in map(json.loads, f) if r.get("states")]
 
 
-def human_trajectories(train_dir: Path, demos: list[tuple[str, list[str] | None]], held: set[str]
-                       ) -> tuple[dict[int, list[dict]], Counter]:
+def human_trajectories(
+    train_dir: Path, demos: list[tuple[str, list[str] | None]], held: set[str]
+) -> tuple[dict[int, list[dict]], Counter]:
     """Each demonstration's episode on the training goal with its instruction (the goal of the product it opens,
     when several share it), by goal index; and counts of what was written and why the rest were dropped. A
     demonstration for an instruction in `held` (the graded goals') is never replayed; one that does not replay here
@@ -296,16 +332,25 @@ def trajectories(train_dir: Path, demos: list[tuple[str, list[str] | None]] | No
     for e in ws.train_episodes(train_dir):
         if instruction_key(goals[int(e)]["instruction_text"]) in held:
             continue
-        records += human.get(int(e)) or [a2rl.tasklib.envs.trajectory_record(
-            e, expert_episode(ws.make_env(train_dir, e), goals[int(e)]), ws.HEADER, "scripted_expert")]
+        records += human.get(int(e)) or [
+            a2rl.tasklib.envs.trajectory_record(
+                e, expert_episode(ws.make_env(train_dir, e), goals[int(e)]), ws.HEADER, "scripted_expert"
+            )
+        ]
     scripted = sum(r["source"] == "scripted_expert" for r in records)
     if demos is None:
-        print(f"webshop prepare: no {IL_FILE} in the source folder: the scripted expert plays all {scripted} "
-              "training goals (no human demonstrations)", file=sys.stderr)
+        print(
+            f"webshop prepare: no {IL_FILE} in the source folder: the scripted expert plays all {scripted} "
+            "training goals (no human demonstrations)",
+            file=sys.stderr,
+        )
     else:
         dropped = ", ".join(f"{n} {why}" for why, n in sorted(counts.items()) if why != "written") or "none"
-        print(f"webshop prepare: {counts['written']} of {len(demos)} human demonstrations written for {len(human)} "
-              f"training goals (dropped: {dropped}); the scripted expert plays the other {scripted}", file=sys.stderr)
+        print(
+            f"webshop prepare: {counts['written']} of {len(demos)} human demonstrations written for {len(human)} "
+            f"training goals (dropped: {dropped}); the scripted expert plays the other {scripted}",
+            file=sys.stderr,
+        )
     return records
 
 

@@ -53,18 +53,36 @@ def fast_dump(rec: Record, path: Path) -> None:
 
 def build(root: Path, runs: int, seeds: int) -> SweepDir:
     models = [f"m{i}" for i in range(max(1, runs // (len(TASKS) * len(AGENTS) * len(DRIVERS) * len(MODES) * seeds)))]
-    spec = SweepSpec.model_validate({"name": "bench", "tasks": TASKS, "agents": AGENTS, "drivers": DRIVERS,
-                                     "modes": MODES, "models": [{"name": m, "path": f"/models/{m}"} for m in models],
-                                     "seeds": list(range(seeds)), "budget": BUDGET, "executor": "local"})
+    spec = SweepSpec.model_validate(
+        {
+            "name": "bench",
+            "tasks": TASKS,
+            "agents": AGENTS,
+            "drivers": DRIVERS,
+            "modes": MODES,
+            "models": [{"name": m, "path": f"/models/{m}"} for m in models],
+            "seeds": list(range(seeds)),
+            "budget": BUDGET,
+            "executor": "local",
+        }
+    )
     sweep = SweepDir(root)
     sweep.create(spec, "", expand(spec))
     rng = random.Random(0)
     bases = {}
     for task in TASKS:
         for m in models:
-            bases[task, m] = BaselineRecord(task=task, model=m, model_path=f"/models/{m}", weights_hash="h",
-                                            protocol="paper", evaluator_version=1, status="ok", score=rng.uniform(5, 40),
-                                            graded_at=0.0).sign(sweep.key)
+            bases[task, m] = BaselineRecord(
+                task=task,
+                model=m,
+                model_path=f"/models/{m}",
+                weights_hash="h",
+                protocol="paper",
+                evaluator_version=1,
+                status="ok",
+                score=rng.uniform(5, 40),
+                graded_at=0.0,
+            ).sign(sweep.key)
             fast_dump(bases[task, m], baseline_path(sweep, task, m, "paper"))
     for run in sweep.runs():
         entries = []
@@ -72,34 +90,94 @@ def build(root: Path, runs: int, seeds: int) -> SweepDir:
         for seq in range(1, rng.randint(0, 5) + 1):
             tokens += rng.randint(10_000, 400_000)
             valid = rng.random() < 0.8
-            e = LedgerEntry(submission_id=f"{run.run_id}.{seq:04d}", run_id=run.run_id, seq=seq, submitted_at=seq,
-                            claimed_at=seq, graded_at=seq, status="scored" if valid else "invalid",
-                            score=rng.uniform(0, 80) if valid else None, model_path="m", task=run.task,
-                            protocol=run.protocol, evaluator_version=1, grader="g", attempt=1, budget_used_s=BUDGET * seq / 6,
-                            tokens=tokens, cost_usd=tokens * 3e-6)
+            e = LedgerEntry(
+                submission_id=f"{run.run_id}.{seq:04d}",
+                run_id=run.run_id,
+                seq=seq,
+                submitted_at=seq,
+                claimed_at=seq,
+                graded_at=seq,
+                status="scored" if valid else "invalid",
+                score=rng.uniform(0, 80) if valid else None,
+                model_path="m",
+                task=run.task,
+                protocol=run.protocol,
+                evaluator_version=1,
+                grader="g",
+                attempt=1,
+                budget_used_s=BUDGET * seq / 6,
+                tokens=tokens,
+                cost_usd=tokens * 3e-6,
+            )
             entries.append(e)  # into the result only: the tables read no ledger entry
         status = "failed" if rng.random() < 0.05 else "ok"
-        result = build_result(run, status=status, entries=entries, baseline=bases[run.task, run.model.name],
-                              submitted=len(entries), failure_reason=None, agent_exit_code=0,
-                              agent_seconds=BUDGET, started_at=0.0, ended_at=BUDGET,
-                              usage=AgentUsage(parser="claude", input_tokens=tokens, output_tokens=tokens // 10,
-                                               cost_usd=tokens * 3e-6))
+        result = build_result(
+            run,
+            status=status,
+            entries=entries,
+            baseline=bases[run.task, run.model.name],
+            submitted=len(entries),
+            failure_reason=None,
+            agent_exit_code=0,
+            agent_seconds=BUDGET,
+            started_at=0.0,
+            ended_at=BUDGET,
+            usage=AgentUsage(parser="claude", input_tokens=tokens, output_tokens=tokens // 10, cost_usd=tokens * 3e-6),
+        )
         fast_dump(result.sign(sweep.key), sweep.result_path(run.run_id))
-        fast_dump(RunMetrics(
-            run_id=run.run_id, task=run.task, agent=run.agent.key, driver=run.driver, mode=run.mode,
-            model=run.model.name, protocol=run.protocol, seed=run.seed, status=status, baseline=result.baseline, best=result.best,
-            improvement=result.improvement, submissions=len(entries), valid_submission_rate=None,
-            first_valid_idx=None, time_to_first_improvement=None, time_to_best=None, monotonic_ratio=None,
-            copy_model_count=0, time_used_ratio=1.0, last_submit_gap=None, score_trajectory=[], input_tokens=None,
-            output_tokens=None, cost_usd=None, cpu_seconds=None, train_type=rng.choice(["SFT", "SFT+GRPO", "GRPO"]),
-            train_types_seen=[], failure_type=None, failure_source=rng.choice([None, "agent"]), code_snapshots=0),
-            sweep.run_dir(run.run_id) / "report" / "metrics.json")
+        fast_dump(
+            RunMetrics(
+                run_id=run.run_id,
+                task=run.task,
+                agent=run.agent.key,
+                driver=run.driver,
+                mode=run.mode,
+                model=run.model.name,
+                protocol=run.protocol,
+                seed=run.seed,
+                status=status,
+                baseline=result.baseline,
+                best=result.best,
+                improvement=result.improvement,
+                submissions=len(entries),
+                valid_submission_rate=None,
+                first_valid_idx=None,
+                time_to_first_improvement=None,
+                time_to_best=None,
+                monotonic_ratio=None,
+                copy_model_count=0,
+                time_used_ratio=1.0,
+                last_submit_gap=None,
+                score_trajectory=[],
+                input_tokens=None,
+                output_tokens=None,
+                cost_usd=None,
+                cpu_seconds=None,
+                train_type=rng.choice(["SFT", "SFT+GRPO", "GRPO"]),
+                train_types_seen=[],
+                failure_type=None,
+                failure_source=rng.choice([None, "agent"]),
+                code_snapshots=0,
+            ),
+            sweep.run_dir(run.run_id) / "report" / "metrics.json",
+        )
     return sweep
 
 
 AGGREGATE_GOAL_S, REPORT_GOAL_S = 3.0, 30.0
-ALL_TABLES = ["--layout", "paper", "--by", "mode", "--pass-at", "1,3,5", "--scaling", "--routes", "--failures", "--usage",
-              "--submissions"]
+ALL_TABLES = [
+    "--layout",
+    "paper",
+    "--by",
+    "mode",
+    "--pass-at",
+    "1,3,5",
+    "--scaling",
+    "--routes",
+    "--failures",
+    "--usage",
+    "--submissions",
+]
 
 
 def cpu_s() -> float:
@@ -120,8 +198,21 @@ def command(*args: str) -> None:
 
 def all_tables(sweep: SweepDir) -> str:
     sw = Sweeps([sweep])
-    return format_tables(sw, tables(sw, layout="paper", by="mode", pass_at=[1, 3, 5], scaling=True, routes=True,
-                                    failures=True, usage=True, submissions=True), "simple")
+    return format_tables(
+        sw,
+        tables(
+            sw,
+            layout="paper",
+            by="mode",
+            pass_at=[1, 3, 5],
+            scaling=True,
+            routes=True,
+            failures=True,
+            usage=True,
+            submissions=True,
+        ),
+        "simple",
+    )
 
 
 def verdict(what: str, wall: float, cpu: float, goal: float, n: int) -> None:
@@ -141,8 +232,11 @@ def main() -> int:
     if not sweep.exists():
         sweep = build(root, args.runs, args.seeds)
     n = len(sweep.runs())
-    print(f"{n} runs in {root} ({time.perf_counter() - t:.1f} s to build or open); load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
+    print(
+        f"{n} runs in {root} ({time.perf_counter() - t:.1f} s to build or open); load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs",
+        flush=True,
+    )
 
     agg_s, agg_cpu = clocked(lambda: all_tables(sweep))
     verdict("aggregate, all tables, in-process", agg_s, agg_cpu, AGGREGATE_GOAL_S, n)

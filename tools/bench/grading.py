@@ -40,10 +40,19 @@ def build_model(dest: Path, layers: int, hidden: int) -> Path:
 
     tiny = build_tiny_model(dest.parent / "tiny")
     tok = AutoTokenizer.from_pretrained(tiny)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 8 // 3,
-                         num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64,
-                         max_position_embeddings=512, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(dest, safe_serialization=True)
     tok.save_pretrained(dest)
@@ -81,8 +90,11 @@ def measure(args: argparse.Namespace, backend: str) -> dict:
         gpus = visible_gpus() if args.gpus is None else args.gpus
         settings = resolve_settings(GraderSettings(backend=backend, gpus=gpus, max_model_len=512))
         preset = get_preset()
-        where = torch.cuda.get_device_name(0) if settings.device == "cuda" else \
-            f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        where = (
+            torch.cuda.get_device_name(0)
+            if settings.device == "cuda"
+            else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        )
         fig: dict = {"backend": settings.backend, "where": where, "params_m": parameter_count(base) / 1e6}
 
         engine = Engine(settings)
@@ -93,8 +105,9 @@ def measure(args: argparse.Namespace, backend: str) -> dict:
         def grade(model_dir: Path, on: Engine) -> float:
             t = time.perf_counter()
             weights_hash(model_dir)
-            evaluate_model(task, model_dir, base, data_root=data_root, engine=on, preset=preset,
-                           options={"limit": args.prompts})
+            evaluate_model(
+                task, model_dir, base, data_root=data_root, engine=on, preset=preset, options={"limit": args.prompts}
+            )
             return time.perf_counter() - t
 
         grade(variant(base, work / "warm", 99), engine)  # warm-up: first-call costs are not per submission
@@ -103,22 +116,26 @@ def measure(args: argparse.Namespace, backend: str) -> dict:
         fig["reload_s"] = time.perf_counter() - t
         fig["grade_s"] = grade(variant(base, work / "one", 98), engine)
         heldout = task.data(data_root).heldout_dir / "test.jsonl"
-        prompts = [json.loads(line)["prompt"] for line in heldout.read_text().splitlines() if line][:args.prompts]
+        prompts = [json.loads(line)["prompt"] for line in heldout.read_text().splitlines() if line][: args.prompts]
         opts = task.spec.eval
         t = time.perf_counter()
-        engine.generator.generate(prompts, max_new_tokens=int(opts.get("max_new_tokens", 8)),
-                                  batch_size=int(opts.get("batch_size", 100)), stop="\n")
+        engine.generator.generate(
+            prompts,
+            max_new_tokens=int(opts.get("max_new_tokens", 8)),
+            batch_size=int(opts.get("batch_size", 100)),
+            stop="\n",
+        )
         fig["raw_s"] = time.perf_counter() - t
         models = [variant(base, work / f"s{i}", i) for i in range(max(args.submissions, args.fresh))]
         t = time.perf_counter()
-        for m in models[:args.submissions]:
+        for m in models[: args.submissions]:
             grade(m, engine)
         fig["reuse_per_min"] = 60 * args.submissions / (time.perf_counter() - t)
         fig["reuse_counts"] = engine.counts()
         del generator
         engine.close()
         t = time.perf_counter()
-        for m in models[:args.fresh]:
+        for m in models[: args.fresh]:
             fresh = Engine(settings)
             grade(m, fresh)
             fresh.close()
@@ -151,9 +168,24 @@ def main() -> int:
         if not Path(python).is_file():
             print(f"{backend}: no interpreter at {python} (tools/setup-vllm-env.sh builds it)")
             continue
-        argv = [python, __file__, "--json", "--backend", backend, "--submissions", str(args.submissions),
-                "--fresh", str(args.fresh), "--prompts", str(args.prompts), "--layers", str(args.layers),
-                "--hidden", str(args.hidden), *(["--gpus", str(args.gpus)] if args.gpus is not None else [])]
+        argv = [
+            python,
+            __file__,
+            "--json",
+            "--backend",
+            backend,
+            "--submissions",
+            str(args.submissions),
+            "--fresh",
+            str(args.fresh),
+            "--prompts",
+            str(args.prompts),
+            "--layers",
+            str(args.layers),
+            "--hidden",
+            str(args.hidden),
+            *(["--gpus", str(args.gpus)] if args.gpus is not None else []),
+        ]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         print(f"{backend}: running in {python} ...", flush=True)
         proc = subprocess.run(argv, env=env, capture_output=True, text=True)
@@ -166,11 +198,13 @@ def main() -> int:
         return 1
     print(f"model: {rows[0]['params_m']:.0f}M parameters; arith, {args.prompts} prompts per submission")
     for f in rows:
-        print(f"{f['backend']:>12} on {f['where']}: cold start {f['cold_start_s']:.2f} s · reload {f['reload_s']:.3f} s"
-              f" · one submission {f['grade_s']:.2f} s vs raw generation {f['raw_s']:.2f} s: overhead ratio "
-              f"{f['grade_s'] / f['raw_s']:.2f} (goal <= 1.3) · {args.submissions} submissions, engine reused: "
-              f"{f['reuse_per_min']:.1f}/min {f['reuse_counts']} · {args.fresh} with a fresh engine each: "
-              + ("—" if f["fresh_per_min"] is None else f"{f['fresh_per_min']:.1f}/min"))
+        print(
+            f"{f['backend']:>12} on {f['where']}: cold start {f['cold_start_s']:.2f} s · reload {f['reload_s']:.3f} s"
+            f" · one submission {f['grade_s']:.2f} s vs raw generation {f['raw_s']:.2f} s: overhead ratio "
+            f"{f['grade_s'] / f['raw_s']:.2f} (goal <= 1.3) · {args.submissions} submissions, engine reused: "
+            f"{f['reuse_per_min']:.1f}/min {f['reuse_counts']} · {args.fresh} with a fresh engine each: "
+            + ("—" if f["fresh_per_min"] is None else f"{f['fresh_per_min']:.1f}/min")
+        )
     return 0
 
 

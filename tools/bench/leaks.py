@@ -23,8 +23,10 @@ from pathlib import Path
 
 from a2rl.tasklib import leaks
 
-WORDS = ("tom anna has apples buys more how many does have left basket friend gives takes there are box holds "
-         "picks morning afternoon cookies marbles books pencils stickers cards coins shells question answer").split()
+WORDS = (
+    "tom anna has apples buys more how many does have left basket friend gives takes there are box holds "
+    "picks morning afternoon cookies marbles books pencils stickers cards coins shells question answer"
+).split()
 
 
 def main() -> None:
@@ -37,13 +39,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         heldout = Path(tmp)
         (heldout / "CANARY").write_text("a2rl-canary-" + "0" * 32 + "\n")
-        (heldout / "test.jsonl").write_text("".join(json.dumps({"question": sentence(14)}) + "\n"
-                                                    for _ in range(a.items)))
+        (heldout / "test.jsonl").write_text(
+            "".join(json.dumps({"question": sentence(14)}) + "\n" for _ in range(a.items))
+        )
         found_in = leaks.markers(heldout)
         lines, size = [], 0
         while size < a.mb * 2**20:
-            content = sentence(40) + ("\n" + base64.b64encode(sentence(12).encode()).decode() if rng.random() < 0.05
-                                      else "")
+            content = sentence(40) + (
+                "\n" + base64.b64encode(sentence(12).encode()).decode() if rng.random() < 0.05 else ""
+            )
             lines.append(json.dumps({"type": "tool_result", "content": content}))
             size += len(lines[-1]) + 1
         text = "\n".join(lines)

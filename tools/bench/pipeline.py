@@ -42,8 +42,11 @@ def main() -> int:
         out = Path(tmp) / "out"
         rows = read_jsonl(get_task("arith").ensure_prepared(Path(tmp) / "data").train_dir / "train.jsonl")
         fmt = P.STATIC_FORMATS["qa_short"].routes["paper"]  # arith: both protocols prompt alike
-        args = P.with_defaults(P.parse_args(["--sft-steps", str(opts.sft_steps), "--grpo-steps", str(opts.grpo_steps),
-                                             "--no-schedule"]), "static", fmt)
+        args = P.with_defaults(
+            P.parse_args(["--sft-steps", str(opts.sft_steps), "--grpo-steps", str(opts.grpo_steps), "--no-schedule"]),
+            "static",
+            fmt,
+        )
         args.schedule = None
         tok = AutoTokenizer.from_pretrained(model)
         pairs = fmt.sft_pairs(rows, tok)
@@ -53,13 +56,20 @@ def main() -> int:
     per_pair = sum(len(tok(q["prompt"] + q["completion"])["input_ids"]) for q in pairs) / len(pairs)
     sft_tokens = stages["sft"].steps * args.sft_batch_size * per_pair
     rollouts = stages["grpo"].steps * args.grpo_prompts * args.num_generations
-    where = f"GPU ({torch.cuda.get_device_name(0)}), bf16" if torch.cuda.is_available() else \
-        f"CPU, fp32, {opts.threads} thread(s)"
+    where = (
+        f"GPU ({torch.cuda.get_device_name(0)}), bf16"
+        if torch.cuda.is_available()
+        else f"CPU, fp32, {opts.threads} thread(s)"
+    )
     print(f"device: {where}; tiny model, arith rows")
-    print(f"SFT:  {stages['sft'].steps} steps x {args.sft_batch_size} pairs ({per_pair:.1f} tokens each) in "
-          f"{stages['sft'].wall_s:.1f} s: {sft_tokens / stages['sft'].wall_s:,.0f} tokens/s")
-    print(f"GRPO: {stages['grpo'].steps} steps x {args.grpo_prompts} prompts x {args.num_generations} generations in "
-          f"{stages['grpo'].wall_s:.1f} s: {rollouts / stages['grpo'].wall_s:,.1f} rollouts/s")
+    print(
+        f"SFT:  {stages['sft'].steps} steps x {args.sft_batch_size} pairs ({per_pair:.1f} tokens each) in "
+        f"{stages['sft'].wall_s:.1f} s: {sft_tokens / stages['sft'].wall_s:,.0f} tokens/s"
+    )
+    print(
+        f"GRPO: {stages['grpo'].steps} steps x {args.grpo_prompts} prompts x {args.num_generations} generations in "
+        f"{stages['grpo'].wall_s:.1f} s: {rollouts / stages['grpo'].wall_s:,.1f} rollouts/s"
+    )
     return 0
 
 

@@ -39,14 +39,28 @@ def main() -> int:
     from a2rl.spec.models import resolve_model
 
     spec = tmp / "bench.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "bench", "tasks": ["echo"], "agents": ["baseline"], "models": ["builtin:tiny-llama"],
-        "seeds": list(range(args.concurrent)), "budget": 3600, "executor": "local",
-        "task_paths": [str(FIXTURES / "tasks")], "grader": {"poll_s": args.poll, "idle_timeout_s": 3600}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bench",
+                "tasks": ["echo"],
+                "agents": ["baseline"],
+                "models": ["builtin:tiny-llama"],
+                "seeds": list(range(args.concurrent)),
+                "budget": 3600,
+                "executor": "local",
+                "task_paths": [str(FIXTURES / "tasks")],
+                "grader": {"poll_s": args.poll, "idle_timeout_s": 3600},
+            }
+        )
+    )
     sweep, runs = open_sweep(spec, tmp / "sd")
     resolve_model("builtin:tiny-llama")
-    grader = subprocess.Popen([sys.executable, "-m", "a2rl", "grade", str(sweep.root)],
-                              stdout=open(tmp / "grader.log", "w"), stderr=subprocess.STDOUT)
+    grader = subprocess.Popen(
+        [sys.executable, "-m", "a2rl", "grade", str(sweep.root)],
+        stdout=open(tmp / "grader.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         while not list(sweep.baselines.glob("*.json")):  # let the grader start up and score the baseline
             time.sleep(0.1)
@@ -55,9 +69,20 @@ def main() -> int:
         time.sleep(args.idle)
         idle_cpu = (cpu_seconds(grader.pid) - cpu0) / (time.monotonic() - t0)
         t0 = time.monotonic()
-        procs = [subprocess.Popen([sys.executable, str(FIXTURES / "stress_submitter.py"), str(sweep.root),
-                                   run.run_id, str(args.n), str(i)], stdout=subprocess.DEVNULL)
-                 for i, run in enumerate(runs)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(FIXTURES / "stress_submitter.py"),
+                    str(sweep.root),
+                    run.run_id,
+                    str(args.n),
+                    str(i),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            for i, run in enumerate(runs)
+        ]
         for proc in procs:
             proc.wait()
         wall = time.monotonic() - t0
@@ -72,11 +97,15 @@ def main() -> int:
     def q(xs: list[float], f: float) -> float:
         return xs[min(len(xs) - 1, int(f * len(xs)))]
 
-    print(f"{len(entries)} submissions, {args.concurrent} submitter(s), grader poll {args.poll} s, "
-          f"wall {wall:.1f} s ({len(entries) / wall:.1f} submissions/s)")
+    print(
+        f"{len(entries)} submissions, {args.concurrent} submitter(s), grader poll {args.poll} s, "
+        f"wall {wall:.1f} s ({len(entries) / wall:.1f} submissions/s)"
+    )
     for name, xs in (("submit -> claimed", claimed), ("submit -> recorded", recorded), ("evaluation", grading)):
-        print(f"  {name:20s} p50 {statistics.median(xs) * 1000:7.1f} ms   p90 {q(xs, 0.9) * 1000:7.1f} ms   "
-              f"max {xs[-1] * 1000:7.1f} ms")
+        print(
+            f"  {name:20s} p50 {statistics.median(xs) * 1000:7.1f} ms   p90 {q(xs, 0.9) * 1000:7.1f} ms   "
+            f"max {xs[-1] * 1000:7.1f} ms"
+        )
     print(f"  grader idle CPU      {idle_cpu * 100:.2f}% of one core over {args.idle:g} s")
     return 0
 
@@ -84,8 +113,13 @@ def main() -> int:
 def cpu_seconds(pid: int) -> float:
     """CPU time of a process, all its threads (Linux /proc/<pid>/task/*/schedstat: nanoseconds on a CPU, exact,
     where /proc/<pid>/stat counts 10 ms ticks)."""
-    return sum(int(Path(f"/proc/{pid}/task/{t}/schedstat").read_text().split()[0])
-               for t in os.listdir(f"/proc/{pid}/task")) / 1e9
+    return (
+        sum(
+            int(Path(f"/proc/{pid}/task/{t}/schedstat").read_text().split()[0]) for t in os.listdir(f"/proc/{pid}/task")
+        )
+        / 1e9
+    )
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

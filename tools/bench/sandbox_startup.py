@@ -40,8 +40,10 @@ def main() -> None:
                 with AgentSandbox(choose("bwrap"), network, forwards=[("127.0.0.1", 40009)], allow_hosts=[]) as box:
                     wrapped = box.command(argv, workspace=ws, python=python, read_only=[], cwd=ws)
                     boxed = median_s(wrapped, args.n, ws)
-                print(f"{name:16s} bwrap network={network:4s} {boxed * 1000:7.1f} ms  "
-                      f"overhead {(boxed - plain) * 1000:7.1f} ms (median of {args.n})")
+                print(
+                    f"{name:16s} bwrap network={network:4s} {boxed * 1000:7.1f} ms  "
+                    f"overhead {(boxed - plain) * 1000:7.1f} ms (median of {args.n})"
+                )
 
 
 if __name__ == "__main__":

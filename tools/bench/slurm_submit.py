@@ -27,17 +27,29 @@ def main() -> int:
     import yaml
 
     (tmp / "clusters").mkdir()
-    (tmp / "clusters" / "bench.yaml").write_text(yaml.safe_dump(
-        {"name": "bench", "partition": "debug", "max_array_size": args.max_array}))
+    (tmp / "clusters" / "bench.yaml").write_text(
+        yaml.safe_dump({"name": "bench", "partition": "debug", "max_array_size": args.max_array})
+    )
     os.environ["A2RL_CLUSTERS_PATH"] = str(tmp / "clusters")
     from a2rl.scheduling.launcher import Launcher, open_sweep
 
     spec = tmp / "bench.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "bench", "tasks": ["echo"], "agents": ["baseline"], "models": ["builtin:tiny-llama"],
-        "seeds": list(range(args.runs)), "budget": 600, "executor": "slurm", "cluster": "bench",
-        "task_paths": [str(REPO / "tests" / "fixtures" / "tasks")],
-        "resources": {"mem_gb": 0.1, "sbatch": {"begin": "now+1hour"}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bench",
+                "tasks": ["echo"],
+                "agents": ["baseline"],
+                "models": ["builtin:tiny-llama"],
+                "seeds": list(range(args.runs)),
+                "budget": 600,
+                "executor": "slurm",
+                "cluster": "bench",
+                "task_paths": [str(REPO / "tests" / "fixtures" / "tasks")],
+                "resources": {"mem_gb": 0.1, "sbatch": {"begin": "now+1hour"}},
+            }
+        )
+    )
     t0 = time.monotonic()
     sweep, runs = open_sweep(spec, tmp / "sd")
     t1 = time.monotonic()
@@ -48,9 +60,11 @@ def main() -> int:
     t3 = time.monotonic()
     arrays = Counter(j.split("_")[0] for j in launcher.jobs.values())
     launcher.scheduler.cancel([*arrays, *launcher.grader_jobs])
-    print(f"{len(runs)} runs: validate + freeze {t1 - t0:.1f} s, prepare {t2 - t1:.1f} s, "
-          f"submit {t3 - t2:.1f} s ({(t3 - t2) / len(runs) * 1000:.1f} ms/run) as {len(arrays)} arrays "
-          f"of {sorted(arrays.values(), reverse=True)} + {len(launcher.grader_jobs)} grader job")
+    print(
+        f"{len(runs)} runs: validate + freeze {t1 - t0:.1f} s, prepare {t2 - t1:.1f} s, "
+        f"submit {t3 - t2:.1f} s ({(t3 - t2) / len(runs) * 1000:.1f} ms/run) as {len(arrays)} arrays "
+        f"of {sorted(arrays.values(), reverse=True)} + {len(launcher.grader_jobs)} grader job"
+    )
     return 0
 
 

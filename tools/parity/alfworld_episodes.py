@@ -63,32 +63,67 @@ loc_bar_fridge - location
 (:goal (and {goal}))
 )
 """
-IN = "(exists (?r - receptacle) (exists (?o - object) (and (inReceptacle ?o ?r) (objectType ?o AppleType) " \
-     "(receptacleType ?r {rtype}Type){extra})))"
+IN = (
+    "(exists (?r - receptacle) (exists (?o - object) (and (inReceptacle ?o ?r) (objectType ?o AppleType) "
+    "(receptacleType ?r {rtype}Type){extra})))"
+)
 
 # game folder → (task text, where the apple starts, goal, solvable, raw completions the model writes in turn; the
 # last repeats once they run out). Folders without a goal exist only for AlfredTWEnv's filter.
 GAMES_SPEC = {
     "pick_and_place_simple-Apple-None-Fridge-1": (
-        "put an apple in fridge.", "counter", IN.format(rtype="Fridge", extra=""), True,
-        [" think: The apple is likely on the countertop.\nOK.", " go to countertop 1", "take apple 1 from countertop 1",
-         " go to fridge 1\n> open fridge 1", " open fridge 1", " put apple 1 in/on fridge 1",
-         " think: that did nothing; ALFWorld wants move.", " move apple 1 to fridge 1"]),
+        "put an apple in fridge.",
+        "counter",
+        IN.format(rtype="Fridge", extra=""),
+        True,
+        [
+            " think: The apple is likely on the countertop.\nOK.",
+            " go to countertop 1",
+            "take apple 1 from countertop 1",
+            " go to fridge 1\n> open fridge 1",
+            " open fridge 1",
+            " put apple 1 in/on fridge 1",
+            " think: that did nothing; ALFWorld wants move.",
+            " move apple 1 to fridge 1",
+        ],
+    ),
     "pick_and_place_simple-Apple-None-CounterTop-2": (
-        "put some apple on countertop.", "fridge", IN.format(rtype="CounterTop", extra=""), True,
-        [" go to fridge 1", " open fridge 1", " take apple 1 from fridge 1", " go to countertop 1",
-         " put apple 1 in/on countertop 1"]),
+        "put some apple on countertop.",
+        "fridge",
+        IN.format(rtype="CounterTop", extra=""),
+        True,
+        [
+            " go to fridge 1",
+            " open fridge 1",
+            " take apple 1 from fridge 1",
+            " go to countertop 1",
+            " put apple 1 in/on countertop 1",
+        ],
+    ),
     "pick_cool_then_place_in_recep-Apple-None-CounterTop-3": (
-        "cool some apple and put it in countertop.", "counter",
-        IN.format(rtype="CounterTop", extra=" (isCool ?o)"), True,
-        [" go to countertop 1", " take apple 1 from countertop 1", " go to fridge 1", " cool apple 1 with fridge 1",
-         " go to countertop 1", " move apple 1 to countertop 1", " look"]),
+        "cool some apple and put it in countertop.",
+        "counter",
+        IN.format(rtype="CounterTop", extra=" (isCool ?o)"),
+        True,
+        [
+            " go to countertop 1",
+            " take apple 1 from countertop 1",
+            " go to fridge 1",
+            " cool apple 1 with fridge 1",
+            " go to countertop 1",
+            " move apple 1 to countertop 1",
+            " look",
+        ],
+    ),
     "pick_and_place_with_movable_recep-Apple-Bowl-Fridge-4": None,
     "pick_heat_then_place_in_recep-AppleSliced-None-Fridge-5": None,
     "pick_and_place_simple-Apple-None-Fridge-6": False,  # marked unsolvable
 }
-TASK_TYPE = {"pick_and_place": "pick_and_place_simple", "pick_cool": "pick_cool_then_place_in_recep",
-             "pick_heat": "pick_heat_then_place_in_recep"}
+TASK_TYPE = {
+    "pick_and_place": "pick_and_place_simple",
+    "pick_cool": "pick_cool_then_place_in_recep",
+    "pick_heat": "pick_heat_then_place_in_recep",
+}
 
 
 def write_games(data: Path) -> None:
@@ -105,9 +140,17 @@ def write_games(data: Path) -> None:
         receptacle = {"counter": "countertop_bar__plus_01_dot_00", "fridge": "fridge_bar__plus_02_dot_00"}[start]
         problem = PROBLEM.format(n=n, start=receptacle, start_loc=f"loc_bar_{start}", goal=goal)
         grammar = (logic / "alfred.twl2").read_text().replace("UNKNOWN GOAL.", task)
-        (game / "game.tw-pddl").write_text(json.dumps({"pddl_domain": (logic / "alfred.pddl").read_text(),
-                                                       "grammar": grammar, "pddl_problem": problem,
-                                                       "solvable": solvable}, indent=0))
+        (game / "game.tw-pddl").write_text(
+            json.dumps(
+                {
+                    "pddl_domain": (logic / "alfred.pddl").read_text(),
+                    "grammar": grammar,
+                    "pddl_problem": problem,
+                    "solvable": solvable,
+                },
+                indent=0,
+            )
+        )
 
 
 def main() -> None:
@@ -135,16 +178,31 @@ def main() -> None:
             cut = min((i for s in stop if (i := raw.find(s)) >= 0), default=len(raw))
             calls.append({"task": spec[0], "prompt": prompt, "stop": stop, "raw": raw})
             return raw[:cut]
+
         return llm, lambda: None
 
     data = types.ModuleType("data")
     data._ensure_alfworld_data = lambda: home
     sys.modules["rdagent.scenarios.rl.autorl_bench.benchmarks.alfworld.data"] = data
     base = type("BaseEvaluator", (), {"get_default_result": lambda self, bid, path: {"benchmark": bid}})
-    up = upstream_functions(source, ["_Tee", "_log", "process_ob", "alfworld_run", "ALFWorldEvaluator"], {
-        "BaseEvaluator": base, "create_llm_fn": create_llm_fn, "LOG_DIR": home / "log", "__file__": str(source),
-        "TASK_PREFIXES": {"pick_and_place": "put", "pick_clean_then_place": "clean", "pick_heat_then_place": "heat",
-                          "pick_cool_then_place": "cool", "look_at_obj": "examine", "pick_two_obj": "puttwo"}})
+    up = upstream_functions(
+        source,
+        ["_Tee", "_log", "process_ob", "alfworld_run", "ALFWorldEvaluator"],
+        {
+            "BaseEvaluator": base,
+            "create_llm_fn": create_llm_fn,
+            "LOG_DIR": home / "log",
+            "__file__": str(source),
+            "TASK_PREFIXES": {
+                "pick_and_place": "put",
+                "pick_clean_then_place": "clean",
+                "pick_heat_then_place": "heat",
+                "pick_cool_then_place": "cool",
+                "look_at_obj": "examine",
+                "pick_two_obj": "puttwo",
+            },
+        },
+    )
     evaluator = up["ALFWorldEvaluator"].__new__(up["ALFWorldEvaluator"])
     evaluator.benchmark_id, evaluator.eval_config = "alfworld", {}
     result = evaluator.run_eval("/nonexistent-model", str(home), backend="vllm")
@@ -155,13 +213,27 @@ def main() -> None:
     for c in calls:
         heads.setdefault(c["task"], c["prompt"])
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    write_fixture("alfworld", {
-        "upstream": f"microsoft/RD-Agent {commit.strip() or '?'}: {EVAL} (ALFWorldEvaluator.run_eval, alfworld_run) "
-                    f"on alfworld {_version('alfworld')}, textworld {_version('textworld')}; stand-ins: vLLM "
-                    "(scripted completions cut at its stop), the data location, BaseEvaluator.get_default_result",
-        "kept": kept, "score": result["score"], "summary": result["accuracy_summary"],
-        "heads": heads, "cases": [{"task": c["task"], "history": c["prompt"].removeprefix(heads[c["task"]]),
-                                   "stop": c["stop"], "raw": c["raw"]} for c in calls]})
+    write_fixture(
+        "alfworld",
+        {
+            "upstream": f"microsoft/RD-Agent {commit.strip() or '?'}: {EVAL} (ALFWorldEvaluator.run_eval, alfworld_run) "
+            f"on alfworld {_version('alfworld')}, textworld {_version('textworld')}; stand-ins: vLLM "
+            "(scripted completions cut at its stop), the data location, BaseEvaluator.get_default_result",
+            "kept": kept,
+            "score": result["score"],
+            "summary": result["accuracy_summary"],
+            "heads": heads,
+            "cases": [
+                {
+                    "task": c["task"],
+                    "history": c["prompt"].removeprefix(heads[c["task"]]),
+                    "stop": c["stop"],
+                    "raw": c["raw"],
+                }
+                for c in calls
+            ],
+        },
+    )
 
 
 def _version(name: str) -> str:

@@ -44,9 +44,17 @@ def made_up_gamed(rng: np.random.Generator) -> pd.DataFrame:
         std_delta = rng.normal(shift, 0.5, N)
         logit = -1.2 * np.tanh(std_delta) + 0.3 * difficulty  # longer (delta < 0 => output_2 longer) wins
         pref = 1 / (1 + np.exp(-logit - rng.normal(0, 0.5, N)))
-        rows += [{"model": model, "index": i, "preference": round(float(pref[i]), 6),
-                  "std_delta_len": round(float(std_delta[i]), 6), "instruction_difficulty": round(float(difficulty[i]), 6),
-                  "not_gamed_baseline": False} for i in range(N)]
+        rows += [
+            {
+                "model": model,
+                "index": i,
+                "preference": round(float(pref[i]), 6),
+                "std_delta_len": round(float(std_delta[i]), 6),
+                "instruction_difficulty": round(float(difficulty[i]), 6),
+                "not_gamed_baseline": False,
+            }
+            for i in range(N)
+        ]
     return pd.DataFrame(rows)
 
 
@@ -55,14 +63,21 @@ def made_up_models(rng: np.random.Generator) -> dict[str, dict]:
     models = {}
     baseline_len = rng.integers(200, 2000, N)
     for name, quality, length_scale, length_effect in (
-            ("verbose_and_good", 0.8, 2.0, 1.5), ("verbose_and_weak", -0.7, 2.5, 2.0),
-            ("concise_and_good", 0.6, 0.4, 1.0), ("concise_and_weak", -1.2, 0.5, 1.0),
-            ("like_the_baseline", 0.0, 1.0, 0.5), ("much_better", 2.5, 1.1, 0.3)):
+        ("verbose_and_good", 0.8, 2.0, 1.5),
+        ("verbose_and_weak", -0.7, 2.5, 2.0),
+        ("concise_and_good", 0.6, 0.4, 1.0),
+        ("concise_and_weak", -1.2, 0.5, 1.0),
+        ("like_the_baseline", 0.0, 1.0, 0.5),
+        ("much_better", 2.5, 1.1, 0.3),
+    ):
         lengths = np.maximum(1, (baseline_len * length_scale * rng.lognormal(0, 0.3, N)).astype(int))
         delta = (lengths - baseline_len) / 1000
         p = 1 / (1 + np.exp(-(quality + length_effect * np.tanh(delta) + rng.normal(0, 0.7, N))))
-        models[name] = {"preference": [round(1 + float(x), 6) for x in p], "lengths": lengths.tolist(),
-                        "baseline_lengths": baseline_len.tolist()}
+        models[name] = {
+            "preference": [round(1 + float(x), 6) for x in p],
+            "lengths": lengths.tolist(),
+            "baseline_lengths": baseline_len.tolist(),
+        }
     # judge failures (NaN: dropped from the fit, still predicted) and legacy draws (0 = 1.5)
     odd = {k: list(v) for k, v in models["like_the_baseline"].items()}
     odd["preference"][3] = odd["preference"][17] = None
@@ -74,30 +89,51 @@ def made_up_models(rng: np.random.Generator) -> dict[str, dict]:
 def upstream_lc(model: dict) -> dict:
     from alpaca_eval.metrics import glm_winrate
 
-    annotations = pd.DataFrame({
-        "instruction": [f"instruction {i}" for i in range(N)],
-        "output_1": ["b" * n for n in model["baseline_lengths"]], "output_2": ["o" * n for n in model["lengths"]],
-        "preference": [np.nan if p is None else p for p in model["preference"]],
-        "generator_1": "gpt4_1106_preview", "generator_2": "made_up", "annotator": ANNOTATOR})
-    metrics = glm_winrate.get_length_controlled_winrate(annotations, save_weights_dir=None,
-                                                        is_warn_extreme_changes=False)
+    annotations = pd.DataFrame(
+        {
+            "instruction": [f"instruction {i}" for i in range(N)],
+            "output_1": ["b" * n for n in model["baseline_lengths"]],
+            "output_2": ["o" * n for n in model["lengths"]],
+            "preference": [np.nan if p is None else p for p in model["preference"]],
+            "generator_1": "gpt4_1106_preview",
+            "generator_2": "made_up",
+            "annotator": ANNOTATOR,
+        }
+    )
+    metrics = glm_winrate.get_length_controlled_winrate(
+        annotations, save_weights_dir=None, is_warn_extreme_changes=False
+    )
     glm = annotations["glm_preference"]
     x = glm_winrate._get_featurized_data(annotations, glm_winrate.GLM_INFO["length_controlled_v1"]["formula"], 0.2)
-    return {"length_controlled_winrate": float(metrics["length_controlled_winrate"]),
-            "win_rate": float(metrics["win_rate"]), "n_wins": int(metrics["n_wins"]),
-            "n_draws": int(metrics["n_draws"]), "glm_preference": [float(v) for v in glm],
-            "design_columns": list(x[1].columns)}
+    return {
+        "length_controlled_winrate": float(metrics["length_controlled_winrate"]),
+        "win_rate": float(metrics["win_rate"]),
+        "n_wins": int(metrics["n_wins"]),
+        "n_draws": int(metrics["n_draws"]),
+        "glm_preference": [float(v) for v in glm],
+        "design_columns": list(x[1].columns),
+    }
 
 
 # (instruction, baseline's output, model's output, the judge's first-token top logprobs or None, its text)
 JUDGE_CASES = [
-    ("Name three primary colours.", "Red, yellow and blue.", "Red, blue, yellow.",
-     [("m", -0.2), ("M", -1.8), ("The", -9.0)], "m"),
+    (
+        "Name three primary colours.",
+        "Red, yellow and blue.",
+        "Red, blue, yellow.",
+        [("m", -0.2), ("M", -1.8), ("The", -9.0)],
+        "m",
+    ),
     ("Give a synonym for happy.", "Joyful.", "Glad, or joyful.", [("M", -0.01), ("m", -4.6)], "M"),
     ("What is 2+2?", "4", "2+2 equals 4.", [("M", -0.05), ("Model", -3.2)], "M"),
     ("Translate 'chat' from French.", "Cat.", "It means cat.", [("The", -0.1), ("Both", -2.5)], "The"),
-    ("Write {output_1} literally.", "{output_1}", "I wrote {output_2} and {instruction}.",
-     [("m", -0.7), ("M", -0.7)], "m"),
+    (
+        "Write {output_1} literally.",
+        "{output_1}",
+        "I wrote {output_2} and {instruction}.",
+        [("m", -0.7), ("M", -0.7)],
+        "m",
+    ),
     ("Say hi.", "Hi!", "Hi!", [("m", -0.3), ("M", -1.4)], "m"),
     ("List two prime numbers.", "2 and 3.", "3 and 5 are prime.", [("m", -1.1), ("M", -0.4), ("m", -2.0)], "M"),
     # shown to the judge in the other order (alpaca_eval's coin), as none of the above is
@@ -121,11 +157,15 @@ def upstream_annotator() -> dict:
 
     package = Path(importlib.util.find_spec("alpaca_eval").origin).parent
     config = yaml.safe_load((package / "evaluators_configs" / ANNOTATOR / "configs.yaml").read_text())[ANNOTATOR]
-    template = (package / "evaluators_configs" / ANNOTATOR / ".." / "alpaca_eval_clf_gpt4_turbo" /
-                "alpaca_eval_clf.txt").resolve().read_text()
+    template = (
+        (package / "evaluators_configs" / ANNOTATOR / ".." / "alpaca_eval_clf_gpt4_turbo" / "alpaca_eval_clf.txt")
+        .resolve()
+        .read_text()
+    )
     assert config["prompt_template"] == "alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt", config
-    assert (REPO / "tasks" / "alpacaeval" / "alpaca_eval_clf.txt").read_text() == template, \
+    assert (REPO / "tasks" / "alpacaeval" / "alpaca_eval_clf.txt").read_text() == template, (
         "tasks/alpacaeval/alpaca_eval_clf.txt differs from the installed alpaca_eval's prompt"
+    )
     annotator = annotators.PairwiseAnnotator(annotators_config=ANNOTATOR, caching_path=None)  # no cache file
     single = annotator.annotators[ANNOTATOR]
     by_instruction = {c[0]: c for c in JUDGE_CASES}
@@ -134,18 +174,35 @@ def upstream_annotator() -> dict:
     def judge(prompts, **kwargs):  # stands for openai_completions: what it returns, for these prompts
         completions_all = []
         for prompt in prompts:
-            instruction = next(i for i in by_instruction if f"\"instruction\": \"\"\"{i}\"\"\"" in prompt)
+            instruction = next(i for i in by_instruction if f'"instruction": """{i}"""' in prompt)
             asked[instruction] = utils.prompt_to_chatml(prompt)
             _, _, _, top, text = by_instruction[instruction]
-            completions_all.append({"logprobs": {"content": [{"token": text, "logprob": 0.0, "top_logprobs": [
-                {"token": t, "logprob": lp} for t, lp in top]}]}, "text": text})
-        return {"completions": [c["text"] for c in completions_all], "completions_all": completions_all,
-                "price_per_example": [0.0] * len(prompts), "time_per_example": [0.0] * len(prompts)}
+            completions_all.append(
+                {
+                    "logprobs": {
+                        "content": [
+                            {
+                                "token": text,
+                                "logprob": 0.0,
+                                "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top],
+                            }
+                        ]
+                    },
+                    "text": text,
+                }
+            )
+        return {
+            "completions": [c["text"] for c in completions_all],
+            "completions_all": completions_all,
+            "price_per_example": [0.0] * len(prompts),
+            "time_per_example": [0.0] * len(prompts),
+        }
 
     single.fn_completions = judge
     annotated = annotator.annotate_head2head(
         outputs_1=[{"instruction": i, "output": b} for i, b, *_ in JUDGE_CASES],
-        outputs_2=[{"instruction": i, "output": o} for i, _, o, *_ in JUDGE_CASES])
+        outputs_2=[{"instruction": i, "output": o} for i, _, o, *_ in JUDGE_CASES],
+    )
     preference = {a["instruction"]: a["preference"] for a in annotated}
 
     def switched(instructions: list[str]) -> list[bool]:
@@ -156,14 +213,28 @@ def upstream_annotator() -> dict:
 
     coins = [f"made-up instruction {i}: {'why ' * (i % 5)}{i * 7919 % 1000}" for i in range(N_COINS)]
     cases = []
-    for (instruction, baseline, output, top, text), is_switched in zip(JUDGE_CASES, switched(
-            [c[0] for c in JUDGE_CASES])):
+    for (instruction, baseline, output, top, text), is_switched in zip(
+        JUDGE_CASES, switched([c[0] for c in JUDGE_CASES])
+    ):
         p = preference[instruction]
-        cases.append({"instruction": instruction, "baseline": baseline, "output": output, "top_logprobs": top,
-                      "text": text, "switched": is_switched, "messages": asked.get(instruction),
-                      "preference": None if p is None or math.isnan(p) else float(p)})
-    return {"completions_kwargs": config["completions_kwargs"], "seed": single.seed, "cases": cases,
-            "coins": dict(zip(coins, switched(coins)))}
+        cases.append(
+            {
+                "instruction": instruction,
+                "baseline": baseline,
+                "output": output,
+                "top_logprobs": top,
+                "text": text,
+                "switched": is_switched,
+                "messages": asked.get(instruction),
+                "preference": None if p is None or math.isnan(p) else float(p),
+            }
+        )
+    return {
+        "completions_kwargs": config["completions_kwargs"],
+        "seed": single.seed,
+        "cases": cases,
+        "coins": dict(zip(coins, switched(coins))),
+    }
 
 
 def main() -> None:
@@ -176,12 +247,19 @@ def main() -> None:
     for model in models.values():
         model["upstream"] = upstream_lc(model)
     import sklearn
-    write_fixture("alpacaeval", {
-        "upstream": f"alpaca_eval {importlib.metadata.version('alpaca_eval')} (scikit-learn {sklearn.__version__}): "
-                    "metrics/glm_winrate.py get_length_controlled_winrate (length_controlled_v1), "
-                    f"annotators.PairwiseAnnotator(annotators_config={ANNOTATOR!r}).annotate_head2head",
-        "gamed_csv": GAMED_CSV.name, "models": models, "annotator": upstream_annotator(),
-        "cases": list(models)})
+
+    write_fixture(
+        "alpacaeval",
+        {
+            "upstream": f"alpaca_eval {importlib.metadata.version('alpaca_eval')} (scikit-learn {sklearn.__version__}): "
+            "metrics/glm_winrate.py get_length_controlled_winrate (length_controlled_v1), "
+            f"annotators.PairwiseAnnotator(annotators_config={ANNOTATOR!r}).annotate_head2head",
+            "gamed_csv": GAMED_CSV.name,
+            "models": models,
+            "annotator": upstream_annotator(),
+            "cases": list(models),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -27,42 +27,90 @@ from pathlib import Path
 from common import upstream_functions, write_fixture
 
 EVAL = Path("rdagent/scenarios/rl/autorl_bench/benchmarks/deepsearchqa/eval.py")
-SNIPPETS = {"Cagoren capital": ["Cagoren's capital city is Fahalis.", "Fahalis lies on the coast."],
-            "largest moons of Jupiter": ["The Galilean moons are Io, Europa, Ganymede and Callisto."]}
+SNIPPETS = {
+    "Cagoren capital": ["Cagoren's capital city is Fahalis.", "Fahalis lies on the coast."],
+    "largest moons of Jupiter": ["The Galilean moons are Io, Europa, Ganymede and Callisto."],
+}
 
 # (question, answer type, gold, raw continuations the model writes, one per generate call, judge reply)
 CASES = [
     # the action on its own line is cut by the stop "\nAction:", so the answer is forced
-    ("What is the capital of Cagoren?", "Single Answer", "Fahalis",
-     [" I should search for it.\nAction: search[Cagoren capital]", " Fahalis]"], "correct"),
+    (
+        "What is the capital of Cagoren?",
+        "Single Answer",
+        "Fahalis",
+        [" I should search for it.\nAction: search[Cagoren capital]", " Fahalis]"],
+        "correct",
+    ),
     # an action on the thought's line survives the stop: the search runs, then an inline answer
-    ("What is the capital of Cagoren?", "Single Answer", "Fahalis",
-     [" Let me look. Action: search[Cagoren capital]\nObservation: made up",
-      " The snippet says Fahalis. Action: answer[Fahalis]"], "Correct."),
+    (
+        "What is the capital of Cagoren?",
+        "Single Answer",
+        "Fahalis",
+        [
+            " Let me look. Action: search[Cagoren capital]\nObservation: made up",
+            " The snippet says Fahalis. Action: answer[Fahalis]",
+        ],
+        "Correct.",
+    ),
     # an empty forced answer goes to the judge, which may call it correct
     ("What is the capital of Cagoren?", "Single Answer", "Fahalis", [" Hmm.", "  ]"], "correct"),
     ("What is the capital of Cagoren?", "Single Answer", "Fahalis", [" Hmm.", "]"], "incorrect"),
     # the placeholder answer is rejected, then a real one
-    ("What is the capital of Cagoren?", "Single Answer", "Fahalis",
-     [" Done. Action: answer[your final answer]", " Oops. Action: answer[Fahalis]"], "  correct;"),
+    (
+        "What is the capital of Cagoren?",
+        "Single Answer",
+        "Fahalis",
+        [" Done. Action: answer[your final answer]", " Oops. Action: answer[Fahalis]"],
+        "  correct;",
+    ),
     # a forced placeholder keeps the open "answer[" in the prompt and the loop goes on
-    ("What is the capital of Cagoren?", "Single Answer", "Fahalis",
-     [" I know it.", "Your final answer]", " It is Fahalis. Action: answer[ Fahalis ]"], "correct"),
+    (
+        "What is the capital of Cagoren?",
+        "Single Answer",
+        "Fahalis",
+        [" I know it.", "Your final answer]", " It is Fahalis. Action: answer[ Fahalis ]"],
+        "correct",
+    ),
     # out of steps: "I don't know"
-    ("Name the largest moons of Jupiter.", "Set Answer", "Io, Europa, Ganymede, Callisto",
-     [" Search. Action: search[largest moons of Jupiter]"] * 6, "incorrect"),
+    (
+        "Name the largest moons of Jupiter.",
+        "Set Answer",
+        "Io, Europa, Ganymede, Callisto",
+        [" Search. Action: search[largest moons of Jupiter]"] * 6,
+        "incorrect",
+    ),
     # a set answer with a multi-line verdict; the first line decides
-    ("Name the largest moons of Jupiter.", "Set Answer", "Io, Europa, Ganymede, Callisto",
-     [" Action: search[largest moons of Jupiter]", " Action: answer[Io, Europa,\nGanymede, Callisto]"],
-     "correct\nAll four are listed."),
-    ("Name the largest moons of Jupiter.", "Set Answer", "Io, Europa, Ganymede, Callisto",
-     [" Action: answer[Io, Europa]"], "Incorrect - two are missing."),
+    (
+        "Name the largest moons of Jupiter.",
+        "Set Answer",
+        "Io, Europa, Ganymede, Callisto",
+        [" Action: search[largest moons of Jupiter]", " Action: answer[Io, Europa,\nGanymede, Callisto]"],
+        "correct\nAll four are listed.",
+    ),
+    (
+        "Name the largest moons of Jupiter.",
+        "Set Answer",
+        "Io, Europa, Ganymede, Callisto",
+        [" Action: answer[Io, Europa]"],
+        "Incorrect - two are missing.",
+    ),
     # a stop string inside the first output: only the text before "\nThought:" counts
-    ("What is the capital of Cagoren?", "Single Answer", "Fahalis",
-     [" It is Fahalis.\nThought: Action: answer[Paris]", "Fahalis] trailing"], "CORRECT!"),
+    (
+        "What is the capital of Cagoren?",
+        "Single Answer",
+        "Fahalis",
+        [" It is Fahalis.\nThought: Action: answer[Paris]", "Fahalis] trailing"],
+        "CORRECT!",
+    ),
     # the judge reply's first word must be the whole first line
-    ("What is the capital of Cagoren?", "Single Answer", "Fahalis",
-     [" Action: answer[Fahalis]"], "correct, the predicted answer matches"),
+    (
+        "What is the capital of Cagoren?",
+        "Single Answer",
+        "Fahalis",
+        [" Action: answer[Fahalis]"],
+        "correct, the predicted answer matches",
+    ),
 ]
 
 
@@ -86,7 +134,8 @@ def install_stand_ins(judge_reply: list[str]) -> None:
     """vllm.SamplingParams and rdagent.oai.llm_utils.APIBackend, the two imports inside the reference's methods."""
     vllm = types.ModuleType("vllm")
     vllm.SamplingParams = lambda temperature=0.0, max_tokens=16, stop=(): types.SimpleNamespace(
-        temperature=temperature, max_tokens=max_tokens, stop=list(stop))
+        temperature=temperature, max_tokens=max_tokens, stop=list(stop)
+    )
     llm_utils = types.ModuleType("rdagent.oai.llm_utils")
 
     class APIBackend:
@@ -95,8 +144,14 @@ def install_stand_ins(judge_reply: list[str]) -> None:
             return judge_reply[0]
 
     llm_utils.APIBackend = APIBackend
-    sys.modules.update({"vllm": vllm, "rdagent": types.ModuleType("rdagent"),
-                        "rdagent.oai": types.ModuleType("rdagent.oai"), "rdagent.oai.llm_utils": llm_utils})
+    sys.modules.update(
+        {
+            "vllm": vllm,
+            "rdagent": types.ModuleType("rdagent"),
+            "rdagent.oai": types.ModuleType("rdagent.oai"),
+            "rdagent.oai.llm_utils": llm_utils,
+        }
+    )
 
 
 def main() -> None:
@@ -104,8 +159,11 @@ def main() -> None:
         raise SystemExit(__doc__)
     repo = Path(sys.argv[1])
     source = repo / EVAL
-    system = next(ast.literal_eval(n.value) for n in ast.parse(source.read_text()).body
-                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "REACT_SYSTEM_PROMPT")
+    system = next(
+        ast.literal_eval(n.value)
+        for n in ast.parse(source.read_text()).body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "REACT_SYSTEM_PROMPT"
+    )
     log = types.SimpleNamespace(info=lambda *a, **k: None, warning=lambda *a, **k: None)
     queries: list[str] = []
 
@@ -114,9 +172,11 @@ def main() -> None:
         results = [{"snippet": s} for s in SNIPPETS.get(params["q"], [])]
         return types.SimpleNamespace(json=lambda: {"organic_results": results})
 
-    cls = upstream_functions(source, ["DeepSearchQAEvaluator"], {
-        "REACT_SYSTEM_PROMPT": system, "logger": log,
-        "requests": types.SimpleNamespace(get=serpapi)})["DeepSearchQAEvaluator"]
+    cls = upstream_functions(
+        source,
+        ["DeepSearchQAEvaluator"],
+        {"REACT_SYSTEM_PROMPT": system, "logger": log, "requests": types.SimpleNamespace(get=serpapi)},
+    )["DeepSearchQAEvaluator"]
     evaluator = cls.__new__(cls)  # its constructor wants the benchmark's config object; only eval_config is read
     evaluator.eval_config = {}  # the reference's default: max_steps 6
     cases = []
@@ -125,23 +185,42 @@ def main() -> None:
         install_stand_ins(judge)
         llm = ScriptedLLM(continuations)
         queries.clear()
-        params = sys.modules["vllm"].SamplingParams(temperature=0.0, max_tokens=256,
-                                                    stop=["\nAction:", "\nThought:", "\nObservation:"])
+        params = sys.modules["vllm"].SamplingParams(
+            temperature=0.0, max_tokens=256, stop=["\nAction:", "\nThought:", "\nObservation:"]
+        )
         search = lambda q: evaluator._serpapi_search(q, "key")  # noqa: E731
         predicted = evaluator._react_loop(llm, params, search, question, answer_type)
         correct = evaluator._judge_answer(predicted, gold, answer_type)
-        cases.append({"question": question, "answer_type": answer_type, "gold": gold,
-                      "continuations": continuations, "used": len(continuations) - len(llm.continuations),
-                      "prompts": llm.prompts, "stops": llm.stops, "queries": list(queries), "predicted": predicted,
-                      "judge_messages": [{"role": "system", "content": judge[1][0]},
-                                         {"role": "user", "content": judge[1][1]}],
-                      "judge_reply": reply, "correct": bool(correct)})
+        cases.append(
+            {
+                "question": question,
+                "answer_type": answer_type,
+                "gold": gold,
+                "continuations": continuations,
+                "used": len(continuations) - len(llm.continuations),
+                "prompts": llm.prompts,
+                "stops": llm.stops,
+                "queries": list(queries),
+                "predicted": predicted,
+                "judge_messages": [
+                    {"role": "system", "content": judge[1][0]},
+                    {"role": "user", "content": judge[1][1]},
+                ],
+                "judge_reply": reply,
+                "correct": bool(correct),
+            }
+        )
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    write_fixture("deepsearchqa", {
-        "upstream": f"microsoft/RD-Agent {commit.strip() or '?'}: {EVAL} (DeepSearchQAEvaluator._react_loop, "
-                    "_serpapi_search, _judge_answer); stand-ins: vLLM (scripted continuations cut at its stops), "
-                    "requests.get (fixed SerpAPI snippets), APIBackend (scripted judge reply)",
-        "snippets": SNIPPETS, "cases": cases})
+    write_fixture(
+        "deepsearchqa",
+        {
+            "upstream": f"microsoft/RD-Agent {commit.strip() or '?'}: {EVAL} (DeepSearchQAEvaluator._react_loop, "
+            "_serpapi_search, _judge_answer); stand-ins: vLLM (scripted continuations cut at its stops), "
+            "requests.get (fixed SerpAPI snippets), APIBackend (scripted judge reply)",
+            "snippets": SNIPPETS,
+            "cases": cases,
+        },
+    )
 
 
 if __name__ == "__main__":

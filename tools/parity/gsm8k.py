@@ -34,8 +34,10 @@ CASES = [
     ("She pays 2*0.75+0.5 = 2.00 dollars.\nThe answer is 2.00", "...\n#### 2"),
     ("The temperature is 4-9 = -5 degrees.\nThe answer is -5", "...\n#### -5"),
     ("Her balance is 30-37.50 = -7.50.\nThe answer is -7.5", "...\n#### -7.5"),
-    ("He has 375+8 = 383 coins.\nThe answer is 383\n\nQuestion: Tom has 5 apples. How many?\nAnswer: 5",
-     "...\n#### 383"),
+    (
+        "He has 375+8 = 383 coins.\nThe answer is 383\n\nQuestion: Tom has 5 apples. How many?\nAnswer: 5",
+        "...\n#### 383",
+    ),
     ("So 12 in all.\nQuestion: Anna has 3 cats and 2 dogs.", "...\n#### 12"),
     ("First 3, then 4, so 12 in all.", "...\n#### 12"),
     ("The answer is 12 apples, 3 of them red.", "...\n#### 12"),
@@ -53,16 +55,20 @@ CASES = [
 
 def paper_exemplars(config: Path) -> list[dict[str, str]]:
     """The HUMAN/BOT rounds of the config before the final question, as {question, answer}."""
-    rounds = [{kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
-              for node in ast.walk(ast.parse(config.read_text()))
-              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict"
-              and {kw.arg for kw in node.keywords} == {"role", "prompt"}]
+    rounds = [
+        {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+        for node in ast.walk(ast.parse(config.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "dict"
+        and {kw.arg for kw in node.keywords} == {"role", "prompt"}
+    ]
     assert rounds[-1] == {"role": "HUMAN", "prompt": "Question: {question}" + SUFFIX}, rounds[-1]
     shots = []
     for human, bot in zip(rounds[:-1:2], rounds[1:-1:2]):
         assert (human["role"], bot["role"]) == ("HUMAN", "BOT")
-        shots.append({"question": human["prompt"].removeprefix("Question: ").removesuffix(SUFFIX),
-                      "answer": bot["prompt"]})
+        shots.append(
+            {"question": human["prompt"].removeprefix("Question: ").removesuffix(SUFFIX), "answer": bot["prompt"]}
+        )
     max_out_len = re.search(r"max_out_len\s*=\s*(\d+)", config.read_text())
     assert max_out_len and max_out_len.group(1) == "512", "the config's max_out_len is no longer 512"
     return shots
@@ -72,19 +78,33 @@ def main() -> None:
     package = Path(importlib.util.find_spec("opencompass").origin).parent
     shots = paper_exemplars(package / "configs" / "datasets" / "gsm8k" / "gsm8k_gen_1d7fe4.py")
     (REPO / "a2rl" / "tasklib" / "gsm8k_paper_fewshot.json").write_text(json.dumps(shots, indent=1) + "\n")
-    up = upstream_functions(package / "datasets" / "gsm8k.py",
-                            ["gsm8k_postprocess", "gsm8k_dataset_postprocess", "Gsm8kEvaluator"])
+    up = upstream_functions(
+        package / "datasets" / "gsm8k.py", ["gsm8k_postprocess", "gsm8k_dataset_postprocess", "Gsm8kEvaluator"]
+    )
     is_equal = up["Gsm8kEvaluator"].is_equal
     cases = []
     for output, gold in CASES:
         pred, ref = up["gsm8k_postprocess"](output), up["gsm8k_dataset_postprocess"](gold)
-        cases.append({"output": output, "gold": gold, "prediction": pred, "reference": ref,
-                      "correct": bool(is_equal(None, pred, ref))})
-    write_fixture("gsm8k", {
-        "upstream": f"opencompass {importlib.metadata.version('opencompass')}: configs/datasets/gsm8k/"
-                    "gsm8k_gen_1d7fe4.py, datasets/gsm8k.py (gsm8k_postprocess, gsm8k_dataset_postprocess, "
-                    "Gsm8kEvaluator.is_equal)",
-        "exemplars": shots, "max_out_len": 512, "cases": cases})
+        cases.append(
+            {
+                "output": output,
+                "gold": gold,
+                "prediction": pred,
+                "reference": ref,
+                "correct": bool(is_equal(None, pred, ref)),
+            }
+        )
+    write_fixture(
+        "gsm8k",
+        {
+            "upstream": f"opencompass {importlib.metadata.version('opencompass')}: configs/datasets/gsm8k/"
+            "gsm8k_gen_1d7fe4.py, datasets/gsm8k.py (gsm8k_postprocess, gsm8k_dataset_postprocess, "
+            "Gsm8kEvaluator.is_equal)",
+            "exemplars": shots,
+            "max_out_len": 512,
+            "cases": cases,
+        },
+    )
 
 
 if __name__ == "__main__":
