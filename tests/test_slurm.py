@@ -81,6 +81,9 @@ def test_requeue_resumes_the_run_within_its_budget(tmp_path):
     sweep = SweepDir(tmp_path / "sd")
     (run,) = sweep.runs()
     until(lambda: sweep.ledger.entries(run.run_id), 120, "the first scored submission")
+    # the saver prints "working" once v1 is saved too: a requeue before that would leave nothing to auto-submit
+    log = sweep.run_dir(run.run_id) / "agent.log"
+    until(lambda: "working" in log.read_text(errors="replace"), 120, "v1 saved")
     job = sweep.status(run.run_id).job_id
     subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
     result = until(lambda: RunResult.load_or_none(sweep.result_path(run.run_id)), 300, "the resumed run's result")

@@ -58,7 +58,8 @@ fi
 # ---- the vLLM environment (vLLM's CPU build here): graders with backend vllm, the vllm local driver, and
 # tests/test_vllm_real.py + the vllm driver test run in it; A2RL_VLLM_PYTHON tells the tests and sweeps where.
 VLLM_VENV=${A2RL_VLLM_VENV:-$ROOT/.venv-vllm}
-bash tools/setup-vllm-env.sh "$VLLM_VENV"
+# the real-vLLM tests grade the textworld fixture too: its engine (games) as in .venv
+A2RL_VLLM_EXTRAS=tasks,test,games bash tools/setup-vllm-env.sh "$VLLM_VENV"
 export A2RL_VLLM_PYTHON=${A2RL_VLLM_PYTHON:-$VLLM_VENV/bin/python}
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB of KV cache per CPU engine
 # ---- end of the vLLM environment
