@@ -98,8 +98,9 @@ import importlib.util, json, random, sys
 spec = importlib.util.spec_from_file_location("p", sys.argv[1])
 p = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(p)
+from a2rl.tasklib.taskdata import distinct_rows
 def rows(seed, n):
-    return [r["prompt"] for r in p.distinct_rows(random.Random(seed), p.make_problem, "prompt", n)]
+    return [r["prompt"] for r in distinct_rows(random.Random(seed), p.make_problem, "prompt", n)]
 print(json.dumps({"train": rows(p.SEED, p.N_HELDOUT + p.N_TRAIN),
                   "neighbours": [rows(s, p.N_HELDOUT) for s in range(p.SEED - 300, p.SEED + 300)],
                   "secret": rows(int(sys.argv[2]), p.N_HELDOUT) if len(sys.argv) > 2 else []}))

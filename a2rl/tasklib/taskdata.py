@@ -46,3 +46,23 @@ def distinct_rows(
             seen.add(row[key])
             rows.append(row)
     return rows
+
+
+def write_synthetic_splits(
+    train_dir: Path,
+    heldout_dir: Path,
+    make: Callable[[random.Random], dict[str, Any]],
+    key: str,
+    *,
+    seed: int,
+    n_train: int,
+    n_heldout: int,
+) -> None:
+    """A generated task's two splits: train rows from the public `seed` (the same everywhere), held-out rows from
+    a secret seed of this data root's (heldout/SEED, `heldout_seed`), none equal to a train row by `key`."""
+    train = distinct_rows(random.Random(seed), make, key, n_train)
+    heldout = distinct_rows(
+        random.Random(heldout_seed(Path(heldout_dir))), make, key, n_heldout, taken={r[key] for r in train}
+    )
+    write_jsonl(Path(heldout_dir) / "test.jsonl", heldout)
+    write_jsonl(Path(train_dir) / "train.jsonl", train)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from a2rl.tasklib.taskdata import distinct_rows, heldout_seed, write_jsonl
+from a2rl.tasklib.taskdata import write_synthetic_splits
 
 SEED = 20261122
 N_TRAIN = 2000
@@ -46,15 +46,6 @@ def make_problem(rng: random.Random) -> dict[str, str]:
 
 
 def prepare(train_dir: Path, heldout_dir: Path) -> None:
-    """Train rows from the public SEED (the same everywhere); held-out rows from a secret seed of this data
-    root's (heldout/SEED), none equal to a train row."""
-    train = distinct_rows(random.Random(SEED), make_problem, "prompt", N_TRAIN)
-    heldout = distinct_rows(
-        random.Random(heldout_seed(Path(heldout_dir))),
-        make_problem,
-        "prompt",
-        N_HELDOUT,
-        taken={r["prompt"] for r in train},
+    write_synthetic_splits(
+        train_dir, heldout_dir, make_problem, "prompt", seed=SEED, n_train=N_TRAIN, n_heldout=N_HELDOUT
     )
-    write_jsonl(Path(heldout_dir) / "test.jsonl", heldout)
-    write_jsonl(Path(train_dir) / "train.jsonl", train)

@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from a2rl.tasklib.taskdata import distinct_rows, heldout_seed, write_jsonl
+from a2rl.tasklib.taskdata import write_synthetic_splits
 
 SEED = 20261123
 N_TRAIN = 2000
@@ -116,15 +116,4 @@ def _row(rng: random.Random) -> dict[str, str]:
 
 
 def prepare(train_dir: Path, heldout_dir: Path) -> None:
-    """Train rows from the public SEED (the same everywhere); held-out rows from a secret seed of this data
-    root's (heldout/SEED), none equal to a train row."""
-    train = distinct_rows(random.Random(SEED), _row, "instruction", N_TRAIN)
-    heldout = distinct_rows(
-        random.Random(heldout_seed(Path(heldout_dir))),
-        _row,
-        "instruction",
-        N_HELDOUT,
-        taken={r["instruction"] for r in train},
-    )
-    write_jsonl(Path(heldout_dir) / "test.jsonl", heldout)
-    write_jsonl(Path(train_dir) / "train.jsonl", train)
+    write_synthetic_splits(train_dir, heldout_dir, _row, "instruction", seed=SEED, n_train=N_TRAIN, n_heldout=N_HELDOUT)
