@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from a2rl.records import RecordError
-from a2rl.spec.tasks import EvalProtocol
+from a2rl.spec.tasks import EvalProtocol, Part
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.ledger")
@@ -23,7 +23,7 @@ log = logging.getLogger("a2rl.ledger")
 
 class LedgerEntry(SignedRecord):
     SCHEMA = 8  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s, tokens, cost_usd
-    # 7 snapshot_error, 8 engine
+    # 7 snapshot_error, 8 engine, 9 part, n_items, marked_final, selected_by (feedback: split)
     submission_id: str
     run_id: str
     seq: int
@@ -58,6 +58,12 @@ class LedgerEntry(SignedRecord):
     tokens: int | None = None
     cost_usd: float | None = None
     snapshot_error: str | None = None  # from the QueueEntry: the code record of this submission is missing, and why
+    # which held-out items scored it (spec/tasks.py Part): all, or under `feedback: split` the feedback part (what
+    # the agent is answered with) or, in the run's one final entry (Ledger.final), the final part
+    part: Part = "heldout"
+    n_items: int | None = None  # items of that part (the split's size, or the evaluator's `n`)
+    marked_final: bool = False  # the agent submitted it with {"final": true}
+    selected_by: str | None = None  # final entry only: the rule that picked it (grader.final)
 
 
 class Ledger:
@@ -102,6 +108,37 @@ class Ledger:
         if problem not in self.problems:
             log.warning("%s", problem)
             self.problems.append(problem)
+
+    def final_path(self, run_id: str) -> Path:
+        """The run's final-part entry: in a folder of its own, so readers of the run's submissions never see it."""
+        return self.root / run_id / "final" / f"{run_id}.json"
+
+    def record_final(self, entry: LedgerEntry) -> bool:
+        """Once per run, as `record`: True when this call recorded it."""
+        path = self.final_path(entry.run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if entry.sign(self.key).publish_once(path):
+            return True
+        if self.final(entry.run_id) is not None:
+            return False
+        log.warning("replacing %s: it was not written by a grader of this sweep", path)
+        entry.dump(path)
+        return True
+
+    def final(self, run_id: str) -> LedgerEntry | None:
+        """The run's final-part score (`feedback: split`, after the run), or None."""
+        path = self.final_path(run_id)
+        if not path.exists():
+            return None
+        try:
+            entry = LedgerEntry.load_verified(path, self.key)
+        except RecordError as e:
+            self._report(str(e))
+            return None
+        if entry.run_id != run_id or entry.part != "final":
+            self._report(f"{path}: not the final entry of {run_id}: ignored")
+            return None
+        return entry
 
     def entries(self, run_id: str) -> list[LedgerEntry]:
         loaded = (self._load(p) for p in (self.root / run_id).glob("*.json"))
