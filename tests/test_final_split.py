@@ -22,6 +22,9 @@ import a2rl.spec.tasks as tasks_module
 from a2rl.grading.daemon import GradingDaemon, select_final
 from a2rl.llm.backends import CPU_SETTINGS, Engine
 from a2rl.records import now
+from a2rl.reporting.aggregate import Sweeps, tables
+from a2rl.reporting.metrics import build
+from a2rl.reporting.runreport import markdown
 from a2rl.run.budget import Budget
 from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
@@ -185,6 +188,19 @@ def test_the_final_part_is_scored_once_and_only_after_the_run_ends(tmp_path, tin
     assert not s.sweep.ledger.record_final(final.model_copy(update={"score": 0.0}))
     assert s.sweep.ledger.final(run_id).score == final.score
     assert s.grader.sweep_finished()
+    # the tables and the run report show both numbers, labelled, with their items and the gap
+    sw = Sweeps([s.sweep])
+    (long, both) = tables(sw)
+    assert both.title == "feedback and final parts" and "feedback part 100 items, final part 100 items" in both.notes[1]
+    cell = dict(zip(both.headers, both.rows[0]))
+    assert cell["best feedback"].startswith(f"{best.score:.2f}") and cell["final"].startswith(f"{final.score:.2f}")
+    assert cell["selection gap"].startswith(f"{best.score - final.score:+.2f}")
+    paper = {t.title: t for t in tables(sw, layout="paper")}
+    clean = paper["Table 2, final part: tiny-llama"]
+    assert clean.rows[0] == ["baseline", f"{result.baseline_final:.2f}"]
+    assert clean.rows[1][1] == f"{final.score:.2f} ± 0.00 (gap {best.score - final.score:+.2f})"
+    summary = markdown(*build(s.sweep, run_id), tmp_path)  # the run report's summary.md (without its plot)
+    assert f"final part (100 items), scored once after the run: {final.score:.2f} for {best.submission_id}" in summary
 
 
 def test_the_agent_marks_its_pick(tmp_path, tiny_model, monkeypatch):

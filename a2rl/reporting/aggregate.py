@@ -122,6 +122,29 @@ class Run:
         s, b = self.score, self.base_score
         return None if s is None or b is None else s - b
 
+    @property
+    def split(self) -> bool:
+        """Scored under `feedback: split`: `score` is on the feedback part, `final` on the final part."""
+        return self.result is not None and self.result.feedback == "split"
+
+    @property
+    def base_final(self) -> float | None:
+        return self.base.final_score if self.base is not None and self.base.status == "ok" else None
+
+    @property
+    def final(self) -> float | None:
+        """The final-part score of the run's selected submission; the base model's where the run has no valid
+        submission (as `score`); None until the grader has scored it, or where it could not."""
+        if not self.completed or not self.split:
+            return None
+        return self.result.final if self.result.best is not None else self.base_final
+
+    @property
+    def selection_gap(self) -> float | None:
+        """Best feedback-part score − final-part score: what choosing on the feedback part's noise added."""
+        s, f = self.score, self.final
+        return None if s is None or f is None else s - f
+
     def _best(self, scores: Iterable[float]) -> float | None:
         """The best of `scores` and the baseline (a run scores its baseline until it beats it)."""
         return max([*scores, *([self.base_score] if self.base_score is not None else [])], default=None)
@@ -315,6 +338,90 @@ def long_table(sw: Sweeps) -> Table:
             ]
         )
     return Table("results", HEADERS, out)
+
+
+def _split_keys(sw: Sweeps) -> list[Key]:
+    return [k for k in _cell_keys(sw) if any(r.split for r in sw.cells[k])]
+
+
+def _items(sw: Sweeps, keys: list[Key]) -> list[str]:
+    """Per task, the items behind its feedback-part and final-part scores."""
+    sizes: dict[str, tuple[int | None, int | None]] = {}
+    for key in keys:
+        for r in sw.cells[key]:
+            if r.split and r.result.final_n is not None:
+                sizes[key[1]] = (r.result.feedback_n, r.result.final_n)
+    return [f"{t}: feedback part {fb} items, final part {fi} items" for t, (fb, fi) in sizes.items()]
+
+
+SPLIT_NOTE = (
+    "feedback: split: best = the best feedback-part score (the paper's number; the agent was answered on those "
+    "items); final = the final-part score of the submission grader.final selected, scored once after the run; "
+    "gap = best − final"
+)
+
+
+def final_table(sw: Sweeps) -> Table | None:
+    """The cells scored under `feedback: split`: the paper's number beside the clean one, with the items behind
+    each and the selection gap; None when no cell was."""
+    keys = _split_keys(sw)
+    if not keys:
+        return None
+    rows = []
+    for key in keys:
+        runs = sw.cells[key]
+        best = [r.score for r in runs if r.score is not None]
+        final = [r.final for r in runs if r.final is not None]
+        gaps = [r.selection_gap for r in runs if r.selection_gap is not None]
+        impr = [f - r.base_final for r in runs if (f := r.final) is not None and r.base_final is not None]
+        rows.append(
+            list(key)
+            + [
+                _ms(best, len(runs)),
+                _ms(final, len(runs)),
+                _f(runs[0].base_final),
+                _ms(impr, len(runs), signed=True),
+                _ms(gaps, len(runs), signed=True),
+            ]
+        )
+    headers = CELL + ["best feedback", "final", "baseline final", "final improvement", "selection gap"]
+    return Table("feedback and final parts", headers, rows, [SPLIT_NOTE, *_items(sw, keys)])
+
+
+def final_paper_tables(sw: Sweeps) -> list[Table]:
+    """`--layout paper`'s clean block: per (model, protocol) with cells under `feedback: split`, the baseline's
+    final-part score then one row per stack + driver; cells are the final-part score and the selection gap."""
+    keys = _split_keys(sw)
+    out = []
+    for model, protocol in sw.blocks():
+        mine = [k for k in keys if (k[0], k[5]) == (model, protocol)]
+        if not mine:
+            continue
+        tasks = list(dict.fromkeys(k[1] for k in mine))
+        base_row = ["baseline"] + [_f(sw.cells[next(k for k in mine if k[1] == t)][0].base_final) for t in tasks]
+        rows: dict[str, list[str]] = {}
+        for key in mine:
+            row = rows.setdefault(sw.label(key), [sw.label(key)] + ["—"] * len(tasks))
+            runs = sw.cells[key]
+            final = [r.final for r in runs if r.final is not None]
+            gaps = [r.selection_gap for r in runs if r.selection_gap is not None]
+            text = _ms(final, len(runs))
+            if gaps:
+                text += f" (gap {mean_sem(gaps)[0]:+.2f})"
+            row[1 + tasks.index(key[1])] = text
+        out.append(
+            Table(
+                f"Table 2, final part: {model}" + (f" (protocol {protocol})" if len(sw.blocks()) > 1 else ""),
+                ["stack / driver", *tasks],
+                [base_row, *rows.values()],
+                [
+                    "cells: final-part score of each run's selected submission, mean ± SEM over seeds; gap: best "
+                    "feedback-part score − final, mean over seeds",
+                    *_items(sw, mine),
+                ],
+            )
+        )
+    return out
 
 
 def paper_tables(sw: Sweeps) -> list[Table]:
@@ -524,7 +631,7 @@ def tables(
     submissions: bool = False,
 ) -> list[Table]:
     """The tables asked for, in a fixed order; the long table when nothing else is."""
-    out = paper_tables(sw) if layout == "paper" else []
+    out = paper_tables(sw) + final_paper_tables(sw) if layout == "paper" else []
     out += [mode_table(sw)] if by == "mode" else []
     out += [pass_at_table(sw, pass_at)] if pass_at else []
     out += [scaling_table(sw)] if scaling else []
@@ -532,7 +639,12 @@ def tables(
     out += [failures_table(sw)] if failures else []
     out += [usage_table(sw)] if usage else []
     out += [submissions_table(sw)] if submissions else []
-    return out or [long_table(sw)]
+    return out or main_tables(sw)
+
+
+def main_tables(sw: Sweeps) -> list[Table]:
+    """The long table, and the feedback/final table where cells were scored under `feedback: split`."""
+    return [long_table(sw)] + [t for t in [final_table(sw)] if t is not None]
 
 
 def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
@@ -571,7 +683,7 @@ def render(sweep: SweepDir, fmt: str, problems: list[str]) -> str:
     """The long table of one sweep (what `launch --wait` prints at the end)."""
     sw = Sweeps([sweep])
     problems += sw.problems
-    return format_tables(sw, [long_table(sw)], fmt)
+    return format_tables(sw, main_tables(sw), fmt)
 
 
 def untrusted_note(untrusted: bool) -> str:

@@ -65,8 +65,21 @@ class SubmissionRow(Record):
     snapshot_error: str | None = None  # the code record of this submission is missing, and why
 
 
+SPLIT_FIELDS = {
+    "feedback",
+    "feedback_n",
+    "final",
+    "final_submission",
+    "final_selected_by",
+    "final_n",
+    "baseline_final",
+    "final_improvement",
+    "selection_gap",
+}
+
+
 class RunMetrics(Record):
-    SCHEMA = 4  # 2 added leaks; 3 route and train_type_source; 4 protocol
+    SCHEMA = 5  # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 feedback ... selection_gap
     run_id: str
     task: str
     agent: str
@@ -101,6 +114,17 @@ class RunMetrics(Record):
     failure_source: Literal["infra", "agent"] | None
     code_snapshots: int
     leaks: list[str] = []  # "transcript: canary", "snapshot 2 train.py: held-out item test.jsonl:17", ...
+    # `feedback: split` (RunResult's fields of these names): baseline and best on the feedback part; final on the
+    # final part, of final_submission, picked by final_selected_by
+    feedback: Literal["heldout", "split"] = "heldout"
+    feedback_n: int | None = None
+    final: float | None = None
+    final_submission: str | None = None
+    final_selected_by: str | None = None
+    final_n: int | None = None
+    baseline_final: float | None = None
+    final_improvement: float | None = None
+    selection_gap: float | None = None
 
 
 def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
@@ -275,5 +299,6 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         failure_source=source,
         code_snapshots=len(snaps),
         leaks=leaks,
+        **result.model_dump(include=SPLIT_FIELDS),
     )
     return metrics, rows

@@ -46,6 +46,18 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
         f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}",
         "",
     ]
+    if m.feedback == "split":
+        out += [
+            f"feedback: split: baseline and best are on the feedback part ({m.feedback_n} items), the agent's "
+            f"answers; final part ({m.final_n} items), scored once after the run: "
+            + (
+                f"{_fmt(m.final)} for {m.final_submission} ({m.final_selected_by}), baseline {_fmt(m.baseline_final)} "
+                f"({_fmt(m.final_improvement, True)}); selection gap (best − final) {_fmt(m.selection_gap, True)}"
+                if m.final_submission
+                else "not scored (yet)"
+            ),
+            "",
+        ]
     if m.leaks:
         out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
     out += ["| metric | value |", "|---|---|"]
