@@ -33,7 +33,7 @@ from a2rl.spec.tasks import PARTS_DIR, TaskSpec, get_task
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import load_result, write_result
 from a2rl.weights import weights_hash
-from conftest import FIXTURES, REPO, write_sweep
+from conftest import FIXTURES, REPO, a2rl, write_sweep
 from fakes import FakeGenerator
 
 sys.path.insert(0, str(FIXTURES / "agents"))
@@ -273,3 +273,25 @@ def test_best_of_n_on_the_feedback_part_overstates_what_the_final_part_shows(tmp
     s2.grader.score_final(rid)
     result = load_result(s2.sweep, rid)
     assert result.improvement > 20 and result.final_improvement > 20
+
+
+@pytest.mark.slow  # a whole sweep: the run's job, the grader's loop and `a2rl aggregate`, with the real tiny model
+def test_a_sweep_with_feedback_split_shows_both_numbers(tmp_path):
+    path = write_sweep(
+        tmp_path,
+        tasks=["arith"],
+        protocols=["a2rl"],
+        agents=[{"name": "submitter", "args": {"count": 2, "keep_config": True}}],
+    )
+    proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"), "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sweep, (spec,) = open_sweep(tmp_path / "sd", None)
+    answers = [json.loads(line)["answer"] for line in (sweep.workspace(spec.run_id) / "output/answers.jsonl").open()]
+    assert all("feedback part (100 items)" in a["scored_on"] for a in answers)
+    final = sweep.ledger.final(spec.run_id)
+    result = load_result(sweep, spec.run_id)
+    assert final is not None and final.part == "final" and final.status == "scored"
+    assert (result.final, result.final_submission, result.final_n) == (final.score, final.submission_id, 100)
+    assert not list(sweep.submissions.iterdir())  # the frozen copies went once the final part was scored
+    out = a2rl("aggregate", str(tmp_path / "sd"), "--layout", "paper").stdout
+    assert "Table 2, final part: tiny-llama" in out and "feedback part 100 items, final part 100 items" in out
