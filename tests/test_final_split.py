@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -71,7 +70,9 @@ class Sweep:
     `submit` that grades each submission at once."""
 
     def __init__(self, tmp_path: Path, tiny_model: Path, monkeypatch, seeds: int = 1, **grader):
-        monkeypatch.setattr(daemon_module, "scan_files", lambda *a: [])  # the leak scan (tested elsewhere): 90% of the time
+        monkeypatch.setattr(
+            daemon_module, "scan_files", lambda *a: []
+        )  # the leak scan (tested elsewhere): 90% of the time
         path = write_sweep(
             tmp_path,
             tasks=["arith"],
@@ -84,7 +85,8 @@ class Sweep:
         self.task = get_task("arith")
         data = self.task.ensure_prepared(self.sweep.data_root())
         answers = {
-            r["prompt"]: r["answer"] for r in map(json.loads, (data.heldout_dir / "test.jsonl").read_text().splitlines())
+            r["prompt"]: r["answer"]
+            for r in map(json.loads, (data.heldout_dir / "test.jsonl").read_text().splitlines())
         }
         self.grader = GradingDaemon(self.sweep)
         self.grader._engine = Engine(CPU_SETTINGS, loader=lambda s, model, tok, p: SkilledModel(model, answers))
