@@ -459,13 +459,11 @@ class GradingDaemon:
         split`, has ended (a verified result; its job no longer waits for scores), every submission it made is
         recorded, one of them scored, and no final entry exists yet. Never before the run has ended: until then
         its ledger entries name the feedback part only."""
-        if run_id in self._final_settled:
+        if run_id in self._final_settled or run_id not in self.finished_runs:  # the cheap checks first: polled
             return False
         run = self.sweep.run(run_id)
         if self.task(run.task).feedback_mode(run.protocol) != "split" or self.ledger.final(run_id) is not None:
             self._final_settled.add(run_id)
-            return False
-        if run_id not in self.finished_runs:
             return False
         status = self.sweep.status(run_id)
         if (status is not None and status.waiting_for_scores()) or any(
