@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,6 +29,7 @@ from a2rl.records import now
 from a2rl.reporting.aggregate import Sweeps, tables
 from a2rl.reporting.metrics import build
 from a2rl.reporting.runreport import markdown
+from a2rl.run.api import GradingAPI
 from a2rl.run.budget import Budget
 from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
@@ -297,3 +303,47 @@ def test_a_sweep_with_feedback_split_shows_both_numbers(tmp_path):
     assert not list(sweep.submissions.iterdir())  # the frozen copies went once the final part was scored
     out = a2rl("aggregate", str(tmp_path / "sd"), "--layout", "paper").stdout
     assert "Table 2, final part: tiny-llama" in out and "feedback part 100 items, final part 100 items" in out
+
+
+def test_a2rl_submit_final_marks_the_pick_over_http(tmp_path, tiny_model, monkeypatch):
+    s = Sweep(tmp_path, tiny_model, monkeypatch, final="agent")
+    (run_id,) = s.submitters
+    submitter = s.submitters[run_id]
+    model = variant(tiny_model, submitter.ws.output / "m", salt=1)
+    done = threading.Event()
+
+    def grade() -> None:  # the grader, while the agent's call blocks
+        while not done.wait(0.05):
+            if (claim := s.sweep.queue.claim(s.grader.holder, 60, s.sweep.ledger.has)) is not None:
+                s.grader.grade(claim)
+
+    grader = threading.Thread(target=grade)
+    grader.start()
+    try:
+        with GradingAPI(submitter, submitter.budget) as api:
+            env = {**os.environ, "GRADING_SERVER_URL": api.url, "GRADING_TOKEN": api.token}
+            proc = subprocess.run(
+                [sys.executable, "-m", "a2rl", "submit", "--final", str(model)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            bad = urllib.request.Request(
+                f"{api.url}/submit",
+                data=json.dumps({"model_path": str(model), "final": "yes"}).encode(),
+                headers={"Authorization": f"Bearer {api.token}"},
+                method="POST",
+            )
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(bad)
+            refused = (e.value.code, json.loads(e.value.read())["error"])
+    finally:
+        done.set()
+        grader.join()
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["marked_final"] is True and "feedback part (100 items)" in answer["scored_on"]
+    assert refused == (400, 'bad request body: "final" is true or false')
+    (entry,) = s.sweep.ledger.entries(run_id)
+    assert entry.marked_final and s.sweep.queue.count(run_id) == 1  # the refused request enqueued nothing
