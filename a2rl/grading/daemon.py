@@ -495,6 +495,7 @@ class GradingDaemon:
             attempt=1,
             n_items=n_items(task, "final", {}),
             cached_from=None,
+            grading_key=None,  # the pick's is its feedback part's: never a cache hit for the final part
             engine=None,
             details={},
             error=None,
