@@ -52,7 +52,8 @@ class SweepState:
         r = self.ended[run_id]
         parts = [
             f"{run_id}: {r.status}",
-            "best —" if r.best is None else f"best {r.best:.2f}",
+            ("best —" if r.best is None else f"best {r.best:.2f}")
+            + (" on the feedback part (final part: after the run)" if r.feedback == "split" else ""),
             "baseline —" if r.baseline is None else f"baseline {r.baseline:.2f}",
             f"{r.submissions} submission{'s' if r.submissions != 1 else ''} ({r.valid_submissions} valid)",
         ]
