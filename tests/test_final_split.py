@@ -108,6 +108,7 @@ class Sweep:
                     budget_s=600,
                     source_tree=REPO,
                     protocol="a2rl",
+                    final=self.sweep.spec.grader.final,
                 ),
                 Budget(600),
             )
@@ -167,6 +168,8 @@ def test_the_final_part_is_scored_once_and_only_after_the_run_ends(tmp_path, tin
     entries = [s.submit(run_id, variant(tiny_model, out / f"m{i}", salt=i + 1)) for i in range(3)]
     answer = s.submitters[run_id].response(entries[-1])
     assert "feedback part (100 items)" in answer["scored_on"]
+    told = (s.submitters[run_id].ws.root / "instructions.md").read_text()
+    assert "answered with are on 100 of the held-out items. After the run, your best-scoring submission is" in told
     # while the run works: every entry is on the feedback part, and nothing was scored on the final part
     assert [(e.status, e.part, e.n_items) for e in entries] == [("scored", "feedback", 100)] * 3
     assert s.sweep.ledger.final(run_id) is None and not s.grader.final_due(run_id)
