@@ -40,6 +40,7 @@ from a2rl.store.results import load_result, write_result
 from a2rl.weights import weights_hash
 from conftest import FIXTURES, REPO, a2rl, write_sweep
 from fakes import FakeGenerator
+from test_sandbox import needs_bwrap
 
 sys.path.insert(0, str(FIXTURES / "agents"))
 from variants import make_variant  # noqa: E402
@@ -350,3 +351,13 @@ def test_a2rl_submit_final_marks_the_pick_over_http(tmp_path, tiny_model, monkey
     assert refused == (400, 'bad request body: "final" is true or false')
     (entry,) = s.sweep.ledger.entries(run_id)
     assert entry.marked_final and s.sweep.queue.count(run_id) == 1  # the refused request enqueued nothing
+
+
+@needs_bwrap
+@pytest.mark.slow  # a real audit: the probe started as a run starts its agent
+def test_the_audit_finds_the_final_part_out_of_reach(tmp_path):
+    path = write_sweep(tmp_path, tasks=["arith"], protocols=["a2rl"], agents=["submitter"])
+    proc = a2rl("audit", str(path), "--sweep-dir", str(tmp_path / "sd"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = [line for line in proc.stdout.splitlines() if "held-out split of arith (final part)" in line]
+    assert "blocked" in row and "heldout-parts/final/test.jsonl" in row, proc.stdout
