@@ -305,6 +305,7 @@ def test_a_sweep_with_feedback_split_shows_both_numbers(tmp_path):
     assert final is not None and final.part == "final" and final.status == "scored"
     assert (result.final, result.final_submission, result.final_n) == (final.score, final.submission_id, 100)
     assert not list(sweep.submissions.iterdir())  # the frozen copies went once the final part was scored
+    assert f"final {final.score:.2f} (100 items, best-feedback)" in proc.stdout  # launch --wait waited for it
     out = a2rl("aggregate", str(tmp_path / "sd"), "--layout", "paper").stdout
     assert "Table 2, final part: tiny-llama" in out and "feedback part 100 items, final part 100 items" in out
 

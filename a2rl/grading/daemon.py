@@ -522,13 +522,13 @@ class GradingDaemon:
         if self.ledger.record_final(final):
             log.info("final part of %s (%s, %s): %s", run_id, pick.submission_id, rule, final.score)
         self._final_settled.add(run_id)
-        self.refresh(run_id)
-        if not self.settings.keep_artifacts:
+        if not self.settings.keep_artifacts:  # before the result shows the final: then nothing is left to do
             for sid in (e.submission_id for e in self.ledger.entries(run_id)):
                 try:
                     shutil.rmtree(frozen_dir(str(self.sweep.submissions / sid), self.sweep.submissions))
                 except (UntrustedArtifact, OSError):
                     pass  # never frozen (an invalid submission), or already gone
+        self.refresh(run_id)
         return self.ledger.final(run_id)
 
     def _graded(self, key: str) -> LedgerEntry | None:
