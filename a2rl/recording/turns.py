@@ -74,7 +74,9 @@ def _codex(o: dict) -> Iterator[Raw]:
         yield "call", str(item.get("command", "")), "shell"
         yield "output", f"{item.get('aggregated_output', '')}(exit {item.get('exit_code')})", "shell"
     elif kind == "file_change":
-        changes = ", ".join(f"{c.get('kind')} {c.get('path')}" for c in item.get("changes") or [] if isinstance(c, dict))
+        changes = ", ".join(
+            f"{c.get('kind')} {c.get('path')}" for c in item.get("changes") or [] if isinstance(c, dict)
+        )
         yield "call", changes, "file_change"
     elif kind in ("mcp_tool_call", "web_search"):
         yield "call", json.dumps({k: v for k, v in item.items() if k not in ("id", "type")}), kind
