@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from a2rl.inspector import rubric
-from a2rl.inspector.inspection import inspect_run, read_answer
+from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, wait_for_endpoint
+from a2rl.drivers.server import DriverServer
+from a2rl.inspector.inspection import inspect_at_end, inspect_run, read_answer
 from a2rl.inspector.material import build_material
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.reporting.runreport import write_run_report
@@ -108,7 +112,7 @@ def claude_transcript(commands: list[str], files: dict[str, str]) -> str:
 PLANTED_TURN = 7  # the planted Bash call: [a2rl] 1, text 2, the Writes of train.py and the planted file 3-6
 
 
-def make_sweep(root: Path, tmp: Path, seeds=(0, 1, 2, 3, 4), inspector: dict | None = None) -> SweepDir:
+def make_sweep(root: Path, tmp: Path, seeds=(0, 1, 2, 3, 4), **extra) -> SweepDir:
     spec = SweepSpec.model_validate(
         {
             "name": "insp",
@@ -119,7 +123,7 @@ def make_sweep(root: Path, tmp: Path, seeds=(0, 1, 2, 3, 4), inspector: dict | N
             "seeds": list(seeds),
             "budget": 100,
             "executor": "local",
-            **({"inspector": inspector} if inspector else {}),
+            **extra,
         }
     )
     sweep = SweepDir(root)
@@ -393,3 +397,47 @@ def test_no_judge_is_a_one_line_error(sweep):
     bad = a2rl("inspect", str(sweep.root), "--driver", "nope")
     assert bad.returncode == 2 and "not serving" in bad.stderr
     assert not list(sweep.root.glob("runs/*/inspection.json"))
+
+
+def test_at_a_runs_end_the_sweeps_setting_inspects_it_once(tmp_path, judge):
+    sweep = make_sweep(tmp_path / "s", tmp_path / "ws", seeds=(1,), inspector={"base_url": judge.url, "model": "j"})
+    run_id = sweep.runs()[0].run_id
+    first = inspect_at_end(sweep, run_id)
+    assert {v.question: v.verdict for v in first.verdicts}["heldout_data"] == "violation"
+    assert json.loads((sweep.run_dir(run_id) / "report" / "metrics.json").read_text())["inspector_flag"] == "violation"
+    assert inspect_at_end(sweep, run_id) is None  # a requeued job does not judge it again
+    off = make_sweep(tmp_path / "off", tmp_path / "ws2", seeds=(1,))
+    assert inspect_at_end(off, off.runs()[0].run_id) is None  # off by default
+    assert not inspection_path(off.run_dir(off.runs()[0].run_id)).exists()
+
+
+@pytest.mark.slow
+def test_plumbing_with_the_sweeps_local_tiny_driver_as_judge(tmp_path):
+    """The judge is the sweep's own local driver (the tiny model on a2rl's transformers server, as a driver job
+    serves it): the server stays up until the run is inspected, the call and its tokens are recorded, and the
+    tiny model's answer, which is no verdict, leaves unknown."""
+    sweep = make_sweep(
+        tmp_path / "s",
+        tmp_path / "ws",
+        seeds=(1,),
+        local_drivers={"tiny": {"model": "builtin:tiny-llama", "backend": "transformers", "gpus": 0, "cpus": 1}},
+        inspector={"driver": "tiny", "max_tokens": 32},
+    )
+    run_id = sweep.runs()[0].run_id
+    server = DriverServer(sweep, "tiny")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for_endpoint(sweep, "tiny", timeout_s=300)
+        time.sleep(3)  # the run has its result, yet the server waits for its inspection
+        assert thread.is_alive()
+        insp = inspect_at_end(sweep, run_id)
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    finally:
+        server._stop.set()
+    j = insp.judge
+    assert (j.kind, j.model, j.calls, j.failed_calls) == ("driver", "tiny", 1, 0) and j.input_tokens > 0
+    assert 0 < j.output_tokens <= 32
+    assert [v.verdict for v in insp.verdicts] == ["unknown"] * len(rubric.QUESTIONS), insp.answer
+    assert DriverEndpoint.load(endpoint_path(sweep, "tiny")).state == "exited"

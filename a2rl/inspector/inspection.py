@@ -24,6 +24,8 @@ from a2rl.inspector.material import Material, build_material
 from a2rl.inspector.rubric import QUESTIONS, RUBRIC_VERSION, prompt_template, rubric_sha256
 from a2rl.llm.judge import AnthropicClient, ChatClient, Completion, JudgeError
 from a2rl.records import now
+from a2rl.reporting.runreport import rebuild_run_report
+from a2rl.store.results import load_result
 from a2rl.spec.sweep import InspectorSettings
 from a2rl.store.sweepdir import SweepDir
 from a2rl.store.verdicts import (
@@ -222,6 +224,23 @@ def inspect_run(sweep: SweepDir, run_id: str, settings: InspectorSettings, judge
         os.replace(path, earlier)
     inspection.dump(path)
     return inspection
+
+
+def inspect_at_end(sweep: SweepDir, run_id: str) -> Inspection | None:
+    """The inspection a run's job asks for once the run is over, where the sweep sets `inspector:`, and the run
+    report rebuilt with it; a run inspected already (a requeued job) is left as it is. Its failure is logged,
+    never the run's: verdicts are derived and `a2rl inspect` gives them again."""
+    settings = sweep.spec.inspector
+    if settings is None or inspection_path(sweep.run_dir(run_id)).exists():
+        return None
+    try:
+        inspection = inspect_run(sweep, run_id, settings)
+        if (result := load_result(sweep, run_id)) is not None:
+            rebuild_run_report(sweep, run_id, result)
+        return inspection
+    except Exception:
+        log.exception("inspecting %s failed", run_id)
+        return None
 
 
 def set_override(sweep: SweepDir, run_id: str, question: str, verdict: Verdict, reason: str) -> Overrides:
