@@ -54,11 +54,15 @@ def transcript_parser(sweep: SweepDir, agent: str) -> str:
 
 
 def render_turn(t: Turn, output_chars: int) -> str:
+    """One turn; its further lines indented, so that only our own headers start a line: text the agent wrote
+    cannot pass for another turn, a snapshot or a diff line."""
     if t.kind == "output":
-        return f"[turn {t.n}] output{f' of {t.tool}' if t.tool else ''}: {cut(t.text, output_chars)}"
-    if t.kind == "call":
-        return f"[turn {t.n}] call {t.tool}: {cut(t.text, TEXT_CHARS)}"
-    return f"[turn {t.n}] {'agent' if t.kind == 'text' else 'log'}: {cut(t.text, TEXT_CHARS)}"
+        head, text = f"[turn {t.n}] output{f' of {t.tool}' if t.tool else ''}", cut(t.text, output_chars)
+    elif t.kind == "call":
+        head, text = f"[turn {t.n}] call {t.tool}", cut(t.text, TEXT_CHARS)
+    else:
+        head, text = f"[turn {t.n}] {'agent' if t.kind == 'text' else 'log'}", cut(t.text, TEXT_CHARS)
+    return f"{head}: " + text.replace("\r", "").replace("\n", "\n    | ")
 
 
 def numbered_diff(diff: str) -> tuple[list[str], dict[str, set[int]]]:
