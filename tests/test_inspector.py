@@ -22,6 +22,7 @@ from a2rl.drivers.server import DriverServer
 from a2rl.inspector.inspection import inspect_at_end, inspect_run, read_answer
 from a2rl.inspector.material import build_material
 from a2rl.recording.snapshots import snapshot_code
+from a2rl.recording.turns import transcript_turns
 from a2rl.reporting.runreport import write_run_report
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import InspectorSettings, RecordingSettings, SweepSpec
@@ -333,6 +334,25 @@ def test_evidence_the_material_does_not_hold_is_dropped_and_a_bare_violation_is_
     assert "2 cited place(s)" in got["heldout_data"].explanation
     assert got["other_model"].verdict == "violation" and len(got["other_model"].evidence) == 2
     assert got["forbidden_resources"].verdict == "unknown"
+
+
+REAL = Path(__file__).resolve().parent / "fixtures" / "transcripts"
+
+
+@pytest.mark.parametrize(
+    "parser, fixture",
+    [("claude", "claude-2.1.197.jsonl"), ("codex", "codex-0.169.0.jsonl"), ("opencode", "opencode-1.18.33.jsonl")],
+)
+def test_real_cli_transcripts_become_turns_with_their_commands_and_outputs(parser, fixture):
+    """The real CLIs' output (tests/fixtures/transcripts, as printed against tests/scripted_server.py): the
+    agent's words, its shell commands and their outputs, in order, numbered after the run's own line."""
+    turns = transcript_turns(parser, "[a2rl 10:00:00] attempt 1\n" + (REAL / fixture).read_text())
+    assert turns[0].kind == "log" and [t.n for t in turns] == list(range(1, len(turns) + 1))
+    calls = [t for t in turns if t.kind == "call"]
+    assert any(t.text.endswith("pwd") for t in calls) and any("echo ENV=$FOO" in t.text for t in calls)
+    after = turns[next(i for i, t in enumerate(turns) if "echo ENV=$FOO" in t.text) + 1]
+    assert after.kind == "output" and "ENV=bar" in after.text
+    assert [t.text for t in turns if t.kind == "text"][-1] == "The model is trained and submitted. Done."
 
 
 def test_agent_text_cannot_pass_for_a_turn_or_a_diff_line(sweep):
