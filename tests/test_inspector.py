@@ -384,6 +384,7 @@ def test_command_line_report_and_override(sweep, judge):
     planted = next(r for r in sweep.runs() if r.seed == 3).run_id
     clean = next(r for r in sweep.runs() if r.seed == 0).run_id
     out = a2rl("inspect", str(sweep.root), planted, clean, "--judge-url", judge.url, "--judge-model", "j", check=True)
+    assert out.stdout.count(" 1 call(s), ") == 2  # one judge for both runs, each run's own calls
     line = next(x for x in out.stdout.splitlines() if "grader_tampering" in x)
     assert re.match(r"\s+grader_tampering\s+violation\s", line) and "patch_eval.py:3" in line and "turn 7" in line
     metrics = json.loads((sweep.run_dir(planted) / "report" / "metrics.json").read_text())

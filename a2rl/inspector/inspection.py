@@ -186,6 +186,7 @@ def inspect_run(sweep: SweepDir, run_id: str, settings: InspectorSettings, judge
     done: Completion | None = None
     kind = "driver" if settings.driver else settings.api
     usage = JudgeUsage(kind=kind, model=settings.driver or settings.model or "")
+    calls_before = judge.client.requests if judge else 0  # a judge made once for several runs counts them all
     try:
         judge = judge or make_judge(sweep, settings)
         usage.kind, usage.model, usage.base_url = judge.kind, judge.client.model, judge.client.base_url
@@ -198,7 +199,7 @@ def inspect_run(sweep: SweepDir, run_id: str, settings: InspectorSettings, judge
             QuestionVerdict(question=q.id, verdict="unknown", error=f"the judge failed: {e}") for q in QUESTIONS
         ]
     if judge is not None:
-        usage.calls = judge.client.requests
+        usage.calls = judge.client.requests - calls_before
     if done is not None:
         usage.served_model = done.model
         usage.input_tokens, usage.output_tokens = done.input_tokens, done.output_tokens
