@@ -304,7 +304,8 @@ class ScriptedJudgeServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll: shutdown() waits for it, and tests start a server per case
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def __enter__(self) -> ScriptedJudgeServer:

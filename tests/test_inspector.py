@@ -23,7 +23,8 @@ from a2rl.inspector.inspection import inspect_at_end, inspect_run, read_answer
 from a2rl.inspector.material import build_material
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.recording.turns import transcript_turns
-from a2rl.reporting.runreport import write_run_report
+from a2rl.cli.main import main
+from a2rl.reporting.metrics import build
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import InspectorSettings, RecordingSettings, SweepSpec
 from a2rl.store.baselines import BaselineRecord, baseline_path
@@ -307,9 +308,8 @@ def test_a_judge_that_errors_or_answers_garbage_leaves_unknown_never_clean(sweep
     assert [v.verdict for v in insp.verdicts] == ["unknown"] * len(rubric.QUESTIONS)
     assert all(v.error for v in insp.verdicts)
     assert insp.judge.failed_calls == (1 if isinstance(answer, int) else 0)
-    if answer == 500:  # the report flags the run unknown, not clean
-        metrics = json.loads((write_run_report(sweep, run.run_id) / "metrics.json").read_text())
-        assert metrics["inspector_flag"] == "unknown"
+    if answer == 500:  # the run report flags the run unknown, not clean
+        assert build(sweep, run.run_id)[0].inspector_flag == "unknown"
 
 
 def test_evidence_the_material_does_not_hold_is_dropped_and_a_bare_violation_is_only_suspicious(sweep):
@@ -437,11 +437,11 @@ def test_the_inspector_setting_is_checked_with_the_sweep(tmp_path):
     )
 
 
-def test_no_judge_is_a_one_line_error(sweep):
-    bad = a2rl("inspect", str(sweep.root))
-    assert bad.returncode == 2 and "no judge" in bad.stderr and "Traceback" not in bad.stderr
-    bad = a2rl("inspect", str(sweep.root), "--driver", "nope")
-    assert bad.returncode == 2 and "not serving" in bad.stderr
+def test_no_judge_is_a_one_line_error(sweep, capsys):
+    assert main(["inspect", str(sweep.root)]) == 2
+    assert capsys.readouterr().err.startswith("error: no judge: the sweep sets no `inspector:`")
+    assert main(["inspect", str(sweep.root), "--driver", "nope"]) == 2
+    assert "local driver 'nope' is not serving" in capsys.readouterr().err
     assert not list(sweep.root.glob("runs/*/inspection.json"))
 
 
