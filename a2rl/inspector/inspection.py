@@ -19,7 +19,6 @@ from typing import Any
 from filelock import FileLock
 
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
-from a2rl.errors import InfraError
 from a2rl.inspector.material import Material, build_material
 from a2rl.inspector.rubric import QUESTIONS, RUBRIC_VERSION, prompt_template, rubric_sha256
 from a2rl.llm.judge import AnthropicClient, ChatClient, Completion, JudgeError
@@ -192,9 +191,9 @@ def inspect_run(sweep: SweepDir, run_id: str, settings: InspectorSettings, judge
         usage.kind, usage.model, usage.base_url = judge.kind, judge.client.model, judge.client.base_url
         done = judge.client.chat(messages(material), max_tokens=settings.max_tokens)
         verdicts = read_answer(done.text, material)
-    except (JudgeError, InfraError) as e:  # the judge's failure: no verdict, never a clean one
+    except JudgeError as e:  # the judge's failure: no verdict, never a clean one
         log.warning("inspecting %s: %s", run_id, e)
-        usage.failed_calls = 1
+        usage.failed_calls = 1 if judge is not None else 0  # else no judge to call (make_judge failed)
         verdicts = [
             QuestionVerdict(question=q.id, verdict="unknown", error=f"the judge failed: {e}") for q in QUESTIONS
         ]
