@@ -14,7 +14,6 @@ from PIL import Image
 
 from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl
-from test_demo import demo_spec
 
 
 def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess:
@@ -30,9 +29,8 @@ def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow  # the demo sweep
-def test_demo_report_opens_in_a_browser(tmp_path):
-    a2rl("launch", str(demo_spec(tmp_path)), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=1200, check=True)
-    sweep = SweepDir(tmp_path / "sd")
+def test_demo_report_opens_in_a_browser(demo_sweep, tmp_path):
+    sweep = SweepDir(demo_sweep[1])
     index = a2rl("report", str(sweep.root), check=True).stdout.strip()
     url = f"file://{index}"
     dom = chromium("--dump-dom", url, tmp_path=tmp_path).stdout

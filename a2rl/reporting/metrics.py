@@ -18,6 +18,7 @@ from a2rl.tasklib.leaks import HeldoutMarkers, markers
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult
 from a2rl.store.stages import STAGES_FILE, StageLog
+from a2rl.store.verdicts import FinalVerdict, Verdict, load_final_verdicts, worst
 from a2rl.store.sweepdir import SweepDir
 
 FailureType = Literal[
@@ -79,7 +80,9 @@ SPLIT_FIELDS = {
 
 
 class RunMetrics(Record):
-    SCHEMA = 5  # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 feedback ... selection_gap
+    # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 inspector_flag, inspector_verdicts; 6 feedback ...
+    # selection_gap
+    SCHEMA = 6
     run_id: str
     task: str
     agent: str
@@ -125,6 +128,10 @@ class RunMetrics(Record):
     baseline_final: float | None = None
     final_improvement: float | None = None
     selection_gap: float | None = None
+    # the inspector's (store/verdicts.py): the worst final verdict, and each question's, overrides applied; None
+    # and []: not inspected. Flags beside the scores, never part of them
+    inspector_flag: Verdict | None = None
+    inspector_verdicts: list[FinalVerdict] = []
 
 
 def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
@@ -262,6 +269,10 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         [snaps[seq] for seq in sorted(snaps)],
         entries,
     )
+    try:
+        verdicts = load_final_verdicts(sweep.run_dir(run_id))
+    except RecordError:  # an unreadable inspection is no verdict; `a2rl inspect` writes it again
+        verdicts = []
     agent_end = result.agent_ended_at or result.ended_at
     usage = result.usage
     metrics = RunMetrics(
@@ -299,6 +310,8 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         failure_source=source,
         code_snapshots=len(snaps),
         leaks=leaks,
+        inspector_flag=worst(verdicts),
+        inspector_verdicts=verdicts,
         **result.model_dump(include=SPLIT_FIELDS),
     )
     return metrics, rows
