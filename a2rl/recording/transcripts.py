@@ -190,3 +190,147 @@ def cli_failure(
             f"({len(own)} line(s) of other output): its tokens and cost are unknown"
         )
     return None
+
+
+# --- turns: what the agent said and did, in order, for the trajectory viewer (reporting/viewer.py) ---
+
+Turn = dict[str, Any]  # {"k": kind, "t": tool, "x": text}: kinds below
+TURN_KINDS = ("text", "tool", "output", "error", "log", "a2rl")  # a2rl: the run's own `[a2rl ...]` lines
+TURN_TEXT_MAX = 4000  # a tool's output is cut to this many characters (head and tail kept)
+
+
+def cut(text: str, limit: int = TURN_TEXT_MAX) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[… {len(text) - limit} characters cut …]\n{text[-half:]}"
+
+
+def _flat(v: Any) -> str:
+    """A tool's input or output as text: a string as is, a {command} as its command, content blocks joined."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list):
+        return "\n".join(_flat(b.get("text", b) if isinstance(b, dict) else b) for b in v)
+    if isinstance(v, dict) and isinstance(v.get("command"), str):
+        return v["command"]
+    return json.dumps(v, ensure_ascii=False)
+
+
+def _claude_turns(o: dict) -> list[tuple[str, str, str]]:
+    msg = o.get("message") if isinstance(o.get("message"), dict) else {}
+    content = msg.get("content") if isinstance(msg.get("content"), list) else []
+    out = []
+    for b in (b for b in content if isinstance(b, dict)):
+        if b.get("type") == "text":
+            out.append(("text", "", str(b.get("text", ""))))
+        elif b.get("type") == "thinking":
+            out.append(("text", "thinking", str(b.get("thinking", ""))))
+        elif b.get("type") == "tool_use":
+            out.append(("tool", str(b.get("name", "")), _flat(b.get("input"))))
+        elif b.get("type") == "tool_result":
+            out.append(("error" if b.get("is_error") else "output", "", _flat(b.get("content", ""))))
+    if o.get("type") == "result" and o.get("is_error"):
+        out.append(("error", "", str(o.get("result", ""))))
+    return out
+
+
+def _codex_turns(o: dict) -> list[tuple[str, str, str]]:
+    if o.get("type") == "error":
+        return [("error", "", str(o.get("message", "")))]
+    item = o.get("item") if o.get("type") == "item.completed" and isinstance(o.get("item"), dict) else None
+    if item is None:
+        return []
+    kind = item.get("type")
+    if kind in ("agent_message", "reasoning"):
+        return [("text", "" if kind == "agent_message" else "reasoning", str(item.get("text", "")))]
+    if kind == "command_execution":
+        failed = item.get("exit_code") not in (0, None)
+        return [
+            ("tool", "shell", str(item.get("command", ""))),
+            ("error" if failed else "output", "", str(item.get("aggregated_output", ""))),
+        ]
+    if kind == "file_change":
+        changes = item.get("changes") or []
+        return [("tool", "file_change", "\n".join(f"{c.get('kind')} {c.get('path')}" for c in changes))]
+    if kind == "error":
+        return [("error", "", str(item.get("message", "")))]
+    return [("tool", str(kind), _flat({k: v for k, v in item.items() if k not in ("id", "type")}))]
+
+
+def _opencode_turns(o: dict) -> list[tuple[str, str, str]]:
+    part = o.get("part") if isinstance(o.get("part"), dict) else {}
+    if o.get("type") == "text":
+        return [("text", "", str(part.get("text", "")))]
+    if o.get("type") == "tool_use":
+        state = part.get("state") if isinstance(part.get("state"), dict) else {}
+        failed = state.get("status") == "error"
+        return [
+            ("tool", str(part.get("tool", "")), _flat(state.get("input"))),
+            ("error" if failed else "output", "", _flat(state.get("error" if failed else "output", ""))),
+        ]
+    if o.get("type") == "error":
+        return [("error", "", _flat(o.get("error", o)))]
+    return []
+
+
+def _gemini_turns(o: dict) -> list[tuple[str, str, str]]:
+    # `--output-format json` prints one document at the end: the final answer only, no turns
+    out = [("text", "", o["response"])] if isinstance(o.get("response"), str) else []
+    return out + ([("error", "", _flat(o["error"]))] if o.get("error") else [])
+
+
+_TURNS: dict[str, Callable[[dict], list[tuple[str, str, str]]]] = {
+    "claude": _claude_turns,
+    "codex": _codex_turns,
+    "opencode": _opencode_turns,
+    "gemini": _gemini_turns,
+}
+
+
+def parse_turns(parser: str, transcript: str) -> tuple[list[Turn], list[tuple[int, int]]]:
+    """The agent's turns in the order the log holds them, each cut to TURN_TEXT_MAX, and the token curve:
+    (turns so far, tokens so far) after each record that reports usage. A JSON record the stack's parser reads
+    becomes its turns (assistant text, tool call, output, error); other JSON records are left out; lines that
+    are not JSON are `log` turns (consecutive lines together) or the run's own `a2rl` lines. Stacks without a
+    turn parser (none, openhands, litellm) have log turns only. Turns are numbered by their place in the list
+    (1-based in the viewer and the inspector's evidence)."""
+    turns: list[Turn] = []
+    curve: list[tuple[int, int]] = []
+    of, counted, tokens = _TURNS.get(parser), _SUMMED.get(parser), 0
+    decoder, pos, log = json.JSONDecoder(), 0, []
+
+    def add(kind: str, tool: str, text: str) -> None:
+        if log and kind != "log":
+            turns.append({"k": "log", "t": "", "x": cut("".join(log))})
+            log.clear()
+        if kind == "log":
+            log.append(text)
+        elif text.strip() or tool:
+            turns.append({"k": kind, "t": tool, "x": cut(text)})
+
+    while pos < len(transcript):
+        end = transcript.find("\n", pos)
+        end = len(transcript) if end < 0 else end + 1
+        if transcript.startswith("{", pos):
+            try:
+                obj, stop = decoder.raw_decode(transcript, pos)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict):
+                for turn in of(obj) if of else []:
+                    add(*turn)
+                if counted and (c := counted(obj)) is not None:
+                    tokens += c[0] + c[2]
+                    curve.append((len(turns), tokens))
+                nl = transcript.find("\n", stop)
+                pos = len(transcript) if nl < 0 else nl + 1
+                continue
+        line = transcript[pos:end]
+        if line.startswith("[a2rl "):
+            add("a2rl", "", line.rstrip("\n"))
+        elif line.strip():
+            add("log", "", line)
+        pos = end
+    add("a2rl", "", "")  # flushes the last log lines (an empty turn is not kept)
+    return turns, curve
