@@ -5,6 +5,7 @@ the sweep recorded (result, ledger, code snapshots, transcript), so it can be re
     summary.jsonl     one SubmissionRow per submission, in order
     summary.md        the same for people: one section per submission with the files its code changed
     trajectory.png    score per submission, best so far, baseline
+    viewer/           the trajectory viewer (reporting/viewer.py)
 
 `a2rl runreport SWEEP_DIR [RUN_ID ...]` rebuilds them (every run with a result by default).
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from a2rl.recording.snapshots import snapshot_dir
 from a2rl.reporting.metrics import RunMetrics, SubmissionRow, build
+from a2rl.reporting.viewer import write_viewer
 from a2rl.records import atomic_write_text
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
@@ -107,6 +109,7 @@ def plot(m: RunMetrics, path: Path) -> None:
 def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> Path:
     """The report of a run; `result` before it is written (the job reports first, so a result on disk always
     has its report), else read from the sweep directory."""
+    result = result or RunResult.load_verified(sweep.result_path(run_id), sweep.key)
     metrics, rows = build(sweep, run_id, result)
     out = sweep.run_dir(run_id) / "report"
     metrics.dump(out / "metrics.json")
@@ -116,6 +119,7 @@ def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = No
     )
     atomic_write_text(out / "summary.md", markdown(metrics, rows, snapshot_dir(sweep.root, run_id)))
     plot(metrics, out / "trajectory.png")
+    write_viewer(sweep, run_id, result)
     return out
 
 
