@@ -224,7 +224,7 @@ def test_all_seeds_present_show_no_n(tmp_path):
 
 
 def test_by_mode_is_mean_improvement_per_mode_and_task(sweep):
-    rows = as_dicts(mode_table(Sweeps([sweep])))
+    rows = as_dicts(mode_table(Sweeps([sweep])))  # one stack: a row per mode
     assert rows["free"]["gsm8k"] == "+25.00 ± 5.00 (n=2)" and rows["free"]["humaneval"] == "—"
     assert rows["sft-only"]["gsm8k"] == "+3.00 ± 3.00 (n=2)"
 
@@ -370,12 +370,19 @@ def test_html_report_of_the_synthetic_sweep(sweep):
         re.sub(r"<[^>]+>", "", m.group(1)): [
             re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", m.group(0))
         ]
-        for m in re.finditer(r"<tr><td>([^<]+)</td>.*?</tr>", page.split("<h2>Runs</h2>")[1])
+        for m in re.finditer(r"<tr[^>]*><td>([^<]+)</td>.*?</tr>", page.split("<h2>Runs</h2>")[1])
     }
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s2"][1:4] == ["failed", "—", "infrastructure: run failed"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s0"][1:4] == ["ok", "10.00", "agent: code_error_runtime"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s0"][1:4] == ["ok", "40.00", ""]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == ["no result", "—", "", "no report yet"]
+    assert f"../runs/{run_id}/report/viewer/index.html" in links  # each finished run's viewer
+    # a Table-2 cell links to the viewers of its runs, by seed
+    table2 = page.split("<h3>Table 2: tiny-llama</h3>")[1].split("</table>")[0]
+    cell = re.search(r"<td>35.00 ± 5.00 \(n=2\)(.*?)</td>", table2).group(1)
+    assert re.findall(r'href="([^"]+)">(s\d)</a>', cell) == [
+        (f"../runs/gsm8k__claude__gpt-x__tiny-llama__s{seed}/report/viewer/index.html", f"s{seed}") for seed in (0, 1, 2)
+    ]
 
 
 def test_report_plots_the_same_in_worker_processes(sweep, tmp_path, monkeypatch):

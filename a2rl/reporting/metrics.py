@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
+from a2rl.errors import SpecError
 from a2rl.records import Record, RecordError
+from a2rl.spec.agents import agent_registry
 from a2rl.recording.snapshots import CodeSnapshot, blob_path, load_snapshots, snapshot_text
 from a2rl.spec.tasks import task_data
 from a2rl.tasklib.leaks import HeldoutMarkers, markers
@@ -152,12 +154,14 @@ def submission_failure(entry: LedgerEntry, baseline: float | None, types: list[s
 
 
 def run_failure(
-    result: RunResult, best: SubmissionRow | None, rows: list[SubmissionRow], log_text: str
+    result: RunResult, best: SubmissionRow | None, rows: list[SubmissionRow], log_text: str, control: bool = False
 ) -> tuple[FailureType | None, Literal["infra", "agent"] | None]:
     if result.status == "failed" or result.baseline is None or result.ungraded_submissions:
         return "unknown", "infra"  # set-up, supervision, baseline or grading did not complete
     if best is not None and best.failure_type is None:
         return None, None
+    if control and result.status == "ok" and not rows:
+        return None, None  # the control did what it is for: nothing
     if not rows:
         if result.status == "timeout":
             return "timeout_no_submission", "agent"
@@ -181,6 +185,14 @@ def find_leaks(
                 found = found_in.find_bytes(blob_path(sweep_root, f.sha256).read_bytes())
                 out += [f"snapshot {snap.seq} {f.path}: {what}" for what in found]
     return out + [f"submission {e.seq}: {what}" for e in entries for what in e.leaks]
+
+
+def is_control(sweep: SweepDir, agent: str) -> bool:
+    """Whether the run's stack is a control (spec/agents.py); a stack no longer found is none."""
+    try:
+        return agent_registry([Path(p) for p in sweep.spec.agent_paths]).get(agent).control
+    except SpecError:
+        return False
 
 
 def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tuple[RunMetrics, list[SubmissionRow]]:
@@ -230,7 +242,7 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
     run_types, run_source = typed(train_types(sweep.root, ref_snap), stages, best.submission_id if best else None)
     log = sweep.run_dir(run_id) / "agent.log"
     log_text = log.read_text(errors="replace") if log.exists() else ""
-    failure, source = run_failure(result, best, rows, log_text)
+    failure, source = run_failure(result, best, rows, log_text, control=is_control(sweep, run.agent.name))
     leaks = find_leaks(
         sweep.root,
         markers(task_data(sweep.data_root(), result.task).heldout_dir),

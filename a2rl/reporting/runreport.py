@@ -79,6 +79,7 @@ def plot(m: RunMetrics, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = range(1, len(m.score_trajectory) + 1)
@@ -96,6 +97,7 @@ def plot(m: RunMetrics, path: Path) -> None:
     if m.baseline is not None:
         ax.axhline(m.baseline, color="gray", linewidth=1, label="baseline")
     ax.set(xlabel="submission", ylabel="score", title=m.run_id)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # submissions are counted, never fractional
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
     fig.tight_layout()
