@@ -381,7 +381,8 @@ def test_html_report_of_the_synthetic_sweep(sweep):
     table2 = page.split("<h3>Table 2: tiny-llama</h3>")[1].split("</table>")[0]
     cell = re.search(r"<td>35.00 ± 5.00 \(n=2\)(.*?)</td>", table2).group(1)
     assert re.findall(r'href="([^"]+)">(s\d)</a>', cell) == [
-        (f"../runs/gsm8k__claude__gpt-x__tiny-llama__s{seed}/report/viewer/index.html", f"s{seed}") for seed in (0, 1, 2)
+        (f"../runs/gsm8k__claude__gpt-x__tiny-llama__s{seed}/report/viewer/index.html", f"s{seed}")
+        for seed in (0, 1, 2)
     ]
 
 

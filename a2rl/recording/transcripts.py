@@ -324,7 +324,9 @@ def parse_turns(parser: str, transcript: str) -> tuple[list[Turn], list[tuple[in
                     tokens += c[0] + c[2]
                     curve.append((len(turns), tokens))
                 nl = transcript.find("\n", stop)
-                pos = len(transcript) if nl < 0 else nl + 1
+                nl = len(transcript) if nl < 0 else nl + 1
+                # text after the object on its line (a CLI that ended without a newline) is read as a line
+                pos = nl if not transcript[stop:nl].strip() else stop
                 continue
         line = transcript[pos:end]
         if line.startswith("[a2rl "):
