@@ -82,10 +82,10 @@ TURNS = {  # parser: the kinds of its turns in order, as the real CLI's output h
 
 @pytest.mark.parametrize("parser", sorted(TURNS))
 def test_real_transcripts_as_turns(parser):
-    text = RUN_LINES + (FIXTURES / REAL[parser][0]).read_text() + "a stray line\nanother\n"
+    text = RUN_LINES + (FIXTURES / REAL[parser][0]).read_text() + "a stray line\n  indented\nanother\n"
     turns, curve = parse_turns(parser, text)
-    assert [t["k"] for t in turns] == ["a2rl", *TURNS[parser], "log"]
-    assert turns[-1]["x"] == "a stray line\nanother\n"  # consecutive lines are one turn
+    assert [t["k"] for t in turns] == ["a2rl", *TURNS[parser], "log", "log"]
+    assert turns[-2]["x"] == "a stray line\n  indented\n"  # a line with the indented ones after it
     assert curve[-1][1] == REAL[parser][2] + REAL[parser][4]  # tokens in and out, as parse_usage totals them
     if parser != "gemini":
         assert "pwd" in turns[turns.index(next(t for t in turns if t["k"] == "tool"))]["x"]

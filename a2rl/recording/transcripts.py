@@ -291,9 +291,10 @@ _TURNS: dict[str, Callable[[dict], list[tuple[str, str, str]]]] = {
 def parse_turns(parser: str, transcript: str) -> tuple[list[Turn], list[tuple[int, int]]]:
     """The agent's turns in the order the log holds them, each cut to TURN_TEXT_MAX, and the token curve:
     (turns so far, tokens so far) after each record that reports usage. A JSON record the stack's parser reads
-    becomes its turns (assistant text, tool call, output, error); other JSON records are left out; lines that
-    are not JSON are `log` turns (consecutive lines together) or the run's own `a2rl` lines. Stacks without a
-    turn parser (none, openhands, litellm) have log turns only. Turns are numbered by their place in the list
+    becomes its turns (assistant text, tool call, output, error); other JSON records are left out (kept as log
+    text for stacks without a turn parser); lines that are not JSON are `log` turns (a line with the indented
+    lines after it) or the run's own `a2rl` lines. Stacks without a turn parser (none, openhands, litellm) have
+    log turns only. Turns are numbered by their place in the list
     (1-based in the viewer and the inspector's evidence)."""
     turns: list[Turn] = []
     curve: list[tuple[int, int]] = []
@@ -301,7 +302,8 @@ def parse_turns(parser: str, transcript: str) -> tuple[list[Turn], list[tuple[in
     decoder, pos, log = json.JSONDecoder(), 0, []
 
     def add(kind: str, tool: str, text: str) -> None:
-        if log and kind != "log":
+        # a log turn is a line with the indented lines and records after it (a traceback, a command's answer)
+        if log and (kind != "log" or text[:1] not in (" ", "\t", "{", "}")):
             turns.append({"k": "log", "t": "", "x": cut("".join(log))})
             log.clear()
         if kind == "log":
@@ -318,15 +320,18 @@ def parse_turns(parser: str, transcript: str) -> tuple[list[Turn], list[tuple[in
             except ValueError:
                 obj = None
             if isinstance(obj, dict):
+                nl = transcript.find("\n", stop)
+                nl = len(transcript) if nl < 0 else nl + 1
+                # text after the object on its line (a CLI that ended without a newline) is read as a line
+                after = nl if not transcript[stop:nl].strip() else stop
+                if of is None:  # no turn parser: the record is part of the log (`a2rl submit`'s answer ...)
+                    add("log", "", transcript[pos:after])
                 for turn in of(obj) if of else []:
                     add(*turn)
                 if counted and (c := counted(obj)) is not None:
                     tokens += c[0] + c[2]
                     curve.append((len(turns), tokens))
-                nl = transcript.find("\n", stop)
-                nl = len(transcript) if nl < 0 else nl + 1
-                # text after the object on its line (a CLI that ended without a newline) is read as a line
-                pos = nl if not transcript[stop:nl].strip() else stop
+                pos = after
                 continue
         line = transcript[pos:end]
         if line.startswith("[a2rl "):
