@@ -101,6 +101,18 @@ def tiny_model() -> Path:
     return resolve_model("builtin:tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def demo_sweep(tmp_path_factory):
+    """The README's demo sweep (tests/test_demo.py's short schedule), run once for the tests that read what it
+    leaves (the HTML report, the trajectory viewer); they may add records but never change its results."""
+    from a2rl.store.sweepdir import SweepDir
+    from test_demo import demo_spec
+
+    root = tmp_path_factory.mktemp("demo")
+    a2rl("launch", str(demo_spec(root)), "--sweep-dir", str(root / "sd"), "--wait", timeout=1200, check=True)
+    return SweepDir(root / "sd")
+
+
 @pytest.fixture
 def fake_clock() -> FakeClock:
     """Virtual time; install it where the code under test reads the clock:
