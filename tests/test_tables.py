@@ -18,6 +18,7 @@ from a2rl.reporting.aggregate import (
     expected_best_of,
     failures_table,
     format_tables,
+    heatmap,
     long_table,
     mode_table,
     paper_tables,
@@ -38,12 +39,14 @@ from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl
 
 
-def make_sweep(root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",)) -> SweepDir:
+def make_sweep(
+    root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",), agents=("claude",)
+) -> SweepDir:
     spec = SweepSpec.model_validate(
         {
             "name": "tables",
             "tasks": list(tasks),
-            "agents": ["claude"],
+            "agents": list(agents),
             "drivers": ["gpt-x"],
             "modes": ["free", "sft-only"],
             "models": ["builtin:tiny-llama"],
@@ -84,9 +87,14 @@ def finish(
     train_type: str = "SFT",
     failure: tuple[str, str] | None = None,
     protocol: str = "paper",
+    agent: str = "claude",
 ) -> None:
     """A run's ledger (one entry per (budget s, tokens, score or None for invalid)), result and report metrics."""
-    run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed, r.protocol) == (task, mode, seed, protocol))
+    run = next(
+        r
+        for r in sweep.runs()
+        if (r.task, r.mode, r.seed, r.protocol, r.agent.name) == (task, mode, seed, protocol, agent)
+    )
     for seq, (at, tokens, score) in enumerate(subs, 1):
         sweep.ledger.record(
             LedgerEntry(
@@ -227,6 +235,18 @@ def test_by_mode_is_mean_improvement_per_mode_and_task(sweep):
     rows = as_dicts(mode_table(Sweeps([sweep])))  # one stack: a row per mode
     assert rows["free"]["gsm8k"] == "+25.00 ± 5.00 (n=2)" and rows["free"]["humaneval"] == "—"
     assert rows["sft-only"]["gsm8k"] == "+3.00 ± 3.00 (n=2)"
+
+
+def test_stacks_are_compared_within_a_mode_never_averaged(tmp_path):
+    sweep = make_sweep(tmp_path / "m", seeds=(0,), tasks=("gsm8k",), agents=("claude", "baseline"))
+    finish(sweep, "gsm8k", "free", 0, [(10, None, 90.0)])
+    finish(sweep, "gsm8k", "free", 0, [], agent="baseline")  # the control: no submission
+    sw = Sweeps([sweep])
+    rows = {(r[0], r[1]): r[2] for r in mode_table(sw).rows}
+    assert rows["free", "claude / gpt-x"] == "+80.00 ± 0.00 (n=1)"
+    assert rows["free", "baseline / none"] == "—"  # not +0.00, and not averaged into claude's +40
+    assert heatmap(sw)[0][:2] == ["free · claude / gpt-x", "free · baseline / none"]
+    assert as_dicts(paper_tables(sw)[0])["baseline / none [free]"]["gsm8k"] == "—"
 
 
 def test_pass_at_k_table(sweep):
