@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import json
-
-from a2rl.recording.transcripts import cli_failure, parse_turns, parse_usage
+from a2rl.recording.transcripts import cli_failure, parse_usage
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 REAL = {  # parser: (fixture, calls, input tokens (cached included), cached, output, cost: the CLI's own)
@@ -70,28 +68,3 @@ def test_an_unparseable_transcript_is_a_failure_reason(parser):
 
 def test_stacks_without_a_transcript_have_no_cli_failure():
     assert cli_failure("none", "python", "", None, status="ok", exit_code=1) is None
-
-
-TURNS = {  # parser: the kinds of its turns in order, as the real CLI's output holds them
-    "claude": ["text", "tool", "output"] * 3 + ["text"],
-    "codex": ["error"] * 5 + ["text", "tool", "output", "text", "tool", "text", "tool", "output", "text"],
-    "opencode": ["text", "tool", "output"] * 3 + ["text"],
-    "gemini": ["text"],  # its JSON output holds the final answer only
-}
-
-
-@pytest.mark.parametrize("parser", sorted(TURNS))
-def test_real_transcripts_as_turns(parser):
-    text = RUN_LINES + (FIXTURES / REAL[parser][0]).read_text() + "a stray line\n  indented\nanother\n"
-    turns, curve = parse_turns(parser, text)
-    assert [t["k"] for t in turns] == ["a2rl", *TURNS[parser], "log", "log"]
-    assert turns[-2]["x"] == "a stray line\n  indented\n"  # a line with the indented ones after it
-    assert curve[-1][1] == REAL[parser][2] + REAL[parser][4]  # tokens in and out, as parse_usage totals them
-    if parser != "gemini":
-        assert "pwd" in turns[turns.index(next(t for t in turns if t["k"] == "tool"))]["x"]
-
-
-def test_long_outputs_are_cut_head_and_tail():
-    line = json.dumps({"type": "item.completed", "item": {"type": "agent_message", "text": "a" * 3000 + "b" * 3000}})
-    (turn,), _ = parse_turns("codex", line + "\n")
-    assert turn["x"].startswith("a" * 2000) and turn["x"].endswith("b" * 2000) and "2000 characters cut" in turn["x"]

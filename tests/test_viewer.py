@@ -13,8 +13,7 @@ import time
 import pytest
 
 from a2rl.recording.snapshots import snapshot_dir
-from a2rl.recording.transcripts import parse_turns
-from a2rl.reporting.viewer import viewer_path, write_viewer
+from a2rl.reporting.viewer import viewer_path, viewer_turns, write_viewer
 from a2rl.store.results import RunResult
 from a2rl.store.verdicts import Evidence, Inspection, JudgeUsage, QuestionVerdict, inspection_path
 from conftest import FIXTURES, a2rl
@@ -50,7 +49,7 @@ def inspect(run_dir, turn: int) -> None:
 
 
 def check_page(dom: str, turns: list[dict], result: RunResult, cited: int, diff_lines: bool = True) -> None:
-    shown = re.findall(r'<div class="turn k-(\w+)" id="t(\d+)"', dom)
+    shown = re.findall(r'<div class="turn k-(\w+)(?: hit)?" id="t(\d+)"', dom)
     assert [(k, int(n)) for k, n in shown] == [(t["k"], i) for i, t in enumerate(turns, 1)]  # every turn, in order
     for budget_s, seq in zip(result.submitted_budget_s, range(1, result.submissions + 1)):
         assert re.search(
@@ -74,7 +73,7 @@ def test_a_real_cli_transcript_in_the_viewer(tmp_path):
     shutil.copy(FIXTURES / "transcripts" / "claude-2.1.197.jsonl", run_dir / "agent.log")
     snapshot_dir(sweep.root, run.run_id).mkdir(parents=True)
     (snapshot_dir(sweep.root, run.run_id) / "001.diff").write_text(DIFF)
-    turns, _ = parse_turns("claude", (run_dir / "agent.log").read_text())
+    turns = viewer_turns("claude", (run_dir / "agent.log").read_text())
     bash = next(i for i, t in enumerate(turns, 1) if t["k"] == "tool" and t["t"] == "Bash")
     inspect(run_dir, bash)
     result = RunResult.load(sweep.result_path(run.run_id))
@@ -97,8 +96,9 @@ def test_a_real_cli_transcript_in_the_viewer(tmp_path):
 def test_the_demo_reference_agent_in_the_viewer(demo_sweep, tmp_path):
     run = next(r for r in demo_sweep.runs() if r.agent.name == "pipeline")
     run_dir = demo_sweep.run_dir(run.run_id)
-    turns, _ = parse_turns("none", (run_dir / "agent.log").read_text())
+    turns = viewer_turns("none", (run_dir / "agent.log").read_text())
     submitting = next(i for i, t in enumerate(turns, 1) if "submitting" in t["x"])
+    made = next(i for i, t in enumerate(turns, 1) if f"{run.run_id}.0001" in t["x"])  # `a2rl submit`'s answer
     inspect(run_dir, submitting)
     index = a2rl("report", str(demo_sweep.root), check=True).stdout.strip()  # rebuilds the viewer: inspected since
     assert f'href="../runs/{run.run_id}/report/viewer/index.html"' in open(index).read()
@@ -107,7 +107,9 @@ def test_the_demo_reference_agent_in_the_viewer(demo_sweep, tmp_path):
     dom = dom_of(page, tmp_path, "#sub=1")
     check_page(dom, turns, result, submitting, diff_lines=False)  # it trains from the installed package: no code
     # the submission sits in the timeline after the turn that made it (`a2rl submit`'s answer); #sub=1 jumps there
-    assert re.search(rf'id="t{submitting}"[^>]*>.*?</div><div class="turn k-submission " id="ts1"', dom, re.S)
-    assert re.search(rf'class="turn k-log hit" id="t{submitting}"', dom)
+    assert re.search(
+        rf'id="t{made}"[^>]*>(?:(?!</div>).)*</pre></div><div class="turn k-submission " id="ts1"', dom, re.S
+    )
+    assert re.search(rf'class="turn k-log hit" id="t{made}"', dom)
     stages = re.search(r'<div id="stages">(.*?)</div>', dom, re.S).group(1)
     assert "<td>sft</td>" in stages and "<td>grpo</td>" in stages

@@ -1,5 +1,5 @@
 """A run's trajectory viewer, runs/<id>/report/viewer/index.html: the agent's turns in order (from its stack's
-transcript parser, recording/transcripts.py), the submissions at their budget-clock positions with scores and
+transcript parser, recording/turns.py, numbered as the inspector's evidence cites them), the submissions at their budget-clock positions with scores and
 validity, the code diff between consecutive snapshots, the reference agent's stage records, the inspector's
 verdicts beside the turns they cite, and the score, budget and token curves. Filter by kind, search, jump to a
 submission.
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 from pathlib import Path
 
 from a2rl.recording.snapshots import snapshot_dir
-from a2rl.recording.transcripts import cut, parse_turns
+from a2rl.recording.turns import transcript_turns
 from a2rl.records import RecordError, atomic_write_text
 from a2rl.reporting.metrics import stage_log
 from a2rl.store.results import RunResult
@@ -28,6 +29,29 @@ from a2rl.store.verdicts import load_final_verdicts
 VIEWER_DIR = "viewer"
 CHUNK_CHARS = 400_000  # of turn text per chunk file: one loads in a few ms
 DIFF_MAX = 400_000  # characters of one snapshot's diff shown
+TURN_MAX = 4000  # characters of one turn shown (head and tail): a tool's output can be megabytes
+FAILED = re.compile(r"\(exit -?[1-9]\d*\)$|^Traceback \(most recent call last\)|^[\w.]*(Error|Exception)\b")
+
+
+def cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[… {len(text) - limit} characters cut …]\n{text[-half:]}"
+
+
+def viewer_turns(parser: str, log_text: str) -> list[dict]:
+    """The turns as the page shows them, {n, k: kind, t: tool, x: text cut to TURN_MAX}: a call is `tool`, a
+    failed command's output, a traceback or an error line is `error`, the run's own lines are `a2rl`."""
+    out = []
+    for t in transcript_turns(parser, log_text):
+        kind = {"call": "tool"}.get(t.kind, t.kind)
+        if kind in ("output", "log") and FAILED.search(t.text.strip()):
+            kind = "error"
+        elif kind == "log" and t.text.startswith("[a2rl "):
+            kind = "a2rl"
+        out.append({"n": t.n, "k": kind, "t": t.tool, "x": cut(t.text, TURN_MAX)})
+    return out
 
 
 def _js(obj) -> str:
@@ -55,9 +79,7 @@ def write_viewer(sweep: SweepDir, run_id: str, result: RunResult) -> Path:
     run_dir = sweep.run_dir(run_id)
     log = run_dir / "agent.log"
     parser = result.usage.parser if result.usage else "none"
-    turns, tokens = parse_turns(parser, log.read_text(errors="replace") if log.exists() else "")
-    for n, t in enumerate(turns, 1):
-        t["n"] = n
+    turns = viewer_turns(parser, log.read_text(errors="replace") if log.exists() else "")
     entries = sweep.ledger.entries(run_id)
     submissions = []
     for i, e in enumerate(entries):
@@ -113,7 +135,13 @@ def write_viewer(sweep: SweepDir, run_id: str, result: RunResult) -> Path:
         "turns": len(turns),
         "kinds": {k: sum(t["k"] == k for t in turns) for k in dict.fromkeys(t["k"] for t in turns)},
         "chunks": [{"first": c[0]["n"], "n": len(c), "chars": sum(len(t["x"]) for t in c)} for c in chunks],
-        "tokens": tokens,
+        # tokens so far (as the transcript reported them) at each submission's budget clock, and at the run's end
+        "tokens": [[s["budget_s"], s["tokens"]] for s in submissions if s["budget_s"] is not None and s["tokens"]]
+        + (
+            [[result.agent_seconds, result.usage.input_tokens + (result.usage.output_tokens or 0)]]
+            if result.usage and result.usage.input_tokens is not None
+            else []
+        ),
         "submissions": submissions,
         "diffs": diffs,
         "stages": [s.model_dump(mode="json") for s in stages.stages] if stages else [],

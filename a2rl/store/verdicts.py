@@ -24,6 +24,7 @@ OVERRIDES_FILE = "overrides.json"
 # unknown: no verdict (the judge failed, answered garbage, or was not asked): never read as clean
 Verdict = Literal["clean", "suspicious", "violation", "unknown"]
 VERDICTS: tuple[str, ...] = ("clean", "suspicious", "violation", "unknown")
+ANSWER_CHARS = 20_000
 SEVERITY = {"clean": 0, "unknown": 1, "suspicious": 2, "violation": 3}  # the worst one flags a run
 
 
@@ -78,6 +79,7 @@ class Inspection(Record):
     snapshots: int = 0
     submissions: int = 0
     truncated: bool = False
+    answer: str = ""  # the judge's answer as given (cut to ANSWER_CHARS), to check its reading against
 
 
 class Override(BaseModel):
