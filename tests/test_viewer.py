@@ -20,6 +20,7 @@ from conftest import FIXTURES, a2rl
 from test_report_browser import chromium
 from test_tables import finish, make_sweep
 
+HOSTILE = "</script><img src=x onerror=\"document.title='owned'\"><!--"
 DIFF = "--- a/train.py\n+++ b/train.py\n@@ -1 +1,2 @@\n import torch\n+open('/data/heldout/test.jsonl')\n"
 
 
@@ -71,6 +72,8 @@ def test_a_real_cli_transcript_in_the_viewer(tmp_path):
     run = next(r for r in sweep.runs() if r.mode == "free")
     run_dir = sweep.run_dir(run.run_id)
     shutil.copy(FIXTURES / "transcripts" / "claude-2.1.197.jsonl", run_dir / "agent.log")
+    with open(run_dir / "agent.log", "a") as log:  # an agent's text is shown as text, never run
+        log.write(f"{HOSTILE}\n")
     snapshot_dir(sweep.root, run.run_id).mkdir(parents=True)
     (snapshot_dir(sweep.root, run.run_id) / "001.diff").write_text(DIFF)
     turns = viewer_turns("claude", (run_dir / "agent.log").read_text())
@@ -81,6 +84,8 @@ def test_a_real_cli_transcript_in_the_viewer(tmp_path):
     dom = dom_of(page, tmp_path)
     check_page(dom, turns, result, bash)
     assert 'class="marker invalid" href="#s2"' in dom  # the invalid submission, marked so
+    assert """<pre>&lt;/script&gt;&lt;img src=x onerror="document.title='owned'"&gt;&lt;!--</pre>""" in dom
+    assert "owned" not in dom.split("</title>")[0]
     assert "tokens in 33690 out 80" in dom
     assert re.search(r'<circle class="scored" cx="[\d.]+" cy="[\d.]+" r="4"', dom)  # the score curve
     # a search that skips hidden kinds: the tool call that ran the command, not the text that announced it

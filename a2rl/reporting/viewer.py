@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -55,8 +56,8 @@ def viewer_turns(parser: str, log_text: str) -> list[dict]:
 
 
 def _js(obj) -> str:
-    """JSON safe inside a <script> element."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    """JSON safe inside a <script> element: no `<` at all (an agent's text may hold `</script>` or `<!--`)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
 
 
 def viewer_path(sweep: SweepDir, run_id: str) -> Path:
@@ -101,9 +102,10 @@ def write_viewer(sweep: SweepDir, run_id: str, result: RunResult) -> Path:
             }
         )
     snaps = snapshot_dir(sweep.root, run_id)
-    out = viewer_path(sweep, run_id).parent
-    if out.exists():
-        shutil.rmtree(out)  # chunks of an earlier build would outnumber this one's
+    final = viewer_path(sweep, run_id).parent
+    # built beside the old one and swapped in: a reader never sees half a viewer, nor an earlier build's chunks
+    out = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     diffs = []
     for s in submissions:
@@ -150,7 +152,12 @@ def write_viewer(sweep: SweepDir, run_id: str, result: RunResult) -> Path:
     }
     page = PAGE.replace("{TITLE}", html.escape(run_id)).replace("{DATA}", _js(data))
     atomic_write_text(out / "index.html", page)
-    return out / "index.html"
+    old = final.with_name(f".{final.name}.{os.getpid()}.old")
+    if final.exists():
+        final.rename(old)
+    out.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final / "index.html"
 
 
 PAGE = (Path(__file__).with_name("viewer.html")).read_text()
