@@ -74,7 +74,7 @@ def cell_data(sw: Sweeps, key: Key) -> CellPlot:
     series = [(r.spec.seed, [(x, s) for x, s in r.scored("budget_s") if x is not None]) for r in runs if r.result]
     drawn = [(seed, pts) for seed, pts in series if pts]
     scored = f", {len(drawn)} with a scored submission" if len(drawn) < len(series) else ""
-    title = f"{' / '.join(key)} ({len(series)} runs{scored})"
+    title = f"{' / '.join(key)}\n({len(series)} runs{scored})"  # two lines: readable type fits the plot's width
     return title, runs[0].spec.budget_s, runs[0].base_score, drawn
 
 
@@ -104,7 +104,7 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
     from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(5, 3), dpi=72)
-    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.17, top=0.9)  # room for tick labels like −0.04
+    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.17, top=0.85)  # room for tick labels like −0.04
     ax.set_xlabel("budget clock (s)", fontsize=FONT)
     ax.set_ylabel("score", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
@@ -169,7 +169,7 @@ def heatmap_plot(sw: Sweeps, path: Path) -> None:
         for j, v in enumerate(row):
             ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=10)
     # a title, not the colorbar's label: with one row the figure is too short for it
-    ax.set_title("mean improvement over the baseline, per stack within each mode", fontsize=10)
+    ax.set_title("mean improvement over the baseline", fontsize=10)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(path)
@@ -260,7 +260,10 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     parts.append('<img class="heatmap" src="plots/heatmap.svg" alt="mode × task heatmap">')
     parts += [_table(t) for t in tables(sw, by="mode")]
     parts.append('<h2>Score against budget time, per cell</h2><div class="plots">')
-    parts += [f'<img src="plots/{Path(path).name}" alt="{html.escape(title)}">' for (title, *_), path in jobs]
+    parts += [
+        f'<img src="plots/{Path(path).name}" alt="{html.escape(title.replace(chr(10), " "))}">'
+        for (title, *_), path in jobs
+    ]
     parts.append("</div><h2>Analyses</h2>")
     parts += [
         _table(t)
