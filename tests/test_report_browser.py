@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl
 
 
@@ -29,7 +30,7 @@ def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow  # the demo sweep
 def test_demo_report_opens_in_a_browser(demo_sweep, tmp_path):
-    sweep = demo_sweep
+    sweep = SweepDir(demo_sweep[1])
     index = a2rl("report", str(sweep.root), check=True).stdout.strip()
     url = f"file://{index}"
     dom = chromium("--dump-dom", url, tmp_path=tmp_path).stdout

@@ -395,7 +395,7 @@ def test_html_report_of_the_synthetic_sweep(sweep):
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s2"][1:4] == ["failed", "—", "infrastructure: run failed"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s0"][1:4] == ["ok", "10.00", "agent: code_error_runtime"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s0"][1:4] == ["ok", "40.00", ""]
-    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == ["no result", "—", "", "no report yet"]
+    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == ["no result", "—", "", "", "no report yet"]
     assert f"../runs/{run_id}/report/viewer/index.html" in links  # each finished run's viewer
     # a Table-2 cell links to the viewers of its runs, by seed
     table2 = page.split("<h3>Table 2: tiny-llama</h3>")[1].split("</table>")[0]

@@ -15,6 +15,7 @@ import pytest
 from a2rl.recording.snapshots import snapshot_dir
 from a2rl.reporting.viewer import viewer_path, viewer_turns, write_viewer
 from a2rl.store.results import RunResult
+from a2rl.store.sweepdir import SweepDir
 from a2rl.store.verdicts import Evidence, Inspection, JudgeUsage, QuestionVerdict, inspection_path
 from conftest import FIXTURES, a2rl
 from test_report_browser import chromium
@@ -99,6 +100,7 @@ def test_a_real_cli_transcript_in_the_viewer(tmp_path):
 
 @pytest.mark.slow  # the demo sweep
 def test_the_demo_reference_agent_in_the_viewer(demo_sweep, tmp_path):
+    demo_sweep = SweepDir(shutil.copytree(demo_sweep[1], tmp_path / "sd", symlinks=True))  # the session's, unchanged
     run = next(r for r in demo_sweep.runs() if r.agent.name == "pipeline")
     run_dir = demo_sweep.run_dir(run.run_id)
     turns = viewer_turns("none", (run_dir / "agent.log").read_text())

@@ -546,6 +546,26 @@ def submissions_table(sw: Sweeps) -> Table:
     return Table("submissions per run", CELL + ["submissions (mean ± SEM)", "valid"], rows)
 
 
+def flags_table(sw: Sweeps) -> Table:
+    """The inspector's verdicts per run (a2rl inspect): the run's flag (its worst verdict) and each question's,
+    a researcher's override marked; runs not inspected are counted in a note. Scores are not touched."""
+    sw.with_metrics()
+    inspected = [r for r in sw.runs if r.metrics is not None and r.metrics.inspector_verdicts]
+    questions = list(dict.fromkeys(v.question for r in inspected for v in r.metrics.inspector_verdicts))
+    rows = []
+    for r in inspected:
+        by_q = {v.question: v for v in r.metrics.inspector_verdicts}
+        cells = [
+            "—" if v is None else v.verdict + (" (overridden)" if v.override else "")
+            for v in (by_q.get(q) for q in questions)
+        ]
+        rows.append([r.spec.run_id, r.metrics.inspector_flag or "—", *cells])
+    notes = ["an LLM judge's verdicts with their evidence in each run's report; unknown: the judge gave none"]
+    if missing := len(sw.runs) - len(inspected):
+        notes.append(f"{missing} run(s) not inspected (a2rl inspect)")
+    return Table("inspector flags", ["run", "flag", *questions], rows, notes)
+
+
 def tables(
     sw: Sweeps,
     *,
@@ -557,6 +577,7 @@ def tables(
     failures: bool = False,
     usage: bool = False,
     submissions: bool = False,
+    flags: bool = False,
 ) -> list[Table]:
     """The tables asked for, in a fixed order; the long table when nothing else is."""
     out = paper_tables(sw) if layout == "paper" else []
@@ -567,6 +588,7 @@ def tables(
     out += [failures_table(sw)] if failures else []
     out += [usage_table(sw)] if usage else []
     out += [submissions_table(sw)] if submissions else []
+    out += [flags_table(sw)] if flags else []
     return out or [long_table(sw)]
 
 

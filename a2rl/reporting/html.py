@@ -245,6 +245,14 @@ def _failure(run: Run) -> str:
     return f"agent: {kind}" if source == "agent" else ""
 
 
+def _flag(run: Run) -> str:
+    """The inspector's flag of a run, "" when it was not inspected; an override is marked."""
+    m = run.metrics
+    if m is None or not m.inspector_verdicts:
+        return ""
+    return m.inspector_flag + (" (overridden)" if any(v.override for v in m.inspector_verdicts) else "")
+
+
 def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     """index.html's text (and the heatmap it shows), with the cells' plots at their `jobs` paths."""
     plots = out / "plots"
@@ -269,6 +277,9 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
         _table(t)
         for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True, submissions=True)
     ]
+    if any(r.metrics is not None and r.metrics.inspector_verdicts for r in sw.runs):
+        parts.append("<h2>Inspector</h2>")
+        parts += [_table(t) for t in tables(sw, flags=True)]
     parts.append("<h2>Runs</h2>")
     rows = []
     for run in sw.runs:
@@ -290,11 +301,12 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
         rows.append(
             f'<tr id="run-{html.escape(run.spec.run_id)}"><td>{html.escape(run.spec.run_id)}</td>'
             f"<td>{html.escape(state)}</td><td>{score}</td>"
-            f"<td>{html.escape(_failure(run))}</td><td>{links or 'no report yet'}</td></tr>"
+            f"<td>{html.escape(_failure(run))}</td><td>{html.escape(_flag(run))}</td>"
+            f"<td>{links or 'no report yet'}</td></tr>"
         )
     parts.append(
-        '<table class="runs"><tr><th>run</th><th>status</th><th>score</th><th>failure</th><th>report</th>'
-        "</tr>" + "".join(rows) + "</table>"
+        '<table class="runs"><tr><th>run</th><th>status</th><th>score</th><th>failure</th><th>inspector</th>'
+        "<th>report</th></tr>" + "".join(rows) + "</table>"
     )
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>a2rl report</title>'

@@ -20,6 +20,7 @@ from a2rl.tasklib.leaks import HeldoutMarkers, markers
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult
 from a2rl.store.stages import STAGES_FILE, StageLog
+from a2rl.store.verdicts import FinalVerdict, Verdict, load_final_verdicts, worst
 from a2rl.store.sweepdir import SweepDir
 
 FailureType = Literal[
@@ -68,7 +69,7 @@ class SubmissionRow(Record):
 
 
 class RunMetrics(Record):
-    SCHEMA = 4  # 2 added leaks; 3 route and train_type_source; 4 protocol
+    SCHEMA = 5  # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 inspector_flag, inspector_verdicts
     run_id: str
     task: str
     agent: str
@@ -103,6 +104,10 @@ class RunMetrics(Record):
     failure_source: Literal["infra", "agent"] | None
     code_snapshots: int
     leaks: list[str] = []  # "transcript: canary", "snapshot 2 train.py: held-out item test.jsonl:17", ...
+    # the inspector's (store/verdicts.py): the worst final verdict, and each question's, overrides applied; None
+    # and []: not inspected. Flags beside the scores, never part of them
+    inspector_flag: Verdict | None = None
+    inspector_verdicts: list[FinalVerdict] = []
 
 
 def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
@@ -250,6 +255,10 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         [snaps[seq] for seq in sorted(snaps)],
         entries,
     )
+    try:
+        verdicts = load_final_verdicts(sweep.run_dir(run_id))
+    except RecordError:  # an unreadable inspection is no verdict; `a2rl inspect` writes it again
+        verdicts = []
     agent_end = result.agent_ended_at or result.ended_at
     usage = result.usage
     metrics = RunMetrics(
@@ -287,5 +296,7 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         failure_source=source,
         code_snapshots=len(snaps),
         leaks=leaks,
+        inspector_flag=worst(verdicts),
+        inspector_verdicts=verdicts,
     )
     return metrics, rows

@@ -39,6 +39,15 @@ def _source(source: str | None, route: str | None = None) -> str:
     return f" (self-reported by the agent{f', route {route}' if route else ''})"
 
 
+def _where(e) -> str:
+    """An Evidence as a place: turn N, snapshot S file:line, and its quote."""
+    parts = [f"turn {e.turn}" if e.turn is not None else ""]
+    if e.path:
+        parts.append(f"snapshot {e.seq} {e.path}" + (f":{e.line}" if e.line is not None else ""))
+    quote = f" «{e.quote[:120]}»" if e.quote else ""
+    return ", ".join(p for p in parts if p) + quote
+
+
 def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
     out = [
         f"# {m.run_id}",
@@ -50,8 +59,26 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
     ]
     if m.leaks:
         out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
+    if m.inspector_verdicts:
+        out += [f"## Inspector: {m.inspector_flag} (an LLM judge's verdicts; they do not change a score)", ""]
+        for v in m.inspector_verdicts:
+            where = "; ".join(_where(e) for e in v.evidence)
+            out.append(
+                f"- {v.question}: {v.verdict}"
+                + (
+                    f" (overridden by {v.override.by}: {v.override.reason}; the judge said {v.judge_verdict})"
+                    if v.override
+                    else ""
+                )
+                + (f"; evidence: {where}" if where else "")
+                + (f". {v.explanation}" if v.explanation else "")
+            )
+        out.append("")
     out += ["| metric | value |", "|---|---|"]
-    out += [f"| {k} | {v} |" for k, v in m.model_dump(exclude={"schema_version", "score_trajectory"}).items()]
+    out += [
+        f"| {k} | {v} |"
+        for k, v in m.model_dump(exclude={"schema_version", "score_trajectory", "inspector_verdicts"}).items()
+    ]
     for r in rows:
         out += [
             "",

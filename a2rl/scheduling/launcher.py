@@ -26,6 +26,7 @@ from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, make_s
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
 from a2rl.grading.daemon import GraderJob
+from a2rl.inspector.inspection import inspect_at_end
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.audit import AuditRecord, audited
 from a2rl.run.job import run_agent_job
@@ -111,8 +112,10 @@ def top_up(sweep: SweepDir, scheduler: Scheduler) -> list[str]:
 
 def run_job(sweep_dir: str, run_id: str) -> str:
     """A run's job as the launcher submits it (submitit pickles this): the run, its report rebuilt each time its
-    result is written or refreshed."""
-    return run_agent_job(sweep_dir, run_id, rebuild_run_report)
+    result is written or refreshed, then the inspector's verdicts where the sweep sets `inspector:`."""
+    status = run_agent_job(sweep_dir, run_id, rebuild_run_report)
+    inspect_at_end(SweepDir(Path(sweep_dir)), run_id)
+    return status
 
 
 class TopUpJob(submitit.helpers.Checkpointable):
@@ -222,7 +225,8 @@ class Launcher:
                 )
                 self.grader_jobs.append(job_id)
                 record_service_job(self.sweep.grader_jobs, self.kind, job_id)
-            for name in drivers_used(runs):  # before the runs, which wait for them
+            judge = self.spec.inspector.driver if self.spec.inspector and runs else None  # it judges each run
+            for name in sorted({*drivers_used(runs), *([judge] if judge else [])}):  # before the runs, which wait
                 if jobs_alive(jobs_path(self.sweep, name), self.schedulers):
                     continue
                 d = self.spec.local_drivers[name]

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from a2rl.errors import SpecError, format_validation_error
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
@@ -148,6 +148,35 @@ class RecordingSettings(_Strict):
     max_run_mb: float = Field(500, gt=0)
 
 
+class InspectorSettings(_Strict):
+    """`inspector:` the LLM judge that reads each run when it ends (a2rl/inspector/; `a2rl inspect` runs it by
+    hand): exactly one of an endpoint (`base_url` and `model`; `api` openai for Chat Completions, anthropic for
+    Messages) or `driver`, a local_drivers entry of this sweep. Its verdicts never change a score."""
+
+    api: Literal["openai", "anthropic"] = "openai"
+    base_url: str | None = None  # e.g. https://api.anthropic.com/v1
+    model: str | None = None
+    api_key_env: str | None = None  # the variable holding the key (sent only to base_url)
+    driver: str | None = None  # a local_drivers name: the sweep's own model judges
+    timeout_s: float = Field(300, gt=0)
+    retries: int = Field(2, ge=0)
+    max_tokens: int = Field(2048, ge=16)  # the judge's answer
+    max_input_chars: int = Field(200_000, ge=2000)  # the run's material past this is cut (recorded as truncated)
+    output_chars: int = Field(400, ge=40)  # each tool output is cut to this (its head and tail)
+    # USD per million tokens, for the judge's cost; unset: the cost stays unknown (no pricing table is guessed)
+    usd_per_mtok_in: float | None = Field(None, ge=0)
+    usd_per_mtok_out: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_judge(self) -> InspectorSettings:
+        endpoint = self.base_url is not None or self.model is not None
+        if (self.driver is not None) == endpoint:
+            raise ValueError("the inspector needs exactly one judge: base_url and model, or driver")
+        if endpoint and not (self.base_url and self.model):
+            raise ValueError("an inspector endpoint needs both base_url and model")
+        return self
+
+
 class RunLimits(_Strict):
     """What one run may consume (run/caps.py), sized for the paper's 7-8B runs; a cap hit is named in agent.log
     and in the run's result (`caps_hit`). docs/isolation.md "Caps" lists how each is enforced."""
@@ -180,6 +209,7 @@ class SweepSpec(_Strict):
     recording: RecordingSettings = RecordingSettings()
     limits: RunLimits = RunLimits()
     local_drivers: dict[str, LocalDriver] = {}
+    inspector: InspectorSettings | None = None  # off by default: no judge reads the runs
     scratch_root: str | None = None  # workspaces: a path ($VARS expand in the job) or `sweep`; see SweepDir
     data_root: str | None = None  # prepared task data; default ~/.cache/a2rl/data
     task_paths: list[str] = []  # extra task folders
@@ -427,6 +457,12 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
             problems.append(
                 f"local_drivers.{name}.python: no interpreter at {python} (build the vLLM environment "
                 f"with tools/setup-vllm-env.sh, or set python / $A2RL_VLLM_PYTHON)"
+            )
+    if valid("inspector", "local_drivers") and spec.inspector and spec.inspector.driver:
+        if spec.inspector.driver not in spec.local_drivers:
+            problems.append(
+                f"inspector.driver: {spec.inspector.driver!r} names no entry of local_drivers "
+                f"(defined: {', '.join(spec.local_drivers) or 'none'})"
             )
     for field in ("task_paths", "agent_paths"):
         for i, p in enumerate(getattr(spec, field)):

@@ -3,6 +3,7 @@ submissions after the run), kept beside the run's other records, outside the age
 
 runs/<id>/inspection.json   Inspection: the judge's answers to the rubric, one QuestionVerdict per question
 runs/<id>/overrides.json    Overrides: a researcher's verdicts with their reasons (`a2rl inspect --set`)
+runs/<id>/inspections/      earlier Inspections, moved aside when the run is inspected again
 
 Overrides live in their own file so that inspecting a run again (a new judge, a new rubric) never loses one.
 Verdicts never change a score: the tables and reports show them beside the scores, as flags.
