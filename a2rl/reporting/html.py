@@ -110,9 +110,9 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
     ax.tick_params(labelsize=FONT - 1)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     # open polygons, not a LineCollection: a legend placed "best" avoids their paths
-    steps = PolyCollection([], facecolors="none", linewidths=1)
+    steps = PolyCollection([], facecolors="none", linewidths=2)
     ax.add_collection(steps, autolim=False)
-    dots = ax.scatter([], [], s=9, linewidths=1)  # as line markers "o" of size 3
+    dots = ax.scatter([], [], s=16, linewidths=1)  # as line markers "o" of size 4
     base_line = ax.axhline(0, color="gray", linewidth=1, linestyle="--")
     title = ax.set_title("", fontsize=FONT - 2)
     per_cell = [steps, dots, base_line, *ax.spines.values(), ax.yaxis, title]
@@ -144,7 +144,7 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
         for artist in per_cell:
             artist.draw(renderer)
         handles = (
-            [Line2D([], [], color=c, linewidth=1, label=f"s{seed}") for c, (seed, _) in zip(run_colors, series)]
+            [Line2D([], [], color=c, linewidth=2, label=f"s{seed}") for c, (seed, _) in zip(run_colors, series)]
             if len(series) <= LEGEND_RUNS
             else []
         )
