@@ -54,7 +54,7 @@ class RunStatus(Record):
     then by the run's job: running, finishing (its result is written and the job waits for the scores of its
     submissions), finished, or interrupted (stopped by SIGTERM; a requeued job resumes it)."""
 
-    SCHEMA = 2  # 2: setup_seconds, states deferred and finished
+    SCHEMA = 3  # 2: setup_seconds, states deferred and finished; 3: uncharged_seconds
     run_id: str
     state: Literal["deferred", "submitted", "running", "finishing", "finished", "interrupted"]
     job_id: str | None = None
@@ -63,6 +63,7 @@ class RunStatus(Record):
     host: str | None = None
     heartbeat_at: float
     agent_seconds: float = 0.0  # budget clock used so far (carried across a requeue)
+    uncharged_seconds: float = 0.0  # grading waits not charged so far (carried too: the cap is the run's, not the job's)
     setup_seconds: list[float] = []  # per attempt: from the job's start to the agent's (the last one so far)
 
     def waiting_for_scores(self) -> bool:
