@@ -182,6 +182,7 @@ cp "$GEN/slurm.conf" "$GEN/gres.conf" "$BASE/etc/"
 # ------------------------------------------------------------------ install (only what is missing)
 pkgs=(slurmctld slurmd slurm-client munge)
 if [ "$ACCT" = slurmdbd ]; then pkgs+=(slurmdbd mariadb-server mariadb-client); fi
+if [ "$NODES" != 1 ]; then pkgs+=(iproute2); fi  # ip: the nodes' network namespaces
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -228,7 +229,6 @@ log "wrote $ETC/slurm.conf and $ETC/gres.conf (CPUs=$CPUS GPUs=$GPUS nodes=$NODE
 # a bridge holding $NET.1 on this machine; per node a namespace with a veth on it ($NET.11, ...) and its own
 # loopback. down.sh removes what $BASE/run/netns lists.
 if [ "$NODES" != 1 ]; then
-  command -v ip >/dev/null || die "two or more nodes need iproute2's ip (apt-get install iproute2)"
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge || die "cannot create bridge $BRIDGE (needs CAP_NET_ADMIN)"
   echo "bridge $BRIDGE" >"$BASE/run/netns"
   ip addr replace "$NET.1/24" dev "$BRIDGE"
