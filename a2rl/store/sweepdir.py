@@ -30,7 +30,7 @@ from a2rl.records import Record, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import default_data_root
-from a2rl.spec.roots import SCRATCH_FIX, default_scratch, private_dir, usable_dir
+from a2rl.spec.roots import SCRATCH_FIX, default_scratch, expand_root, private_dir, usable_dir
 from a2rl.store.queue import SubmissionQueue
 from a2rl.spec.sweep import SweepSpec
 
@@ -162,7 +162,7 @@ class SweepDir:
         if root == "sweep":
             return self.root / "workspaces"
         if root:
-            return usable_dir(Path(os.path.expandvars(root)).expanduser(), "scratch root", SCRATCH_FIX)
+            return usable_dir(expand_root(root, "scratch root", SCRATCH_FIX), "scratch root", SCRATCH_FIX)
         return private_dir(default_scratch(), "scratch root", SCRATCH_FIX)
 
     def workspace(self, run_id: str) -> Path:
