@@ -63,9 +63,7 @@ class RunStatus(Record):
     host: str | None = None
     heartbeat_at: float
     agent_seconds: float = 0.0  # budget clock used so far (carried across a requeue)
-    uncharged_seconds: float = (
-        0.0  # grading waits not charged so far (carried too: the cap is the run's, not the job's)
-    )
+    uncharged_seconds: float = 0.0  # grading waits not charged so far (carried too: the cap is the run's)
     setup_seconds: list[float] = []  # per attempt: from the job's start to the agent's (the last one so far)
 
     def waiting_for_scores(self) -> bool:
