@@ -296,9 +296,7 @@ fi
 /usr/sbin/slurmctld
 for n in "${NODELIST[@]}"; do
   if [ "$NODES" = 1 ]; then /usr/sbin/slurmd
-  # its own network and hostname; nsenter, not `ip netns exec`, whose fresh /sys lacks the cgroup mount
-  else nsenter --net="/run/netns/$(netns_of "$n")" unshare --uts sh -c 'hostname "$1" && exec /usr/sbin/slurmd -N "$1"' sh "$n" \
-    || die "slurmd of node $n did not start: $(tail -n 3 "$BASE/log/slurmd-$n.log" 2>/dev/null)"
+  else SLURM_LOCAL_DIR=$BASE "$HERE/node.sh" start "$n" || exit 1  # in its own network and hostname
   fi
 done
 for _ in $(seq 1 300); do
