@@ -6,8 +6,10 @@ the suite's time)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +40,8 @@ if len(nodes()) < 2:
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SLURM_DIR = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local"))
+# daemons restarted by a test outlive it: not the test's environment (nor its mark, tests/conftest.py)
+DAEMON_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_LOCAL_DIR": str(SLURM_DIR)}
 SLURM = {
     "executor": "slurm",
     "cluster": "local",
@@ -109,6 +113,24 @@ def test_requeue_moves_a_run_to_the_other_node_with_its_workspace_and_budget(tmp
     assert not sweep.resume_dir(run.run_id).exists()
 
 
+def kill_job(job_id: str) -> None:
+    """kill -9 of every process of the job at once (an OOM kill, a node's processes lost), slurmstepd aside: the
+    job gets no SIGTERM to save anything by."""
+    raw = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%A"], capture_output=True, text=True, check=True)
+    mark = f"SLURM_JOB_ID={raw.stdout.strip()}".encode()
+    pids = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark in env.read_bytes().split(b"\0"):
+                pids.append(int(env.parent.name))
+        except OSError:  # gone, or not ours to read
+            pass
+    assert pids, f"no process of job {job_id}"
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_a_runs_job_killed_is_lost_keeps_its_scores_and_is_retried_on_request(tmp_path, sd):
     """kill -9 of every process of one run's job mid-sweep: the follower marks it failed (lost) with the scores
     it earned, the other run is untouched; `--retry-failed` runs it again."""
@@ -124,9 +146,9 @@ def test_a_runs_job_killed_is_lost_keeps_its_scores_and_is_retried_on_request(tm
     victim, other = sweep.runs()
     until(lambda: sweep.ledger.entries(victim.run_id), 180, "the victim's first score")
     job = sweep.status(victim.run_id).job_id
-    subprocess.run(["scancel", "--signal=KILL", "--full", job], check=True, timeout=30)
+    kill_job(job)
     proc = a2rl("launch", str(sweep.root), "--wait", timeout=600)
-    assert proc.returncode != 0 and "failed" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a run failed
     lost = RunResult.load(sweep.result_path(victim.run_id))
     assert lost.status == "failed" and "job ended without a result" in lost.failure_reason
     assert lost.scores and lost.scores == [e.score for e in sweep.ledger.entries(victim.run_id)]
@@ -143,12 +165,12 @@ def restart_slurmctld() -> None:
     pid = int((SLURM_DIR / "run" / "slurmctld.pid").read_text())
     os.kill(pid, signal.SIGTERM)
     until(lambda: not Path(f"/proc/{pid}").exists(), 60, "slurmctld to stop")
-    subprocess.run(["/usr/sbin/slurmctld"], check=True, timeout=60)
+    subprocess.run(["/usr/sbin/slurmctld"], check=True, timeout=60, env=DAEMON_ENV)
     until(lambda: subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0, 60, "slurmctld to answer")
 
 
 def node_sh(action: str, node: str) -> None:
-    subprocess.run(["bash", str(REPO / "tools/slurm/node.sh"), action, node], check=True, timeout=60)
+    subprocess.run(["bash", str(REPO / "tools/slurm/node.sh"), action, node], check=True, timeout=60, env=DAEMON_ENV)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="restarts slurmctld and a slurmd: needs root")
@@ -184,7 +206,7 @@ def test_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_minute_lose
         node_sh("start", node)
     proc = a2rl("launch", str(sd), "--wait", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "submitted 0 of 2 runs" in proc.stdout, proc.stdout
+    assert not re.search(r"submitted [1-9]", proc.stdout), proc.stdout
     assert {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()} == jobs  # the same jobs, no others
     for r in sweep.runs():
         result = result_with_all_scores(sweep, r.run_id)
