@@ -50,6 +50,10 @@ SLURM = {
 }
 
 
+def squeue(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, timeout=60).stdout.strip()
+
+
 def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], check=True, timeout=60, capture_output=True)
 
@@ -153,6 +157,10 @@ def test_a_runs_job_killed_is_lost_keeps_its_scores_and_is_retried_on_request(tm
     assert lost.status == "failed" and "job ended without a result" in lost.failure_reason
     assert lost.scores and lost.scores == [e.score for e in sweep.ledger.entries(victim.run_id)]
     assert result_with_all_scores(sweep, other.run_id).scores == [10.0, 20.0, 30.0]
+    # the grader leaves once every run has a result; a relaunch in that moment finds it alive and starts none,
+    # and --wait does not replace it (issue 26's grader autoscale): retry once it has gone, as a user would later
+    (grader,) = json.loads((sweep.graders / "jobs.json").read_text())["job_ids"]
+    until(lambda: not squeue(grader), 300, "the grader to leave")
     proc = a2rl("launch", str(sweep.root), "--retry-failed", "--wait", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     retried = result_with_all_scores(sweep, victim.run_id)
