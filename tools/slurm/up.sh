@@ -20,7 +20,7 @@
 # Knobs (environment variables):
 #   SLURM_LOCAL_DIR       state/log/run directory                           (default /tmp/slurm-local)
 #   SLURM_NODES           nodes, one slurmd each (--nodes N sets it; >1: each in its own network
-#                         namespace, and hetjobs work)                       (default 1)
+#                         namespace; tools/slurm/node.sh stops/starts one)   (default 1)
 #   SLURM_NET             first three octets of the nodes' private subnet    (default 10.201.7)
 #   SLURM_CPUS            CPUs declared per node (may exceed nproc)          (default 8)
 #   SLURM_MEM_MB          RealMemory per node, MB                            (default 20000)
@@ -52,7 +52,7 @@ while [ $# -gt 0 ]; do
     --status) MODE=status ;;
     --nodes) [ $# -ge 2 ] || die "--nodes needs a number"; NODES=$2; shift ;;
     --nodes=*) NODES=${1#--nodes=} ;;
-    -h|--help) sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (try --help)" ;;
   esac
   shift
