@@ -165,6 +165,11 @@ def test_a_runs_job_killed_is_lost_keeps_its_scores_and_is_retried_on_request(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     retried = result_with_all_scores(sweep, victim.run_id)
     assert retried.status == "ok" and retried.scores[-3:] == [10.0, 20.0, 30.0]
+    starts = re.findall(
+        r"attempt (\d) on .*\(budget left (\d+) s of 60 s\)", (sweep.run_dir(victim.run_id) / "agent.log").read_text()
+    )
+    assert starts == [("1", "60"), ("1", "60")]  # the retry starts over: a new first attempt, the whole budget
+    assert list(sweep.run_dir(victim.run_id).glob("result.failed-*.json"))  # the lost result is kept
     graded_once(sweep)
 
 
