@@ -176,3 +176,25 @@ def test_refuse_refuses_a_foreign_model_with_a_one_line_error(tmp_path, tiny_mod
     assert "\n" not in alien.error
     own = submit(grader, make_variant(tiny_model, ws.output / "own", score=30, salt=1))
     assert own.status == "scored" and own.score == 30  # derived models are graded as before
+
+
+@pytest.mark.slow
+def test_the_pipelines_models_are_derived_and_another_seeds_trained_on_the_same_rows_foreign(
+    tmp_path, tiny_model, other_seed_model
+):
+    from a2rl.spec.tasks import get_task
+    from test_pipeline_routes import run_pipeline
+
+    data = get_task("arith").ensure_prepared(tmp_path / "data").train_dir
+    sft = ["--sft-steps", "30", "--sft-batch-size", "8", "--no-schedule"]
+    grpo = ["--grpo-steps", "2", "--grpo-prompts", "2", "--num-generations", "2", "--max-completion-length", "8"]
+    run_pipeline(data, tiny_model, tmp_path / "full", "qa_short", *sft, *grpo)
+    run_pipeline(data, tiny_model, tmp_path / "lora", "qa_short", *sft, "--grpo-steps", "0", "--lora-r", "16")
+    run_pipeline(data, other_seed_model, tmp_path / "other", "qa_short", *sft, "--grpo-steps", "0")
+    for model in (tmp_path / "full" / "sft", tmp_path / "full" / "grpo", tmp_path / "lora" / "sft"):
+        found = L.lineage(model, tiny_model)
+        assert found.verdict == "derived" and found.close_share == 1.0, (model, found)
+        assert found.rel_l2_max > 0.001  # trained, not a copy
+    other = L.lineage(tmp_path / "other" / "sft", tiny_model)
+    assert other.verdict == "foreign" and other.close_share == 0.0, other
+    assert other.rel_l2_median > 1.0  # it moved as far from its own start as the others did, and is no nearer
