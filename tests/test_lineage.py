@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from a2rl.grading import lineage as L
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.reporting.aggregate import Sweeps, failures_table, format_tables, long_table
+from a2rl.reporting.html import write_report as write_html_report
 from a2rl.reporting.runreport import write_run_report
 from a2rl.store.results import write_result
 from conftest import FIXTURES, a2rl
@@ -162,6 +163,9 @@ def test_flag_scores_a_foreign_model_and_marks_it_everywhere(tmp_path, tiny_mode
     )
     assert "foreign_model×1" in text  # the --failures table counts it
     assert json.loads(format_tables(sw, [long_table(sw)], "json"))["foreign"] == {run_id: [3]}
+    page = write_html_report(sw, tmp_path / "report").read_text()
+    assert f"FOREIGN: 1 run(s) submitted models not plausibly trained from the base model: {run_id}" in page
+    assert "70.00 FOREIGN" in page
     out = a2rl("status", str(sweep.root), check=True).stdout
     assert "70.00 FOREIGN" in out and "FOREIGN: 1 run(s)" in out
 
