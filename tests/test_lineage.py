@@ -110,6 +110,10 @@ def test_another_architecture_or_tokenizer_is_foreign(tmp_path, tiny_model):
     swapped = L.lineage(resaved, tiny_model)
     assert swapped.verdict == "foreign" and swapped.tokenizer == "different"
     assert swapped.reason == "its tokenizer differs from the base model's"
+    head = rewrite(
+        tiny_model, tmp_path / "head", lambda t: {**t, "lm_head.weight": t["model.embed_tokens.weight"].clone()}
+    )
+    assert L.lineage(head, tiny_model).verdict == "derived"  # the tied head, saved explicitly
     bare = shutil.copytree(tiny_model, tmp_path / "bare", ignore=shutil.ignore_patterns("tokenizer*"))
     assert L.lineage(bare, tiny_model).tokenizer == "base"  # the grader loads the base's
 

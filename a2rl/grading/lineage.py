@@ -92,13 +92,16 @@ def architecture_difference(model_dir: Path, base_dir: Path) -> str | None:
             config = json.loads((d / "config.json").read_text())
         except (OSError, ValueError) as e:
             raise ValueError(f"{d / 'config.json'}: {e}") from None
-        configs.append({k: config.get(k) for k in ("model_type", "architectures")} if isinstance(config, dict) else {})
-    if configs[0] != configs[1]:
-        return f"its architecture {configs[0]} is not the base model's {configs[1]}"
+        configs.append(config if isinstance(config, dict) else {})
+    arch = [{k: c.get(k) for k in ("model_type", "architectures")} for c in configs]
+    if arch[0] != arch[1]:
+        return f"its architecture {arch[0]} is not the base model's {arch[1]}"
     mine, base = safetensors_index(model_dir), safetensors_index(base_dir)
     if missing := sorted(base.keys() - mine.keys()):
         return f"it lacks {len(missing)} of the base model's tensors (first: {missing[0]})"
-    if extra := sorted(mine.keys() - base.keys()):
+    # a state dict saved by hand stores the tied output head a tied base leaves out; it is the embeddings again
+    tied = {"lm_head.weight"} if configs[1].get("tie_word_embeddings") else set()
+    if extra := sorted(mine.keys() - base.keys() - tied):
         return f"it has {len(extra)} tensors the base model has not (first: {extra[0]})"
     for name in sorted(base):
         if mine[name][2]["shape"] != base[name][2]["shape"]:
