@@ -230,6 +230,13 @@ class Sweeps:
     def untrusted(self) -> bool:
         return any(s.spec.isolation == "none" for s in self.dirs)
 
+    @property
+    def foreign(self) -> dict[str, list[int]]:
+        """Run id -> seqs of its submissions the grader found not trained from the base model (lineage)."""
+        return {
+            r.spec.run_id: r.result.foreign_submissions for r in self.runs if r.result and r.result.foreign_submissions
+        }
+
     def tasks(self, model: str | None = None, protocol: str | None = None) -> list[str]:
         return list(dict.fromkeys(k[1] for k in self.cells if model in (None, k[0]) and protocol in (None, k[5])))
 
@@ -600,6 +607,7 @@ def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
                 "tables": [{"title": t.title, "headers": t.headers, "rows": t.rows, "notes": t.notes} for t in ts],
                 "notes": notes,
                 "untrusted": sw.untrusted,
+                "foreign": sw.foreign,
             },
             indent=1,
         )
@@ -615,7 +623,12 @@ def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
         else:
             body = tabulate(t.rows, headers=t.headers, tablefmt=fmt, disable_numparse=True)
         parts.append("\n".join(head + [body] + ([f"# {n}" for n in t.notes] if len(ts) > 1 else [])))
-    return "\n\n".join(parts) + "".join(f"\n# {n}" for n in notes) + untrusted_note(sw.untrusted)
+    return (
+        "\n\n".join(parts)
+        + "".join(f"\n# {n}" for n in notes)
+        + untrusted_note(sw.untrusted)
+        + foreign_note(sw.foreign)
+    )
 
 
 def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
@@ -634,3 +647,12 @@ def render(sweep: SweepDir, fmt: str, problems: list[str]) -> str:
 def untrusted_note(untrusted: bool) -> str:
     """Agents run without a sandbox could read held-out data and other runs: say so under every table."""
     return "\n# UNTRUSTED: isolation: none (agents ran unisolated; scores may use held-out data)" if untrusted else ""
+
+
+def foreign_note(foreign: dict[str, list[int]]) -> str:
+    """Runs that submitted a model not plausibly trained from the base (grader.foreign: flag scores it): say so
+    under every table, naming them, since their scores may not be the agent's training."""
+    if not foreign:
+        return ""
+    named = "; ".join(f"{run} (submission {', '.join(map(str, seqs))})" for run, seqs in sorted(foreign.items()))
+    return f"\n# FOREIGN: {len(foreign)} run(s) submitted models not plausibly trained from the base model: {named}"

@@ -18,7 +18,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from a2rl.records import atomic_write_text
-from a2rl.reporting.aggregate import Key, Run, Sweeps, Table, failure_cause, heatmap, tables
+from a2rl.reporting.aggregate import Key, Run, Sweeps, Table, failure_cause, foreign_note, heatmap, tables
 from a2rl.reporting.viewer import viewer_path, write_viewer
 from a2rl.store.verdicts import inspection_path, overrides_path
 
@@ -259,6 +259,8 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     parts = [f"<h1>a2rl report: {html.escape(', '.join(str(s.root) for s in sw.dirs))}</h1>"]
     if sw.untrusted:
         parts.append('<p class="warn">UNTRUSTED: agents ran without isolation; scores may use held-out data</p>')
+    if note := foreign_note(sw.foreign).removeprefix("\n# "):
+        parts.append(f'<p class="warn">{html.escape(note)}</p>')
     if sw.noise:
         parts.append('<p class="note">~: improvement within the measured evaluation noise (a2rl calibrate)</p>')
     parts.append("<h2>Results</h2>")
@@ -298,6 +300,8 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
         )
         state = run.result.status if run.result else "no result"
         score = "—" if run.score is None else f"{run.score:.2f}"
+        if run.result and run.result.foreign_submissions:
+            score += " FOREIGN"
         rows.append(
             f'<tr id="run-{html.escape(run.spec.run_id)}"><td>{html.escape(run.spec.run_id)}</td>'
             f"<td>{html.escape(state)}</td><td>{score}</td>"

@@ -17,7 +17,7 @@ from a2rl.spec.agents import agent_registry
 from a2rl.recording.snapshots import CodeSnapshot, blob_path, load_snapshots, snapshot_text
 from a2rl.spec.tasks import task_data
 from a2rl.tasklib.leaks import HeldoutMarkers, markers
-from a2rl.store.ledger import LedgerEntry
+from a2rl.store.ledger import LedgerEntry, LineageVerdict
 from a2rl.store.results import RunResult
 from a2rl.store.stages import STAGES_FILE, StageLog
 from a2rl.store.verdicts import FinalVerdict, Verdict, load_final_verdicts, worst
@@ -29,6 +29,7 @@ FailureType = Literal[
     "timeout_no_submission",
     "copy_model_fallback",
     "training_diverged",
+    "foreign_model",  # not plausibly trained from the base model (the grader's lineage check)
     "unknown",
 ]
 # TRL classes (and configs) that tell the training method, in the order a pipeline usually runs them
@@ -49,7 +50,7 @@ TrainTypeSource = Literal["code", "self-reported"]
 class SubmissionRow(Record):
     """One line of summary.jsonl."""
 
-    SCHEMA = 3  # 2 added train_type_source; 3 snapshot_error
+    SCHEMA = 4  # 2 added train_type_source; 3 snapshot_error; 4 lineage, lineage_reason
     iteration: int  # the submission's seq (1-based)
     submission_id: str
     at_s: float  # seconds from the run's start (wall clock)
@@ -66,10 +67,13 @@ class SubmissionRow(Record):
     files_removed: list[str] = []
     error: str | None = None
     snapshot_error: str | None = None  # the code record of this submission is missing, and why
+    lineage: LineageVerdict | None = None  # descent from the base model, as the grader found it; None: not compared
+    lineage_reason: str | None = None
 
 
 class RunMetrics(Record):
-    SCHEMA = 5  # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 inspector_flag, inspector_verdicts
+    SCHEMA = 5  # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 inspector_flag, inspector_verdicts,
+    # foreign_submissions
     run_id: str
     task: str
     agent: str
@@ -108,6 +112,7 @@ class RunMetrics(Record):
     # and []: not inspected. Flags beside the scores, never part of them
     inspector_flag: Verdict | None = None
     inspector_verdicts: list[FinalVerdict] = []
+    foreign_submissions: list[int] = []  # seqs of submissions the grader found not trained from the base model
 
 
 def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
@@ -144,7 +149,9 @@ def typed(
 
 
 def submission_failure(entry: LedgerEntry, baseline: float | None, types: list[str]) -> FailureType | None:
-    """The paper's failure types, by heuristics on what was recorded."""
+    """The paper's failure types, by heuristics on what was recorded; a foreign model is that, scored or refused."""
+    if entry.foreign:
+        return "foreign_model"
     if entry.status == "invalid":
         return "code_error_runtime"  # no loadable full-weight model came out
     if entry.copy_of_base:
@@ -172,6 +179,8 @@ def run_failure(
             return "timeout_no_submission", "agent"
         crashed = (result.agent_exit_code or 0) != 0 or "Traceback (most recent call last)" in log_text
         return ("code_error_runtime" if crashed else "unknown"), "agent"
+    if best is not None and best.failure_type == "foreign_model":  # its best score is not the agent's training
+        return "foreign_model", "agent"
     if DIVERGED.search(log_text):
         return "training_diverged", "agent"
     return (best or rows[-1]).failure_type, "agent"
@@ -229,6 +238,8 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
                 failure_type=submission_failure(e, base, types),
                 error=e.error,
                 snapshot_error=e.snapshot_error,
+                lineage=e.lineage.verdict if e.lineage else None,
+                lineage_reason=e.lineage.summary() if e.lineage else None,
                 files_added=snap.added if snap else [],
                 files_modified=snap.modified if snap else [],
                 files_removed=snap.removed if snap else [],
@@ -298,5 +309,6 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         leaks=leaks,
         inspector_flag=worst(verdicts),
         inspector_verdicts=verdicts,
+        foreign_submissions=[r.iteration for r in rows if r.lineage == "foreign"],
     )
     return metrics, rows

@@ -59,6 +59,12 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
     ]
     if m.leaks:
         out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
+    if m.foreign_submissions:
+        out += [
+            f"**FOREIGN MODEL**: submission(s) {', '.join(map(str, m.foreign_submissions))} not plausibly trained "
+            f"from the base model (the grader's lineage check)",
+            "",
+        ]
     if m.inspector_verdicts:
         out += [f"## Inspector: {m.inspector_flag} (an LLM judge's verdicts; they do not change a score)", ""]
         for v in m.inspector_verdicts:
@@ -89,6 +95,7 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
             + (f" (invalid: {r.error})" if r.error else ""),
             f"- change vs previous valid: {_fmt(r.delta_prev, True)}; vs baseline: {_fmt(r.improvement, True)}",
             f"- training: {r.train_type}{_source(r.train_type_source)}; failure: {r.failure_type or 'none'}",
+            f"- lineage: {r.lineage_reason or 'not compared'}",
         ]
         changed = (
             [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + [f"-{p}" for p in r.files_removed]

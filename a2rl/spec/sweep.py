@@ -104,6 +104,8 @@ class GraderSettings(_Strict):
     batch_size: int | None = Field(None, ge=1)
     baseline_cache: str | None = None  # share baselines across sweeps; default: in the sweep directory
     keep_artifacts: bool = False  # keep frozen submission weights after grading
+    # a submission not plausibly trained from the base model (grading/lineage.py): scored and marked, or refused
+    foreign: Literal["flag", "refuse"] = "flag"
     task_options: dict[str, dict[str, Any]] = {}  # per task, merged over task.yaml's `eval` (judge endpoints...)
     lock_timeout_s: float = Field(30, gt=0)  # a queue or result lock held longer: skip this round, log it
     # grading waits are uncharged up to this fraction of the budget; past it they are the agent's time
