@@ -36,6 +36,7 @@ from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Part, Task, get_task
 from a2rl.tasklib.evaluator import evaluate as run_evaluator
 from a2rl.tasklib.leaks import markers, scan_files
+from a2rl.grading.lineage import copy_lineage, lineage
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 from a2rl.llm.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
 from a2rl.llm.contextcap import ContextCap
@@ -394,7 +395,8 @@ class GradingDaemon:
         fields = {**fields, "leaks": leaks}
         try:
             digest = weights_hash(frozen)
-            if base.status == "ok" and digest == base.weights_hash:
+            copy = digest == base.weights_hash
+            if copy and base.status == "ok":
                 return LedgerEntry(
                     **fields,
                     graded_at=now(),
@@ -403,8 +405,21 @@ class GradingDaemon:
                     n_items=n_items(task, fields["part"], base.details),
                     weights_hash=digest,
                     copy_of_base=True,
+                    lineage=copy_lineage(),
                     eval_seconds=now() - t0,
                 )
+            descent = copy_lineage() if copy else lineage(frozen, Path(base.model_path))
+            fields = {**fields, "weights_hash": digest, "lineage": descent}
+            if descent.verdict == "foreign":
+                log.warning("FOREIGN model in %s: %s", fields["submission_id"], descent.summary())
+                if self.settings.foreign == "refuse":
+                    return LedgerEntry(
+                        **fields,
+                        graded_at=now(),
+                        status="invalid",
+                        error=f"refused: foreign model (grader.foreign: refuse): {descent.summary()}",
+                        eval_seconds=now() - t0,
+                    )
             preset = self.preset(model_name)
             settings = self.engine.settings
             key = grading_key(
@@ -417,7 +432,7 @@ class GradingDaemon:
                 self.settings.task_options.get(task.name),
                 fields["part"],
             )
-            fields = {**fields, "weights_hash": digest, "backend": settings.record(), "grading_key": key}
+            fields = {**fields, "backend": settings.record(), "grading_key": key}
             if (earlier := self._graded(key)) is not None:
                 return LedgerEntry(
                     **fields,

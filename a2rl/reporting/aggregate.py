@@ -253,6 +253,13 @@ class Sweeps:
     def untrusted(self) -> bool:
         return any(s.spec.isolation == "none" for s in self.dirs)
 
+    @property
+    def foreign(self) -> dict[str, list[int]]:
+        """Run id -> seqs of its submissions the grader found not trained from the base model (lineage)."""
+        return {
+            r.spec.run_id: r.result.foreign_submissions for r in self.runs if r.result and r.result.foreign_submissions
+        }
+
     def tasks(self, model: str | None = None, protocol: str | None = None) -> list[str]:
         return list(dict.fromkeys(k[1] for k in self.cells if model in (None, k[0]) and protocol in (None, k[5])))
 
@@ -282,6 +289,7 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
+    keys: dict[tuple[int, int], Key] = field(default_factory=dict)  # (row, column): the cell whose runs it shows
 
 
 def _f(v: float | None, signed: bool = False) -> str:
@@ -436,50 +444,84 @@ def paper_tables(sw: Sweeps) -> list[Table]:
             base = sw.baselines[task, model, protocol]
             base_row.append("pending" if base is None else "FAILED" if base.status == "failed" else _f(base.score))
         rows: dict[str, list[str]] = {}
+        keys: dict[tuple[str, int], Key] = {}
         for key in _cell_keys(sw):
             if (key[0], key[5]) != (model, protocol):
                 continue
             row = rows.setdefault(sw.label(key), [sw.label(key)] + ["—"] * len(tasks))
             runs = sw.cells[key]
-            scores = [r.score for r in runs if r.score is not None]
+            scores = submitted_scores(runs)
             text = _ms(scores, len(runs))
             base = runs[0].base_score
             if scores and base is not None:
                 text += sw.marked(key[1], model, protocol, mean_sem(scores)[0] - base)
             row[1 + tasks.index(key[1])] = text
+            keys[sw.label(key), 1 + tasks.index(key[1])] = key
         title = f"Table 2: {model}" + (f" (protocol {protocol})" if len({p for _, p in blocks}) > 1 else "")
         out.append(
             Table(
                 title,
                 ["stack / driver", *tasks],
                 [base_row, *rows.values()],
-                ["cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed"],
+                [
+                    "cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed; — where no "
+                    "run made a valid submission"
+                ],
+                {(1 + list(rows).index(label), col): key for (label, col), key in keys.items()},
             )
         )
     return out
 
 
-def _by_mode(sw: Sweeps) -> tuple[list[str], list[str], dict[tuple[str, str], list[float]]]:
-    """Improvements of every run with one, by (mode, task) over all stacks, drivers and base models."""
-    by: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for (_, task, _, _, mode, _), runs in sw.cells.items():
-        by[mode, task] += [r.improvement for r in runs if r.improvement is not None]
-    return sw.modes(), sw.tasks(), by
+def submitted_scores(runs: list[Run]) -> list[float]:
+    """The scores of a cell's runs, as its Table-2 cell and the mode table count them: none when no run made a
+    valid submission (a control that submits nothing, or a stack that never got one through), as the long table
+    shows — for it: the base model's score repeated is no result of the stack's."""
+    if not any(r.completed and r.result.best is not None for r in runs):
+        return []
+    return [r.score for r in runs if r.score is not None]
+
+
+def _by_mode(sw: Sweeps) -> tuple[list[tuple[str, str]], list[str], dict[tuple[str, str, str], list[float]]]:
+    """Improvements of every run with one, by (mode, stack / driver, task) over base models: stacks are compared
+    within a mode, never averaged together (the reference agent and a control that submits nothing make a
+    mean that means nothing)."""
+    by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    rows: list[tuple[str, str]] = []
+    for mode in sw.modes():
+        for (_, task, agent, driver, m, _), runs in sw.cells.items():
+            if m != mode:
+                continue
+            row = (mode, f"{agent} / {driver}")
+            rows += [row] if row not in rows else []
+            base = runs[0].base_score
+            by[(*row, task)] += [s - base for s in submitted_scores(runs) if base is not None]
+    return rows, sw.tasks(), by
 
 
 def mode_table(sw: Sweeps) -> Table:
-    modes, tasks, by = _by_mode(sw)
-    rows = [
-        [mode] + [_ms(by[mode, t], 0, signed=True) + (f" (n={len(by[mode, t])})" if by[mode, t] else "") for t in tasks]
-        for mode in modes
+    rows, tasks, by = _by_mode(sw)
+    out = [
+        [mode, stack]
+        + [
+            _ms(by[mode, stack, t], 0, signed=True) + (f" (n={len(by[mode, stack, t])})" if by[mode, stack, t] else "")
+            for t in tasks
+        ]
+        for mode, stack in rows
     ]
-    return Table("improvement by mode", ["mode", *tasks], rows, ["cells: mean ± SEM over runs (n)"])
+    return Table(
+        "improvement by mode",
+        ["mode", "stack / driver", *tasks],
+        out,
+        ["cells: mean ± SEM over runs (n); — where no run of the stack made a valid submission"],
+    )
 
 
 def heatmap(sw: Sweeps) -> tuple[list[str], list[str], list[list[float | None]]]:
-    """The numbers of mode_table: (modes, tasks, mean improvement or None)."""
-    modes, tasks, by = _by_mode(sw)
-    return modes, tasks, [[mean_sem(by[m, t])[0] if by[m, t] else None for t in tasks] for m in modes]
+    """The numbers of mode_table: (rows "mode · stack / driver", tasks, mean improvement or None)."""
+    rows, tasks, by = _by_mode(sw)
+    grid = [[mean_sem(by[m, s, t])[0] if by[m, s, t] else None for t in tasks] for m, s in rows]
+    return [f"{m} · {s}" for m, s in rows], tasks, grid
 
 
 CELL = ["model", "task", "agent", "driver", "mode", "protocol"]
@@ -677,6 +719,7 @@ def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
                 "tables": [{"title": t.title, "headers": t.headers, "rows": t.rows, "notes": t.notes} for t in ts],
                 "notes": notes,
                 "untrusted": sw.untrusted,
+                "foreign": sw.foreign,
             },
             indent=1,
         )
@@ -692,7 +735,12 @@ def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
         else:
             body = tabulate(t.rows, headers=t.headers, tablefmt=fmt, disable_numparse=True)
         parts.append("\n".join(head + [body] + ([f"# {n}" for n in t.notes] if len(ts) > 1 else [])))
-    return "\n\n".join(parts) + "".join(f"\n# {n}" for n in notes) + untrusted_note(sw.untrusted)
+    return (
+        "\n\n".join(parts)
+        + "".join(f"\n# {n}" for n in notes)
+        + untrusted_note(sw.untrusted)
+        + foreign_note(sw.foreign)
+    )
 
 
 def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
@@ -711,3 +759,12 @@ def render(sweep: SweepDir, fmt: str, problems: list[str]) -> str:
 def untrusted_note(untrusted: bool) -> str:
     """Agents run without a sandbox could read held-out data and other runs: say so under every table."""
     return "\n# UNTRUSTED: isolation: none (agents ran unisolated; scores may use held-out data)" if untrusted else ""
+
+
+def foreign_note(foreign: dict[str, list[int]]) -> str:
+    """Runs that submitted a model not plausibly trained from the base (grader.foreign: flag scores it): say so
+    under every table, naming them, since their scores may not be the agent's training."""
+    if not foreign:
+        return ""
+    named = "; ".join(f"{run} (submission {', '.join(map(str, seqs))})" for run, seqs in sorted(foreign.items()))
+    return f"\n# FOREIGN: {len(foreign)} run(s) submitted models not plausibly trained from the base model: {named}"

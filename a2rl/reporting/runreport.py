@@ -5,6 +5,7 @@ the sweep recorded (result, ledger, code snapshots, transcript), so it can be re
     summary.jsonl     one SubmissionRow per submission, in order
     summary.md        the same for people: one section per submission with the files its code changed
     trajectory.png    score per submission, best so far, baseline
+    viewer/           the trajectory viewer (reporting/viewer.py)
 
 `a2rl runreport SWEEP_DIR [RUN_ID ...]` rebuilds them (every run with a result by default).
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from a2rl.recording.snapshots import snapshot_dir
 from a2rl.reporting.metrics import RunMetrics, SubmissionRow, build
+from a2rl.reporting.viewer import write_viewer
 from a2rl.records import atomic_write_text
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
@@ -69,6 +71,12 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
         ]
     if m.leaks:
         out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
+    if m.foreign_submissions:
+        out += [
+            f"**FOREIGN MODEL**: submission(s) {', '.join(map(str, m.foreign_submissions))} not plausibly trained "
+            f"from the base model (the grader's lineage check)",
+            "",
+        ]
     if m.inspector_verdicts:
         out += [f"## Inspector: {m.inspector_flag} (an LLM judge's verdicts; they do not change a score)", ""]
         for v in m.inspector_verdicts:
@@ -99,6 +107,7 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
             + (f" (invalid: {r.error})" if r.error else ""),
             f"- change vs previous valid: {_fmt(r.delta_prev, True)}; vs baseline: {_fmt(r.improvement, True)}",
             f"- training: {r.train_type}{_source(r.train_type_source)}; failure: {r.failure_type or 'none'}",
+            f"- lineage: {r.lineage_reason or 'not compared'}",
         ]
         changed = (
             [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + [f"-{p}" for p in r.files_removed]
@@ -116,6 +125,7 @@ def plot(m: RunMetrics, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = range(1, len(m.score_trajectory) + 1)
@@ -133,6 +143,7 @@ def plot(m: RunMetrics, path: Path) -> None:
     if m.baseline is not None:
         ax.axhline(m.baseline, color="gray", linewidth=1, label="baseline")
     ax.set(xlabel="submission", ylabel="score", title=m.run_id)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # submissions are counted, never fractional
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -146,6 +157,7 @@ def plot(m: RunMetrics, path: Path) -> None:
 def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> Path:
     """The report of a run; `result` before it is written (the job reports first, so a result on disk always
     has its report), else read from the sweep directory."""
+    result = result or RunResult.load_verified(sweep.result_path(run_id), sweep.key)
     metrics, rows = build(sweep, run_id, result)
     out = sweep.run_dir(run_id) / "report"
     metrics.dump(out / "metrics.json")
@@ -155,6 +167,7 @@ def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = No
     )
     atomic_write_text(out / "summary.md", markdown(metrics, rows, snapshot_dir(sweep.root, run_id)))
     plot(metrics, out / "trajectory.png")
+    write_viewer(sweep, run_id, result)
     return out
 
 

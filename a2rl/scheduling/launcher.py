@@ -77,7 +77,7 @@ def _submit_locked(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -
         prev = sweep.status(run.run_id)
         # an interrupted run resumes: its attempts and the budget it used carry over to the new job
         carried = (
-            prev.model_dump(include={"attempt", "agent_seconds", "setup_seconds"})
+            prev.model_dump(include={"attempt", "agent_seconds", "uncharged_seconds", "setup_seconds"})
             if prev is not None and prev.state == "interrupted"
             else {}
         )

@@ -108,6 +108,8 @@ class GraderSettings(_Strict):
     # ended: the best on the feedback part, the last scored, or the latest the agent marked {"final": true}
     # (none marked: the best)
     final: Literal["best-feedback", "last", "agent"] = "best-feedback"
+    # a submission not plausibly trained from the base model (grading/lineage.py): scored and marked, or refused
+    foreign: Literal["flag", "refuse"] = "flag"
     task_options: dict[str, dict[str, Any]] = {}  # per task, merged over task.yaml's `eval` (judge endpoints...)
     lock_timeout_s: float = Field(30, gt=0)  # a queue or result lock held longer: skip this round, log it
     # grading waits are uncharged up to this fraction of the budget; past it they are the agent's time

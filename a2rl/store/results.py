@@ -49,8 +49,9 @@ class AgentUsage(BaseModel):
 
 class RunResult(SignedRecord):
     # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol; 4: submitted_budget_s,
-    # submitted_tokens; 5: status quota, caps_hit; 6: feedback, feedback_n, final*, baseline_final, selection_gap
-    SCHEMA = 6
+    # submitted_tokens; 5: status quota, caps_hit; 6: foreign_submissions; 7: feedback, feedback_n, final*,
+    # baseline_final, selection_gap
+    SCHEMA = 7
     run_id: str
     task: str
     protocol: EvalProtocol  # how the submissions and the baseline were scored
@@ -77,6 +78,8 @@ class RunResult(SignedRecord):
     # (copied here so the tables need not read every ledger entry of a large sweep)
     submitted_budget_s: list[float | None] = []
     submitted_tokens: list[int | None] = []
+    # seqs of the graded submissions not plausibly trained from the base model (LedgerEntry.lineage foreign)
+    foreign_submissions: list[int] = []
     budget_s: float
     agent_seconds: float = 0.0  # budget clock used (it starts when the agent process starts)
     uncharged_seconds: float = 0.0  # grading waits not charged to the budget (capped; docs/sweeps.md "The budget rule")
@@ -169,6 +172,7 @@ def build_result(
         scores=[e.score for e in entries],
         submitted_budget_s=[e.budget_used_s for e in entries],
         submitted_tokens=[e.tokens for e in entries],
+        foreign_submissions=[e.seq for e in entries if e.foreign],
         budget_s=run.budget_s,
         agent_seconds=agent_seconds,
         wall_seconds=ended_at - started_at,
