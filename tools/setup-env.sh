@@ -7,6 +7,7 @@
 # and builds the agents' own environment (tools/setup-agent-env.sh; A2RL_AGENT_VENV, default .venv-agent).
 # The default set-up installs from wheels alone: no compiler, no root. The textworld and alfworld tasks' engines
 # compile from source (cmake, g++, cc): add the `games` extra (A2RL_EXTRAS=train,test,tasks,games), in both envs.
+# The test command (tools/test.sh) adds `parity` too: the upstream scorers the parity tests run (alpaca_eval).
 #
 # Idempotent and quick: a stamp file in the venv holds the sha256 of pyproject.toml, this script and the
 # settings below; when it matches (and the venv's python runs), pip is not called at all.

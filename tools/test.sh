@@ -51,8 +51,9 @@ else
   export A2RL_SLURM=1
 fi
 
-# the tests need every task's engine, the textworld/alfworld ones (which compile from source) included
-A2RL_EXTRAS=${A2RL_EXTRAS:-train,test,tasks,games} bash tools/setup-env.sh "$VENV"
+# the tests need every task's engine, the textworld/alfworld ones (which compile from source) included, and the
+# upstream scorers the parity tests run (parity: alpaca_eval)
+A2RL_EXTRAS=${A2RL_EXTRAS:-train,test,tasks,parity,games} bash tools/setup-env.sh "$VENV"
 if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tests/test_report_browser.py)
   say "installing chromium (Debian's package)"
   bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"
