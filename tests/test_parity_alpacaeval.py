@@ -1,6 +1,6 @@
 """alpacaeval's `paper` protocol against alpaca_eval 0.6.6 itself, run here at test time (the `parity` extra):
-`alpaca_eval.evaluate` as the reference calls it (weighted_alpaca_eval_gpt4_turbo annotator, every other argument
-at its default), its judge call the only thing replaced. Both sides get the same judge, a function of the prompt it
+`alpaca_eval.evaluate` as the reference calls it (weighted_alpaca_eval_gpt4_turbo annotator; the other arguments at
+their defaults but those that write files or read a cached leaderboard), its judge call the only thing replaced. Both sides get the same judge, a function of the prompt it
 is shown: upstream through alpaca_eval's completion-function hook, a2rl through a real HTTP server. Upstream's order
 coin, prompt, logprob parser, LC GLM and win rate run; the prompts each side's judge saw, the preferences, the LC
 and raw win rates must agree.
@@ -162,7 +162,9 @@ def model_run(name: str) -> dict:
     instructions = [f"instruction {i}" for i in range(len(model["lengths"]))]
     baseline = ["b" * n for n in model["baseline_lengths"]]
     outputs = [b if p == 0 else "o" * n for b, p, n in zip(baseline, model["preference"], model["lengths"])]
-    opinions = {i: (o, None if p is None else p - 1) for i, o, p in zip(instructions, outputs, model["preference"])}
+    opinions = {
+        i: (o, None if p in (None, 0) else p - 1) for i, o, p in zip(instructions, outputs, model["preference"])
+    }
     return {"instructions": instructions, "baseline": baseline, "outputs": outputs, "judge": opinion_judge(opinions)}
 
 
