@@ -30,6 +30,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 SERIES = 10  # submissions in a row on one engine
+CONTEXT = 2048  # positions of the graded models (long_context)
 RAW_PROMPTS = [
     "Tom has 3 apples and buys 4 more. How many apples does Tom have?",
     "the red ball is",
@@ -55,6 +56,17 @@ def require_vllm() -> Path:
     return python
 
 
+def at_context(tokenizer_dir: Path, context: int) -> list[str]:
+    """Prompts for the context cap: one with room, one 3 tokens short of the context, one filling it, one past it
+    (vLLM refuses the last two outright; the cap must answer "" for them without asking it)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    prompts = ["the red ball is", *("a" + " a" * (n - 1) for n in (context - 3, context, context + 5))]
+    assert [len(tokenizer(p)["input_ids"]) for p in prompts[1:]] == [context - 3, context, context + 5]
+    return prompts
+
+
 def variant(base: Path, dest: Path, salt: int) -> Path:
     """Same architecture and config, other weights (one float of the first tensor changed)."""
     shutil.copytree(base, dest)
@@ -74,7 +86,7 @@ def long_context(tiny: Path, dest: Path) -> Path:
     positions (tests/test_vllm_real.py compares the two on prompts that fit)."""
     shutil.copytree(tiny, dest)
     config = json.loads((dest / "config.json").read_text())
-    (dest / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2048}))
+    (dest / "config.json").write_text(json.dumps({**config, "max_position_embeddings": CONTEXT}))
     return dest
 
 
@@ -130,8 +142,9 @@ def graded(tiny_model, data_root, tmp_path_factory) -> tuple[list[dict], dict]:
     models = [variant(base, work / f"m{i}", i + 1) for i in range(SERIES)]
     todo = jobs(models, base, data_root)
     raw = {"model": str(models[0]), "tokenizer": str(base), "prompts": RAW_PROMPTS, "max_new_tokens": 24, "top": 5}
+    cap = {**raw, "prompts": at_context(base, CONTEXT), "max_new_tokens": 8}
     (work / "jobs.json").write_text(
-        json.dumps({"jobs": todo, "raw": raw, "broken": str(broken(base, work / "broken"))})
+        json.dumps({"jobs": todo, "raw": raw, "cap": cap, "broken": str(broken(base, work / "broken"))})
     )
     proc = subprocess.run(
         [str(python), str(REPO / "tests" / "vllm_worker.py"), str(work / "jobs.json"), str(work / "out.json")],
@@ -199,6 +212,29 @@ def test_greedy_completions_and_first_token_logprobs_equal_transformers(graded):
         assert [t for t, _ in vllm] == [t for t, _ in ours]
         # fp32 on both, different kernels: equal to float rounding
         assert [lp for _, lp in vllm] == pytest.approx([lp for _, lp in ours], abs=1e-4)
+
+
+def test_new_tokens_stop_at_the_context_as_on_transformers(graded):
+    """The context cap on the real engine: the prompt 3 tokens short of the context gets at most 3 new tokens, the
+    ones that fill or pass it get "" (vLLM would refuse them), and the texts and the cap's counts (the ledger's
+    `context_cap`) equal the transformers backend's."""
+    from a2rl.llm.contextcap import ContextCap
+    from a2rl.llm.inference import Generator
+
+    todo, out = graded
+    prompts = at_context(Path(todo[0]["tokenizer"]), CONTEXT)
+    reference = Generator.load(Path(todo[0]["model"]), tokenizer_dir=Path(todo[0]["tokenizer"]))
+    reference.context_cap = ContextCap()
+    texts = reference.generate(prompts, max_new_tokens=8, stop=None)
+    assert out["cap"]["texts"] == texts and texts[0] and texts[1] and texts[2:] == ["", ""]
+    record = out["cap"]["record"]
+    assert record == reference.context_cap.record(), (record, reference.context_cap.record())
+    assert {k: record[k] for k in ("context", "max_new_tokens", "capped", "no_room")} == {
+        "context": CONTEXT,
+        "max_new_tokens": 8,
+        "capped": 3,
+        "no_room": 2,
+    }
 
 
 def test_the_judge_path_ran_on_the_vllm_engine(graded):
