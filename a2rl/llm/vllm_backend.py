@@ -147,8 +147,14 @@ class VLLMGenerator:
             if room
             else []
         )
+        # vLLM reports "length" at max_model_len even where that last token was EOS: as the transformers backend
+        # counts, a generation that ended (EOS, or padding) did not fill the context
+        ended = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
         self.context_cap.filled += sum(
-            limits[i] < max_new_tokens and o.outputs[0].finish_reason == "length" for i, o in zip(room, outputs)
+            limits[i] < max_new_tokens
+            and o.outputs[0].finish_reason == "length"
+            and ended.isdisjoint(o.outputs[0].token_ids)
+            for i, o in zip(room, outputs)
         )
         texts = [""] * len(prompts)
         for i, o in zip(room, outputs):
