@@ -1,16 +1,21 @@
 """configs/sweeps/offline-levels.yaml end to end: the three offline tasks (L1 arith, L2 localjudge, L3 textworld)
 in one sweep with the reference agent and the baseline control, through the launcher on the local executor.
 Every task gets a baseline and graded submissions; the pipeline beats the base model on arith and wins held-out
-TextWorld games, which the base model never does. A shorter schedule and action budget keep it quick."""
+TextWorld games, which the base model never does. A shorter schedule and action budget keep it quick, and so does
+preparing textworld from a source: tests/fixtures/textworld-games.tar.xz holds the 64 games one `a2rl prepare
+textworld` generated with tw-make 1.7.0 (48 train games by public seed, 16 held-out ones from its secret seed),
+given to `a2rl prepare --source` as an air-gapped site gives games made elsewhere (tw-make takes 4-15 min here)."""
 
 from __future__ import annotations
+
+import tarfile
 
 import pytest
 import yaml
 
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
-from conftest import REPO, a2rl
+from conftest import FIXTURES, REPO, a2rl
 
 
 @pytest.mark.slow
@@ -19,6 +24,15 @@ def test_offline_tasks_of_every_level_in_one_sweep(tmp_path):
     spec["agents"] = [{"name": "pipeline", "args": {"sft_steps": 150, "grpo_steps": 4}}, "baseline"]
     # Coin Collector games take at most 6 actions; 12 keeps grading an untrained model short
     spec["grader"]["task_options"] = {"textworld": {"max_steps": 12}}
+    with tarfile.open(FIXTURES / "textworld-games.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    data = tmp_path / "data"
+    a2rl("prepare", "textworld", "--data-root", str(data), "--source", str(tmp_path / "textworld-games"), check=True)
+    games = sorted((data / "textworld" / "heldout" / "games").glob("*.z8"))  # the source's, not new secret ones
+    assert len(games) == 16 and all(
+        g.read_bytes() == (tmp_path / "textworld-games" / g.name).read_bytes() for g in games
+    )
+    spec["data_root"] = str(data)
     path = tmp_path / "levels.yaml"
     path.write_text(yaml.safe_dump(spec))
     proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=1800)
