@@ -35,9 +35,9 @@ def test_the_grader_waits_while_a_run_is_at_work_and_leaves_idle_after(tmp_path,
     clock = FakeClock(start=0.0)
     grader.sleep, grader.clock = clock.sleep, clock
     went_quiet = 3 * IDLE_S  # the run trains (or waits), silent, for three idle limits; then its job dies unseen
-    clock.at[went_quiet] = lambda: RunStatus(
-        run_id=run.run_id, state="running", heartbeat_at=now() - 2 * STALE_S
-    ).dump(status)
+    clock.at[went_quiet] = lambda: RunStatus(run_id=run.run_id, state="running", heartbeat_at=now() - 2 * STALE_S).dump(
+        status
+    )
     clock.at[went_quiet + 5 * IDLE_S] = never_left
     assert grader.run() == 0
     # idle counted from the last poll that saw the run at work (within poll_s of its going quiet)

@@ -164,6 +164,7 @@ class GradingDaemon:
 
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> int:
+        self._beat()  # at once: a grader pool counts a started grader without a heartbeat as still starting
         beat = threading.Thread(target=self._heartbeat_loop, daemon=True)
         beat.start()
         try:
@@ -498,18 +499,14 @@ class GraderJob(submitit.helpers.Checkpointable):
     """The grader as a job: at its time limit submitit calls checkpoint() and requeues it (the submission it
     was grading is claimed again once its lease expires)."""
 
-    def __init__(
-        self, sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook, pool: GraderPool | None = None
-    ):
+    def __init__(self, sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook, pool: GraderPool | None = None):
         self.sweep_dir, self.index, self.on_result, self.pool = sweep_dir, index, on_result, pool
 
     def __call__(self) -> int:
         return run_grader(self.sweep_dir, self.index, self.on_result, self.pool)
 
 
-def run_grader(
-    sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook, pool: GraderPool | None = None
-) -> int:
+def run_grader(sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook, pool: GraderPool | None = None) -> int:
     """Serve the sweep's queue until the sweep is done."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sweep = SweepDir(Path(sweep_dir))

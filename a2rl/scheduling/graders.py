@@ -34,7 +34,9 @@ def submit_grader(sweep: SweepDir, scheduler: Scheduler, index: int, params: dic
     """Submit one grader job (QueueFull when a limit refuses it) and record it in graders/jobs.json; with
     workers auto it carries the pool through which it starts more."""
     pool = PoolOfJobs(str(sweep.root), scheduler.kind, str(scheduler.folder)) if sweep.spec.grader.autoscale else None
-    job_id = scheduler.submit_one(grader_shape(sweep, params), GraderJob(str(sweep.root), index, rebuild_run_report, pool))
+    job_id = scheduler.submit_one(
+        grader_shape(sweep, params), GraderJob(str(sweep.root), index, rebuild_run_report, pool)
+    )
     record_service_job(sweep.grader_jobs, scheduler.kind, job_id)
     return job_id
 
