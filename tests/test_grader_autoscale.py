@@ -1,4 +1,4 @@
-"""grader.workers: auto on the local executor, for real: a burst of submissions to a slow evaluator makes the
+"""grader.workers: auto on the local executor and on the Slurm test cluster, for real: a burst of submissions to a slow evaluator makes the
 graders start more grader jobs (up to max_workers) through the pool they carry, the backlog is graded by
 several graders at once (sooner than one grader could have), and the extra graders leave when idle while the
 last one stays until its own idle limit."""
@@ -14,10 +14,9 @@ from a2rl.run.budget import Budget
 from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import Workspace
 from a2rl.scheduling.launcher import Launcher, open_sweep
-from a2rl.scheduling.local import LocalScheduler
 from a2rl.store.services import ServiceJobs
 from a2rl.store.sweepdir import GraderBeat
-from conftest import FIXTURES, until, write_sweep
+from conftest import FIXTURES, slurm_available, until, write_sweep
 
 sys.path.insert(0, str(FIXTURES / "agents"))
 from variants import make_variant  # noqa: E402
@@ -26,7 +25,16 @@ BURST, EVAL_S, MAX, IDLE_S = 5, 3.0, 2, 20
 
 
 @pytest.mark.slow  # grader jobs start, grade a burst for half a minute, and leave
-def test_a_burst_brings_more_graders_and_the_extras_leave(tmp_path: Path, tiny_model: Path):
+@pytest.mark.parametrize(
+    "executor",
+    [
+        "local",
+        pytest.param("slurm", marks=pytest.mark.slurm),
+    ],
+)
+def test_a_burst_brings_more_graders_and_the_extras_leave(tmp_path: Path, tiny_model: Path, executor: str):
+    if executor == "slurm" and not slurm_available():
+        pytest.skip("no Slurm cluster (start one with tools/slurm/up.sh, or run tools/test.sh)")
     grader = {
         "workers": "auto",
         "max_workers": MAX,
@@ -37,8 +45,12 @@ def test_a_burst_brings_more_graders_and_the_extras_leave(tmp_path: Path, tiny_m
         "idle_timeout_s": IDLE_S,  # no run is at work: the last grader ends the test by leaving
         "task_options": {"echo": {"sleep_s": EVAL_S}},
     }
-    sweep, runs = open_sweep(write_sweep(tmp_path, seeds=list(range(BURST)), grader=grader), tmp_path / "sd")
-    launcher = Launcher(sweep, "local")
+    if executor == "slurm":  # the test cluster's nodes are small
+        grader["mem_gb"] = 1
+    cluster = {"cluster": "local"} if executor == "slurm" else {}
+    spec = write_sweep(tmp_path, seeds=list(range(BURST)), grader=grader, executor=executor, **cluster)
+    sweep, runs = open_sweep(spec, tmp_path / "sd")
+    launcher = Launcher(sweep, executor)
     launcher.submit([])  # the services only: workers auto starts one grader
     jobs = lambda: ServiceJobs.load(sweep.grader_jobs).job_ids  # noqa: E731
     try:
@@ -72,4 +84,4 @@ def test_a_burst_brings_more_graders_and_the_extras_leave(tmp_path: Path, tiny_m
         last = f"idle for {IDLE_S} s with no run at work or deferred"
         assert notes.count(last) == 1 and all(n.endswith("other grader(s) serve") for n in notes if n != last), notes
     finally:
-        LocalScheduler().cancel(jobs())
+        launcher.scheduler.cancel(jobs())
