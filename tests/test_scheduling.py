@@ -402,8 +402,13 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
 
     runner.qos = "a2rl-test-qos|4||\n"
     assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[4] == (
-        "queue limits: QOS a2rl-test-qos allows 4 queued jobs: 6 do not fit at once; 2 runs wait (deferred) and a "
+        "queue limits: QOS a2rl-test-qos allows 4 queued jobs: 6 do not fit at once; 3 runs wait (deferred) and a "
         "top-up job submits them as jobs end"
+    )
+    runner.squeue = "".join(f"5_{i}|PENDING|Priority|a2rl-test-qos\n" for i in range(3))  # queued by you now
+    assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[4] == (
+        "queue limits: QOS a2rl-test-qos allows 4 queued jobs (3 of them taken by your jobs queued now): 6 do not "
+        "fit at once; 6 runs wait (deferred) and a top-up job submits them as jobs end"
     )
     runner.assoc, runner.qos = "root||||\n", ""
     assert capacity.queue_line(slurm(runner, FakeClock(), spec), 6).startswith("queue limits: none set for you")

@@ -137,11 +137,14 @@ def queue_line(scheduler: Scheduler, jobs: int) -> str:
     if not set_:
         return f"queue limits: none set for you (QOS {qos or 'default'}): all {jobs} jobs can be queued at once"
     name, least = min(set_, key=lambda x: x[1])
-    if jobs <= least:
-        return f"queue limits: {name} allows {least} queued jobs: all {jobs} fit at once"
-    return (
-        f"queue limits: {name} allows {least} queued jobs: {jobs} do not fit at once; {jobs - least} runs wait "
-        f"(deferred) and a top-up job submits them as jobs end"
+    room = scheduler.capacity()  # less the jobs you have queued now
+    now_ = f" ({least - room} of them taken by your jobs queued now)" if room is not None and room < least else ""
+    room = least if room is None else room
+    if jobs <= room:
+        return f"queue limits: {name} allows {least} queued jobs{now_}: all {jobs} fit at once"
+    return (  # the top-up job takes a place of its own
+        f"queue limits: {name} allows {least} queued jobs{now_}: {jobs} do not fit at once; {jobs + 1 - room} runs "
+        f"wait (deferred) and a top-up job submits them as jobs end"
     )
 
 
