@@ -6,6 +6,7 @@ scale_wait_s, and an extra one idle for scale_idle_s leaves, never the last. Fak
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -13,7 +14,7 @@ from a2rl.grading.daemon import GradingDaemon
 from a2rl.records import now
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.store.sweepdir import STALE_S, GraderBeat, RunStatus
-from conftest import write_sweep
+from conftest import until, write_sweep
 from fakes import FakeClock
 
 IDLE_S = 600.0
@@ -94,6 +95,25 @@ def test_a_submission_waiting_past_scale_wait_starts_another_grader(tmp_path, ti
     (tmp_path / "f").mkdir()
     fixed, _ = open_sweep(write_sweep(tmp_path / "f", grader={"workers": 2}), tmp_path / "f" / "sd")
     assert GradingDaemon(fixed, 0, pool=pool).pool is None
+
+
+def test_a_grader_busy_with_a_long_evaluation_still_asks_for_help(tmp_path, tiny_model):
+    sweep, (run,) = auto_sweep(tmp_path, scale_wait_s=30, lease_s=0.3)  # its renewer runs every 0.1 s
+    pool = FakePool()
+    grader = GradingDaemon(sweep, 0, pool=pool)
+    grading, waiting = (sweep.queue.submit(run.run_id, f"output/v{i}", lambda sid: None, "x") for i in range(2))
+    assert sweep.queue.claim(grader.holder, 60, sweep.ledger.has).entry.submission_id == grading.submission_id
+    aged = now() - 31
+    os.utime(sweep.queue.pending / f"{waiting.submission_id}.json", (aged, aged))
+    done = threading.Event()
+    renewer = threading.Thread(target=grader._renew_loop, args=(grading.submission_id, done))
+    renewer.start()
+    try:
+        until(lambda: pool.started, 60, "the renewer to ask the pool for another grader")
+    finally:
+        done.set()
+        renewer.join()
+    assert pool.started == 1
 
 
 def beat(sweep, holder: str, state: str = "idle", age: float = 0.0) -> None:

@@ -212,7 +212,8 @@ class GradingDaemon:
 
     def scale_up(self) -> None:
         """workers auto: ask the pool for another grader when the oldest unclaimed submission has waited
-        scale_wait_s (at most once per scale_wait_s per grader: a new grader takes a while to start)."""
+        scale_wait_s (at most once per scale_wait_s per grader: a new grader takes a while to start). Called
+        between claims and, while grading, from the lease renewer (never both at once)."""
         if self.pool is None or not self.queue.pending_ids():
             return
         wait_s = self.settings.scale_wait_s
@@ -493,6 +494,7 @@ class GradingDaemon:
             if not renewed:
                 log.warning("lost the lease on %s; another grader may grade it too (first result wins)", sid)
                 return
+            self.scale_up()  # a long evaluation must not hide a backlog (the main loop checks between claims)
 
 
 class GraderJob(submitit.helpers.Checkpointable):
