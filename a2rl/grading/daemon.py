@@ -135,6 +135,7 @@ class GradingDaemon:
         self.on_result = on_result  # told of each result a late score refreshes
         self.pool = pool if sweep.spec.grader.autoscale else None  # None: this grader neither scales nor leaves early
         self._scaled_at: float | None = None  # (clock) when this grader last asked the pool for another
+        self._leave_checked_at = float("-inf")  # (clock) when it last asked whether it may leave
         self.spec = sweep.spec
         self.settings = self.spec.grader
         self.holder = holder_id(f"grader{index}")
@@ -234,9 +235,10 @@ class GradingDaemon:
         """workers auto: whether this grader, idle for scale_idle_s, leaves the queue to the others. Under the
         graders' lock, another grader must be serving (a fresh heartbeat that is not `exited`) and the scheduler
         must still have another grader job; this one's heartbeat says `exited` before the lock is released, so
-        two idle graders never both leave, and the last one stays."""
-        if self.pool is None:
+        two idle graders never both leave, and the last one stays. Asked at most every HEARTBEAT_S."""
+        if self.pool is None or self.clock() - self._leave_checked_at < HEARTBEAT_S:  # the lock, the scheduler
             return False
+        self._leave_checked_at = self.clock()
         try:
             with FileLock(str(self.sweep.graders / "leave.lock"), timeout=self.settings.lock_timeout_s):
                 serving = [b for b in self.sweep.serving_graders() if b.holder != self.holder]
