@@ -101,6 +101,29 @@ def tiny_model() -> Path:
     return resolve_model("builtin:tiny-llama")
 
 
+# The demo sweep's reference agent on a shorter schedule (configs/sweeps/demo.yaml's grid, task, model, machinery)
+DEMO_SHORT = {"sft_steps": 400, "grpo_steps": 20}
+
+
+def demo_spec(dir: Path, **overrides) -> Path:
+    spec = yaml.safe_load((REPO / "configs" / "sweeps" / "demo.yaml").read_text())
+    spec["agents"] = [{"name": "pipeline", "args": DEMO_SHORT}, "baseline"]
+    spec.update(overrides)
+    path = dir / "demo.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The demo sweep run once on the local executor with `launch --wait`, for the tests that read it (its
+    results, its report, its pages): (the launcher's process, the sweep directory). Read it, do not change it."""
+    tmp = tmp_path_factory.mktemp("demo")
+    proc = a2rl("launch", str(demo_spec(tmp)), "--sweep-dir", str(tmp / "sd"), "--wait", timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, tmp / "sd"
+
+
 @pytest.fixture
 def fake_clock() -> FakeClock:
     """Virtual time; install it where the code under test reads the clock:

@@ -244,3 +244,75 @@ def cli_wrapper(bindir: Path, binary: str, python: Path, script: Path, *args: st
     words = " ".join(f"'{a}'" for a in (python, script, *args))
     (bindir / binary).write_text(f'#!/bin/sh\nexec {words} "$@"\n')
     (bindir / binary).chmod(0o755)
+
+
+class ScriptedJudgeServer:
+    """A scripted LLM judge on loopback, speaking OpenAI Chat Completions (`/v1/chat/completions`) and Anthropic
+    Messages (`/v1/messages`): each answer is `reply(system, user)` (the system and the user text of the
+    request); an int answers with that HTTP status instead. It records every request body in `requests` and its
+    headers in `headers`, and reports usage as word counts. Use as `with ScriptedJudgeServer(reply) as judge:`;
+    `judge.url` is `http://127.0.0.1:PORT/v1`."""
+
+    def __init__(self, reply: Callable[[str, str], str | int], model: str = "scripted-judge"):
+        import threading
+        from http.server import ThreadingHTTPServer
+
+        from a2rl.httpjson import JSONRequestHandler
+
+        self.reply, self.model = reply, model
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        outer = self
+
+        class Handler(JSONRequestHandler):
+            max_body = 64 << 20
+
+            def do_POST(self) -> None:
+                body = self.read_json()
+                outer.requests.append(body)
+                outer.headers.append({k.lower(): v for k, v in self.headers.items()})
+                msgs = body.get("messages") or []
+                system = body.get("system") or "".join(m["content"] for m in msgs if m["role"] == "system")
+                user = "".join(m["content"] for m in msgs if m["role"] == "user")
+                text = outer.reply(system, user)
+                if isinstance(text, int):
+                    return self.send_json(text, {"error": {"message": "scripted failure"}})
+                tin, tout = len((system + user).split()), len(text.split())
+                if self.path == "/v1/chat/completions":
+                    return self.send_json(
+                        200,
+                        {
+                            "id": "chatcmpl-1",
+                            "object": "chat.completion",
+                            "model": outer.model,
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+                            "usage": {"prompt_tokens": tin, "completion_tokens": tout},
+                        },
+                    )
+                if self.path == "/v1/messages":
+                    return self.send_json(
+                        200,
+                        {
+                            "id": "msg_1",
+                            "type": "message",
+                            "model": outer.model,
+                            "content": [{"type": "text", "text": text}],
+                            "usage": {"input_tokens": tin, "output_tokens": tout},
+                        },
+                    )
+                self.send_json(404, {"error": "no route"})
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        # a short poll: shutdown() waits for it, and tests start a server per case
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> ScriptedJudgeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

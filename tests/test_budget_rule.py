@@ -63,3 +63,12 @@ def test_a_wait_racing_the_end_is_refused_and_a_requeue_resumes_the_clock():
         with b.grading_wait():
             pass
     assert b.remaining() == 0
+
+
+def test_a_requeue_resumes_the_uncharged_time_too_so_the_cap_is_the_runs_not_the_jobs():
+    """Attempt 1 used 48 s of a 50 s cap; a requeued attempt that waits 10 s more gets 2 s free, not 10."""
+    clock = Clock()
+    b = Budget(100, used_before_s=20, uncharged_before_s=48, uncharged_cap_s=50, clock=clock)
+    with b.grading_wait():
+        clock.t += 10
+    assert b.uncharged() == pytest.approx(50) and b.used() == pytest.approx(28)

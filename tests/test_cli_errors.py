@@ -146,7 +146,7 @@ def test_submit_success_prints_the_answer(monkeypatch, capsys):
     assert (rc, json.loads(out), err) == (0, answer, "")
 
 
-@pytest.mark.parametrize("cmd", [["status"], ["cancel"], ["grade"], ["runreport"], ["aggregate"]])
+@pytest.mark.parametrize("cmd", [["status"], ["cancel"], ["grade"], ["runreport"], ["aggregate"], ["inspect"]])
 @pytest.mark.parametrize("which", ["empty", "missing"])
 def test_sweep_commands_on_a_directory_that_is_not_a_sweep(cmd, which, tmp_path):
     target = tmp_path / "empty" if which == "empty" else tmp_path / "missing"

@@ -1,6 +1,6 @@
 """The README's demo sweep (configs/sweeps/demo.yaml), end to end with the real reference agent: TRL SFT then
-GRPO on the tiny model, on the local executor and on Slurm. A shorter training schedule keeps it quick; the
-grid, task, model and machinery are the demo's own."""
+GRPO on the tiny model, on the local executor (the session's `demo_sweep`) and on Slurm. A shorter training
+schedule keeps it quick; the grid, task, model and machinery are the demo's own."""
 
 from __future__ import annotations
 
@@ -9,22 +9,10 @@ import io
 import re
 
 import pytest
-import yaml
 
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
-from conftest import REPO, a2rl, slurm_available
-
-SHORT = {"sft_steps": 400, "grpo_steps": 20}
-
-
-def demo_spec(tmp_path, **overrides):
-    spec = yaml.safe_load((REPO / "configs" / "sweeps" / "demo.yaml").read_text())
-    spec["agents"] = [{"name": "pipeline", "args": SHORT}, "baseline"]
-    spec.update(overrides)
-    path = tmp_path / "demo.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+from conftest import a2rl, demo_spec, slurm_available
 
 
 def check_demo(sweep: SweepDir) -> None:
@@ -46,11 +34,10 @@ def check_demo(sweep: SweepDir) -> None:
 
 
 @pytest.mark.slow
-def test_demo_sweep_improves_the_model_locally(tmp_path):
-    proc = a2rl("launch", str(demo_spec(tmp_path)), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_demo_sweep_improves_the_model_locally(demo_sweep):
+    proc, root = demo_sweep
     assert "4/4 done" in proc.stdout and "best arith/pipeline" in proc.stdout
-    sweep = SweepDir(tmp_path / "sd")
+    sweep = SweepDir(root)
     for run in sweep.runs():  # the follower's line for each run as it ended
         assert re.search(rf"^{run.run_id}: ok · best .* submissions? \(\d+ valid\)$", proc.stdout, re.M), run.run_id
     check_demo(sweep)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from a2rl.reporting.metrics import SubmissionRow, run_failure, submission_failure
+from a2rl.spec.agents import agent_registry
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult
 
@@ -143,3 +144,11 @@ def test_the_best_submissions_type_is_the_runs():
     best = row("rollout_logic_wrong", 1, 35.0)
     rows = [best, row("training_diverged", 2, 5.0)]
     assert run_failure(result(), best, rows, "") == ("rollout_logic_wrong", "agent")
+
+
+def test_a_control_that_submitted_nothing_is_no_failure():
+    # the `baseline` stack (configs/agents/baseline.yaml, control: true) submits nothing by design
+    assert agent_registry().get("baseline").control and not agent_registry().get("claude").control
+    assert run_failure(result(), None, [], "", control=True) == (None, None)
+    assert run_failure(result(status="timeout"), None, [], "", control=True) == ("timeout_no_submission", "agent")
+    assert run_failure(result(), None, [], "") == ("unknown", "agent")  # any other stack's: a failure

@@ -20,6 +20,7 @@ LAYERS = [
     {"drivers"},
     {"run"},
     {"reporting"},
+    {"inspector"},
     {"scheduling"},
     {"reference"},
     {"cli", "launch", "aggregate", "__main__"},

@@ -14,7 +14,6 @@ from PIL import Image
 
 from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl
-from test_demo import demo_spec
 
 
 def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess:
@@ -30,9 +29,8 @@ def chromium(*args: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow  # the demo sweep
-def test_demo_report_opens_in_a_browser(tmp_path):
-    a2rl("launch", str(demo_spec(tmp_path)), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=1200, check=True)
-    sweep = SweepDir(tmp_path / "sd")
+def test_demo_report_opens_in_a_browser(demo_sweep, tmp_path):
+    sweep = SweepDir(demo_sweep[1])
     index = a2rl("report", str(sweep.root), check=True).stdout.strip()
     url = f"file://{index}"
     dom = chromium("--dump-dom", url, tmp_path=tmp_path).stdout
@@ -44,11 +42,17 @@ def test_demo_report_opens_in_a_browser(tmp_path):
     assert "pipeline / none" in cells and "baseline / none" in cells
     pipeline = cells[cells.index("pipeline / none") + 1]
     assert float(pipeline.split(" ± ")[0]) > float(cells[3])  # the reference agent improved on the baseline
+    assert pipeline.endswith("s0s1")  # links to its runs' viewers
+    control = cells[cells.index("baseline / none") + 1]
+    assert control.split() == ["—", "s0s1"]  # as the terminal's table (the control submits nothing), and its runs
+    failures = re.search(r"<h3>failures by cause</h3>\s*<table>(.*?)</table>", dom, re.S).group(1)
+    assert "unknown" not in failures  # the control's ok runs are no agent failure
     images = re.findall(r'<img[^>]*src="([^"]+)"', dom)
     assert "plots/heatmap.svg" in images and sum(i.startswith("plots/cell-") for i in images) == 2
     for run in sweep.runs():
         assert f'href="../runs/{run.run_id}/report/summary.md"' in dom
         assert f'href="../runs/{run.run_id}/agent.log"' in dom
+        assert f'href="../runs/{run.run_id}/report/viewer/index.html"' in dom
     shot = tmp_path / "shot.png"
     chromium(f"--screenshot={shot}", "--window-size=1280,1800", url, tmp_path=tmp_path)
     assert plot_pixels(shot) > 100, "the score plots did not render"

@@ -10,12 +10,13 @@ import stat
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
 from a2rl.errors import RootError
 from a2rl.scheduling.launcher import open_sweep
-from a2rl.spec.roots import default_scratch, private_dir, usable_dir
+from a2rl.spec.roots import default_scratch, expand_root, private_dir, usable_dir
 from conftest import write_sweep
 
 NOBODY = 65534
@@ -120,3 +121,16 @@ def test_a_run_whose_scratch_root_cannot_be_used_fails_with_that_line(tmp_path, 
         and "A2RL_SCRATCH" in result.failure_reason
         and "\n" not in result.failure_reason
     ), result.failure_reason
+
+
+def test_a_node_local_scratch_root_expands_where_it_is_used(monkeypatch, tmp_path):
+    """`$TMPDIR` is the node's in a job; off the nodes (the launcher's audit) an unset TMPDIR is the system's
+    temporary directory, as for any program. Another unset variable is one line, never a directory named
+    `$SCRATCH` under the working directory."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert expand_root("$TMPDIR/a2rl", "scratch root", "fix") == tmp_path / "a2rl"
+    monkeypatch.delenv("TMPDIR")
+    assert expand_root("${TMPDIR}/a2rl", "scratch root", "fix") == Path(tempfile.gettempdir()) / "a2rl"
+    monkeypatch.delenv("A2RL_NO_SUCH_VAR", raising=False)
+    with pytest.raises(RootError, match=r"scratch root /x/\$A2RL_NO_SUCH_VAR: \$A2RL_NO_SUCH_VAR is not set on "):
+        expand_root("/x/$A2RL_NO_SUCH_VAR", "scratch root", "fix")

@@ -316,6 +316,8 @@ def test_an_interrupted_run_resumes_on_a_wiped_scratch_with_its_code_and_output(
     )
     saved = sweep.resume_dir(run.run_id)
     assert (saved / "output" / "v0" / "config.json").exists() and (saved / "output" / "v1" / "config.json").exists()
+    uncharged_before = sweep.status(run.run_id).uncharged_seconds
+    assert uncharged_before > 0  # attempt 1 waited for v0's score
     shutil.rmtree(scratch)
     a2rl("launch", str(sweep.root), "--wait", check=True)
     result = until(
@@ -324,6 +326,7 @@ def test_an_interrupted_run_resumes_on_a_wiped_scratch_with_its_code_and_output(
         what="the auto-submission's score",
     )
     assert result.status == "timeout"
+    assert result.uncharged_seconds >= round(uncharged_before, 1)  # carried across the requeue, not restarted
     assert [(e.seq, e.score) for e in sweep.ledger.entries(run.run_id)] == [(1, 10.0), (2, 25.0)]
     assert "workspace restored from" in (sweep.run_dir(run.run_id) / "agent.log").read_text()
     assert not saved.exists()  # dropped once the run finished

@@ -29,6 +29,7 @@ from a2rl.run.sandbox import (
     python_prefixes,
 )
 from a2rl.spec.sweep import default_agent_python
+from a2rl.spec.tasks import PARTS_DIR
 from conftest import until
 
 BWRAP = shutil.which("bwrap")
@@ -138,6 +139,8 @@ def layout(tmp_path):
     cache = tmp_path / "cache"
     (cache / "data" / "arith" / "heldout").mkdir(parents=True)
     (cache / "data" / "arith" / "heldout" / "test.jsonl").write_text("SECRET-HELDOUT\n")
+    (cache / "data" / "arith" / PARTS_DIR / "final").mkdir(parents=True)  # feedback: split's final part
+    (cache / "data" / "arith" / PARTS_DIR / "final" / "test.jsonl").write_text("SECRET-FINAL\n")
     model = cache / "models" / "tiny"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
@@ -188,6 +191,7 @@ PROBE = """
     print(json.dumps({
         "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
         "heldout_via_link": readable(model + "/../../data/arith/heldout/test.jsonl"),
+        "final_via_link": readable(model + "/../../data/arith/heldout-parts/final/test.jsonl"),
         "data_root": readable(sys.argv[0] if False else os.environ.get("DATA", "/nonexistent")),
         "other_run": readable(os.environ.get("OTHER", "/nonexistent")),
         "model": readable(ws + "/models/base/config.json"),
@@ -226,7 +230,7 @@ def test_bwrap_hides_everything_but_the_workspace_model_and_python(any_bwrap, la
     assert seen["home"] == []
     assert seen["model"] and seen["ws_writable"]
     assert not seen["model_writable"]
-    for leak in ("heldout_via_link", "data_root", "other_run", "source_tree"):
+    for leak in ("heldout_via_link", "final_via_link", "data_root", "other_run", "source_tree"):
         assert not seen[leak], leak
     assert not seen["shadow"]  # masked (unreadable or empty)
     assert len(seen["procs"]) <= 3  # the sandbox's init, the probe (and nothing of the host)
@@ -240,7 +244,7 @@ def test_none_is_not_a_sandbox(layout):
         seen = _run_probe(
             box, layout, PROBE, DATA=str(layout["data"]), OTHER=str(layout["other"]), HOME_ENTRIES="", LHOME="/"
         )
-    assert seen["heldout_via_link"] and seen["data_root"] and seen["other_run"]
+    assert seen["heldout_via_link"] and seen["final_via_link"] and seen["data_root"] and seen["other_run"]
 
 
 @needs_bwrap

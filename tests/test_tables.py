@@ -18,6 +18,7 @@ from a2rl.reporting.aggregate import (
     expected_best_of,
     failures_table,
     format_tables,
+    heatmap,
     long_table,
     mode_table,
     paper_tables,
@@ -38,12 +39,14 @@ from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl
 
 
-def make_sweep(root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",)) -> SweepDir:
+def make_sweep(
+    root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",), agents=("claude",)
+) -> SweepDir:
     spec = SweepSpec.model_validate(
         {
             "name": "tables",
             "tasks": list(tasks),
-            "agents": ["claude"],
+            "agents": list(agents),
             "drivers": ["gpt-x"],
             "modes": ["free", "sft-only"],
             "models": ["builtin:tiny-llama"],
@@ -84,9 +87,14 @@ def finish(
     train_type: str = "SFT",
     failure: tuple[str, str] | None = None,
     protocol: str = "paper",
+    agent: str = "claude",
 ) -> None:
     """A run's ledger (one entry per (budget s, tokens, score or None for invalid)), result and report metrics."""
-    run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed, r.protocol) == (task, mode, seed, protocol))
+    run = next(
+        r
+        for r in sweep.runs()
+        if (r.task, r.mode, r.seed, r.protocol, r.agent.name) == (task, mode, seed, protocol, agent)
+    )
     for seq, (at, tokens, score) in enumerate(subs, 1):
         sweep.ledger.record(
             LedgerEntry(
@@ -224,9 +232,21 @@ def test_all_seeds_present_show_no_n(tmp_path):
 
 
 def test_by_mode_is_mean_improvement_per_mode_and_task(sweep):
-    rows = as_dicts(mode_table(Sweeps([sweep])))
+    rows = as_dicts(mode_table(Sweeps([sweep])))  # one stack: a row per mode
     assert rows["free"]["gsm8k"] == "+25.00 ± 5.00 (n=2)" and rows["free"]["humaneval"] == "—"
     assert rows["sft-only"]["gsm8k"] == "+3.00 ± 3.00 (n=2)"
+
+
+def test_stacks_are_compared_within_a_mode_never_averaged(tmp_path):
+    sweep = make_sweep(tmp_path / "m", seeds=(0,), tasks=("gsm8k",), agents=("claude", "baseline"))
+    finish(sweep, "gsm8k", "free", 0, [(10, None, 90.0)])
+    finish(sweep, "gsm8k", "free", 0, [], agent="baseline")  # the control: no submission
+    sw = Sweeps([sweep])
+    rows = {(r[0], r[1]): r[2] for r in mode_table(sw).rows}
+    assert rows["free", "claude / gpt-x"] == "+80.00 ± 0.00 (n=1)"
+    assert rows["free", "baseline / none"] == "—"  # not +0.00, and not averaged into claude's +40
+    assert heatmap(sw)[0][:2] == ["free · claude / gpt-x", "free · baseline / none"]
+    assert as_dicts(paper_tables(sw)[0])["baseline / none [free]"]["gsm8k"] == "—"
 
 
 def test_pass_at_k_table(sweep):
@@ -370,12 +390,20 @@ def test_html_report_of_the_synthetic_sweep(sweep):
         re.sub(r"<[^>]+>", "", m.group(1)): [
             re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", m.group(0))
         ]
-        for m in re.finditer(r"<tr><td>([^<]+)</td>.*?</tr>", page.split("<h2>Runs</h2>")[1])
+        for m in re.finditer(r"<tr[^>]*><td>([^<]+)</td>.*?</tr>", page.split("<h2>Runs</h2>")[1])
     }
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s2"][1:4] == ["failed", "—", "infrastructure: run failed"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s0"][1:4] == ["ok", "10.00", "agent: code_error_runtime"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s0"][1:4] == ["ok", "40.00", ""]
-    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == ["no result", "—", "", "no report yet"]
+    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == ["no result", "—", "", "", "no report yet"]
+    assert f"../runs/{run_id}/report/viewer/index.html" in links  # each finished run's viewer
+    # a Table-2 cell links to the viewers of its runs, by seed
+    table2 = page.split("<h3>Table 2: tiny-llama</h3>")[1].split("</table>")[0]
+    cell = re.search(r"<td>35.00 ± 5.00 \(n=2\)(.*?)</td>", table2).group(1)
+    assert re.findall(r'href="([^"]+)">(s\d)</a>', cell) == [
+        (f"../runs/gsm8k__claude__gpt-x__tiny-llama__s{seed}/report/viewer/index.html", f"s{seed}")
+        for seed in (0, 1, 2)
+    ]
 
 
 def test_report_plots_the_same_in_worker_processes(sweep, tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/test.sh [pytest args...] - THE test command (README, CI via .ci/run). On Debian 12 as root:
-#   1. brings up the local Slurm cluster (tools/slurm/up.sh: apt-installs Slurm, munge, MariaDB + slurmdbd
-#      when missing) and stops it again on exit (tools/slurm/down.sh), but only if it was not running before;
+#   1. brings up the local Slurm cluster, two nodes each in its own network namespace (tools/slurm/up.sh
+#      --nodes 2: apt-installs Slurm, munge, MariaDB + slurmdbd when missing; tests/test_slurm_nodes.py needs
+#      both) and stops it again on exit (tools/slurm/down.sh), but only if it was not running before;
 #   2. creates/refreshes the venv (tools/setup-env.sh) and installs chromium (apt) when it is missing;
 #   3. installs the real agent CLIs the tests run (tools/agents/install.sh: the npm CLIs, OpenHands (Python 3.12)
 #      and RD-Agent each in its own venv, into $A2RL_AGENT_CLIS, default ~/.cache/a2rl/agent-clis; a no-op once the pinned
@@ -11,7 +12,8 @@
 # "No tests collected" (pytest exit 5) is a failure here.
 #
 # Knobs: A2RL_SLURM=0 skips the cluster (tests marked `slurm` must then skip themselves);
-#        A2RL_VENV (default .venv in the repo root); SLURM_* are passed on to tools/slurm/up.sh.
+#        A2RL_VENV (default .venv in the repo root); SLURM_* are passed on to tools/slurm/up.sh (SLURM_NODES
+#        defaults to 2 here).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -36,11 +38,12 @@ if [ "${A2RL_SLURM:-}" = 0 ]; then
   say "A2RL_SLURM=0: not using Slurm"
   unset A2RL_SLURM
 else
+  export SLURM_NODES=${SLURM_NODES:-2}
   st=0; bash tools/slurm/up.sh --status || st=$?
   # st: 0 = up with this config, 1 = not running, 2 = running with another config (up.sh restarts it; a
   # cluster that was running before is left running either way)
   [ "$st" = 1 ] && started_cluster=1
-  say "bringing up the local Slurm cluster (tools/slurm/up.sh)"
+  say "bringing up the local Slurm cluster (tools/slurm/up.sh, $SLURM_NODES nodes)"
   bash tools/slurm/up.sh || {
     echo "test.sh: ERROR: tools/slurm/up.sh failed (needs root on Debian 12); A2RL_SLURM=0 runs without Slurm" >&2
     exit 1

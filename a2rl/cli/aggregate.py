@@ -35,6 +35,7 @@ def table_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--failures", action="store_true", help="failures by cause: infrastructure or agent")
     p.add_argument("--usage", action="store_true", help="tokens and cost per cell")
     p.add_argument("--submissions", action="store_true", help="submissions per run")
+    p.add_argument("--flags", action="store_true", help="the inspector's verdicts per run (a2rl inspect)")
 
 
 def open_sweeps(paths: list[Path]) -> Sweeps:
@@ -59,6 +60,7 @@ def selected(sw: Sweeps, args: argparse.Namespace):
         failures=args.failures,
         usage=args.usage,
         submissions=args.submissions,
+        flags=args.flags,
     )
 
 

@@ -18,6 +18,7 @@ COMMANDS = {
     "aggregate": ("aggregate", "results tables of one or several sweeps (python -m a2rl.aggregate)"),
     "report": ("report", "write a static HTML report of one or several sweeps"),
     "runreport": ("runreport", "rebuild run reports (runs/<id>/report/) from the sweep directory"),
+    "inspect": ("inspector", "an LLM judge flags rule violations in runs (verdicts with evidence; scores unchanged)"),
     "cancel": ("cancel", "cancel a sweep's unfinished runs (or one run) and its service jobs"),
     "audit": ("audit", "probe what the sweep's agents can reach; exit 1 when held-out data is reachable"),
     "grade": ("grade", "run a grading daemon for a sweep in the foreground"),

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
 
     from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
     from a2rl.scheduling.base import Schedulers
-    from a2rl.reporting.aggregate import untrusted_note
+    from a2rl.reporting.aggregate import foreign_note, untrusted_note
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import load_result
 
@@ -29,17 +29,17 @@ def run(args: argparse.Namespace) -> int:
     jobs = st.jobs
     table = []
     ledger = sweep.ledger
+    foreign: dict[str, list[int]] = {}
     for run in sweep.runs():
         result = load_result(sweep, run.run_id)
         status = sweep.status(run.run_id)
         state = result.status if result else (status.state if status else "not submitted")
         if not result and run.run_id in jobs and jobs[run.run_id].alive and status and status.stale():
             state = "waiting (scheduler)"
-        best = (
-            result.best
-            if result
-            else max((e.score for e in ledger.entries(run.run_id) if e.score is not None), default=None)
-        )
+        entries = [] if result else ledger.entries(run.run_id)
+        best = result.best if result else max((e.score for e in entries if e.score is not None), default=None)
+        if seqs := result.foreign_submissions if result else [e.seq for e in entries if e.foreign]:
+            foreign[run.run_id] = seqs
         reason = (
             (result.failure_reason or "").strip().splitlines()[-1][:100] if result and result.failure_reason else ""
         )
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                 status.job_id if status else "",
                 job.state if job else "",
                 sweep.queue.count(run.run_id),
-                "" if best is None else f"{best:.2f}",
+                ("" if best is None else f"{best:.2f}") + (" FOREIGN" if run.run_id in foreign else ""),
                 "" if tokens is None else f"{tokens:,}",
                 "" if cost is None else f"{cost:.2f}",
                 reason,
@@ -89,5 +89,7 @@ def run(args: argparse.Namespace) -> int:
     for problem in st.problems:
         print(f"skipped: {problem}")
     if note := untrusted_note(sweep.spec.isolation == "none"):
+        print(note.strip())
+    if note := foreign_note(foreign):
         print(note.strip())
     return 0

@@ -15,6 +15,11 @@ from a2rl.run.client import post_submit
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_path")
     p.add_argument(
+        "--final",
+        action="store_true",
+        help="mark it as your pick for the final score (where the sweep's grader.final is `agent`)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=7 * 3600,
@@ -29,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     path = Path(args.model_path)
     model_path = str(path.resolve()) if path.exists() else args.model_path  # else: relative to $WORKSPACE
-    body, error = post_submit(f"{url}/submit", model_path, args.timeout)
+    body, error = post_submit(f"{url}/submit", model_path, args.timeout, final=args.final)
     if body is not None:  # the server's answer, also when it reports an error: it may carry a submission id
         print(json.dumps(body, indent=1))
     if error:

@@ -38,6 +38,7 @@ from a2rl.spec.agents import cli_flags
 from a2rl.errors import InfraError
 from a2rl.spec.models import resolve_model
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
+from a2rl.store.verdicts import inspection_path
 from a2rl.records import now
 from a2rl.spec.sweep import LocalDriver, driver_python, local_driver_name
 from a2rl.store.results import FinishedRuns
@@ -128,13 +129,19 @@ class DriverServer:
     def __init__(self, sweep: SweepDir, name: str):
         self.sweep, self.name = sweep, name
         self.spec = sweep.spec.local_drivers[name]
-        self.runs = [r for r in sweep.runs() if local_driver_name(r.driver) == name]
+        inspector = sweep.spec.inspector
+        self.judges = inspector is not None and inspector.driver == name  # the inspector's judge of every run
+        self.runs = [r for r in sweep.runs() if self.judges or local_driver_name(r.driver) == name]
         self.finished_runs = FinishedRuns(sweep, [r.run_id for r in self.runs])
         self.endpoint: DriverEndpoint | None = None
         self._stop = threading.Event()
 
     def finished(self) -> bool:
-        return self.finished_runs.all()
+        """Every run using it has its result, and, where it is the inspector's judge, its inspection (which the
+        run's job asks for after the result; one that never comes ends the server at its idle timeout)."""
+        return self.finished_runs.all() and (
+            not self.judges or all(inspection_path(self.sweep.run_dir(r.run_id)).exists() for r in self.runs)
+        )
 
     def _beat(self, **update) -> None:
         assert self.endpoint is not None

@@ -47,7 +47,8 @@ def calibrate(
             targets.update(best_submissions(sweep, task_name, model, protocol, say))
         scores = {}
         for name, weights in targets.items():
-            scores[name] = [grader.evaluate(task, weights, base_dir, protocol, preset)[0] for _ in range(repeats)]
+            part = task.feedback_part(protocol)  # where the improvements it judges were scored
+            scores[name] = [grader.evaluate(task, weights, base_dir, protocol, preset, part)[0] for _ in range(repeats)]
             say(f"{task_name} / {model} / {name}: {', '.join(f'{s:.2f}' for s in scores[name])}")
         rec = NoiseRecord(
             task=task_name,

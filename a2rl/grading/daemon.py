@@ -37,9 +37,10 @@ from a2rl.records import now
 from a2rl.store.results import FinishedRuns, ResultHook, no_hook, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
-from a2rl.spec.tasks import DEFAULT_PROTOCOL, Task, get_task
+from a2rl.spec.tasks import DEFAULT_PROTOCOL, Part, Task, get_task
 from a2rl.tasklib.evaluator import evaluate as run_evaluator
 from a2rl.tasklib.leaks import markers, scan_files
+from a2rl.grading.lineage import copy_lineage, lineage
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 from a2rl.llm.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
 from a2rl.llm.contextcap import ContextCap
@@ -73,11 +74,13 @@ def evaluate_model(
     options: dict | None = None,
     engine: Engine | None = None,
     preset: GenerationPreset | None = None,
+    part: Part = "heldout",
 ) -> tuple[float, dict]:
     """Score one model on the task's held-out split under `protocol` (the run's, never an option a sweep's
     task_options could set apart from the run id and the ledger) with the engine's backend (without one: a
-    transformers engine on CPU, for this call). An evaluator that serves a second model (localjudge's judge)
-    declares an `engine` parameter and gets the engine."""
+    transformers engine on CPU, for this call). `part`: all held-out items, or one side of the split
+    (`feedback: split`). An evaluator that serves a second model (localjudge's judge) declares an `engine`
+    parameter and gets the engine."""
     options = {**task.spec.eval, **(options or {}), "protocol": protocol}
     if batch_size:
         options["batch_size"] = batch_size
@@ -86,11 +89,33 @@ def evaluate_model(
     generator = engine.get(model_dir, tokenizer_dir, preset)
     cap = generator.context_cap = ContextCap()  # this evaluation's: the generator serves many
     score, details = run_evaluator(
-        task.evaluator, generator, task.data(data_root).heldout_dir, options, engine, task=task.name
+        task.evaluator, generator, task.data(data_root).part_dir(part), options, engine, task=task.name
     )
     if (bit := cap.record()) is not None:  # new tokens were capped at the model's context: the ledger says so
         details["context_cap"] = bit
     return score, details
+
+
+def n_items(task: Task, part: Part, details: dict) -> int | None:
+    """How many held-out items stand behind a score: the split's size for a part, else the evaluator's `n`."""
+    split = task.spec.split
+    if part != "heldout" and split is not None:
+        return split.feedback if part == "feedback" else split.final
+    n = details.get("n")
+    return n if isinstance(n, int) else None
+
+
+def select_final(scored: list[LedgerEntry], rule: str) -> tuple[LedgerEntry, str]:
+    """The submission a run is judged by on the final part (grader.final), and the rule that picked it: the best
+    on the feedback part (ties: the earliest, as the run's `best`), the last scored, or the latest the agent
+    marked final (none marked: the best)."""
+    best = max(scored, key=lambda e: (e.score, -e.seq))
+    if rule == "last":
+        return max(scored, key=lambda e: e.seq), "last"
+    if rule == "agent":
+        marked = [e for e in scored if e.marked_final]
+        return (max(marked, key=lambda e: e.seq), "agent") if marked else (best, "agent: none marked, best-feedback")
+    return best, "best-feedback"
 
 
 def grading_key(
@@ -101,13 +126,16 @@ def grading_key(
     settings: BackendSettings,
     preset: GenerationPreset,
     options: dict | None,
+    part: Part = "heldout",
 ) -> str:
     """What fixes a submission's score: its weights, architecture (config) and tokenizer, the task, evaluator
-    version and protocol, the backend settings, the preset and the task options. Equal keys, equal scores (the
-    grading cache)."""
+    version and protocol, the backend settings, the preset, the task options and the part of the held-out
+    items (named only when not all of them: older keys stay valid). Equal keys, equal scores (the grading
+    cache)."""
     return hashlib.sha256(
         json.dumps(
-            [
+            ([part] if part != "heldout" else [])
+            + [
                 digest,
                 model.__dict__,
                 task.name,
@@ -152,6 +180,7 @@ class GradingDaemon:
         self.sleep, self.clock = time.sleep, time.monotonic  # of the idle wait; tests drive a fake time
         self._engine: Engine | None = None
         self._graded_keys: dict[str, str] = {}  # grading key -> submission id, of scored ledger entries
+        self._final_settled: set[str] = set()  # runs whose final entry is recorded, or that never get one
 
     @property
     def engine(self) -> Engine:
@@ -192,6 +221,10 @@ class GradingDaemon:
                     self.grade(claim)
                     idle_since = quiet_since = self.clock()
                     self.scale_up()
+                    continue
+                if (due := next((r for r in self.run_ids if self.final_due(r)), None)) is not None:
+                    self.score_final(due)
+                    idle_since = self.clock()
                     continue
                 if self.sweep_finished():
                     self._note = "every run has finished"
@@ -262,6 +295,7 @@ class GradingDaemon:
             self.finished_runs.all()
             and not self.queue.pending_ids()
             and not any((s := self.sweep.status(r)) is not None and s.waiting_for_scores() for r in self.run_ids)
+            and not any(self.final_due(r) for r in self.run_ids)
         )
 
     def _heartbeat_loop(self) -> None:
@@ -286,7 +320,13 @@ class GradingDaemon:
         return get_task(name, self.task_dirs)
 
     def evaluate(
-        self, task: Task, model_dir: Path, tokenizer_dir: Path, protocol: str, preset: GenerationPreset
+        self,
+        task: Task,
+        model_dir: Path,
+        tokenizer_dir: Path,
+        protocol: str,
+        preset: GenerationPreset,
+        part: Part = "heldout",
     ) -> tuple[float, dict]:
         return evaluate_model(
             task,
@@ -298,6 +338,7 @@ class GradingDaemon:
             options=self.settings.task_options.get(task.name),
             engine=self.engine,
             preset=preset,
+            part=part,
         )
 
     def baseline(self, task_name: str, model_name: str, protocol: str, retry_failed: bool = False) -> BaselineRecord:
@@ -314,7 +355,7 @@ class GradingDaemon:
                 model_name,
                 model.path,
                 protocol,
-                lambda t, m, tok, p: self.evaluate(t, m, tok, p, preset),
+                lambda t, m, tok, p, part: self.evaluate(t, m, tok, p, preset, part),
                 retry_failed=retry_failed,
             )
             if rec.status == "failed":
@@ -344,6 +385,8 @@ class GradingDaemon:
             tokens=entry.tokens,
             cost_usd=entry.cost_usd,
             snapshot_error=entry.snapshot_error,
+            part=task.feedback_part(run.protocol),
+            marked_final=entry.final,
         )
         t0 = now()
         self._state = "grading"
@@ -387,7 +430,8 @@ class GradingDaemon:
             self.queue.finish(entry.submission_id)
         except Timeout as e:  # recorded: the next claim retires it
             self._held(e)
-        if entry.artifact and not self.settings.keep_artifacts:
+        # under `feedback: split` every frozen copy waits for the run's final scoring (`score_final` deletes them)
+        if entry.artifact and not self.settings.keep_artifacts and fields["part"] != "feedback":
             try:
                 shutil.rmtree(frozen_dir(entry.artifact, self.sweep.submissions), ignore_errors=True)
             except (UntrustedArtifact, OSError):
@@ -419,16 +463,31 @@ class GradingDaemon:
         fields = {**fields, "leaks": leaks}
         try:
             digest = weights_hash(frozen)
-            if base.status == "ok" and digest == base.weights_hash:
+            copy = digest == base.weights_hash
+            if copy and base.status == "ok":
                 return LedgerEntry(
                     **fields,
                     graded_at=now(),
                     status="scored",
                     score=base.score,
+                    n_items=n_items(task, fields["part"], base.details),
                     weights_hash=digest,
                     copy_of_base=True,
+                    lineage=copy_lineage(),
                     eval_seconds=now() - t0,
                 )
+            descent = copy_lineage() if copy else lineage(frozen, Path(base.model_path))
+            fields = {**fields, "weights_hash": digest, "lineage": descent}
+            if descent.verdict == "foreign":
+                log.warning("FOREIGN model in %s: %s", fields["submission_id"], descent.summary())
+                if self.settings.foreign == "refuse":
+                    return LedgerEntry(
+                        **fields,
+                        graded_at=now(),
+                        status="invalid",
+                        error=f"refused: foreign model (grader.foreign: refuse): {descent.summary()}",
+                        eval_seconds=now() - t0,
+                    )
             preset = self.preset(model_name)
             settings = self.engine.settings
             key = grading_key(
@@ -439,8 +498,9 @@ class GradingDaemon:
                 settings,
                 preset,
                 self.settings.task_options.get(task.name),
+                fields["part"],
             )
-            fields = {**fields, "weights_hash": digest, "backend": settings.record(), "grading_key": key}
+            fields = {**fields, "backend": settings.record(), "grading_key": key}
             if (earlier := self._graded(key)) is not None:
                 return LedgerEntry(
                     **fields,
@@ -448,10 +508,13 @@ class GradingDaemon:
                     status="scored",
                     score=earlier.score,
                     details=earlier.details,
+                    n_items=earlier.n_items,
                     cached_from=earlier.submission_id,
                     eval_seconds=now() - t0,
                 )
-            score, details = self.evaluate(task, frozen, Path(base.model_path), fields["protocol"], preset)
+            score, details = self.evaluate(
+                task, frozen, Path(base.model_path), fields["protocol"], preset, fields["part"]
+            )
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash
@@ -469,8 +532,87 @@ class GradingDaemon:
             score=score,
             eval_seconds=now() - t0,
             details=details,
+            n_items=n_items(task, fields["part"], details),
             engine=self.engine.last,
         )
+
+    # ---------------------------------------------------------------- the final part (feedback: split)
+    def final_due(self, run_id: str) -> bool:
+        """Whether the run's selected submission awaits its one final-part score: the run uses `feedback:
+        split`, has ended (a verified result; its job no longer waits for scores), every submission it made is
+        recorded, one of them scored, and no final entry exists yet. Never before the run has ended: until then
+        its ledger entries name the feedback part only."""
+        if run_id in self._final_settled or run_id not in self.finished_runs:  # the cheap checks first: polled
+            return False
+        run = self.sweep.run(run_id)
+        if self.task(run.task).feedback_mode(run.protocol) != "split" or self.ledger.final(run_id) is not None:
+            self._final_settled.add(run_id)
+            return False
+        status = self.sweep.status(run_id)
+        if (status is not None and status.waiting_for_scores()) or any(
+            sid.rsplit(".", 1)[0] == run_id for sid in self.queue.pending_ids()
+        ):
+            return False
+        entries = self.ledger.entries(run_id)
+        if len(entries) < self.queue.count(run_id):
+            return False
+        if not any(e.status == "scored" for e in entries):
+            self._final_settled.add(run_id)  # nothing to select
+            return False
+        return True
+
+    def score_final(self, run_id: str) -> LedgerEntry | None:
+        """Score the run's selected submission (grader.final) on the final part, record it once (the first of
+        racing graders wins), fold it into the run's result and delete the run's frozen copies."""
+        run = self.sweep.run(run_id)
+        task = self.task(run.task)
+        pick, rule = select_final([e for e in self.ledger.entries(run_id) if e.status == "scored"], self.settings.final)
+        base = self.baseline(task.name, run.model.name, run.protocol)
+        t0 = now()
+        self._state = "grading"
+        fields = dict(
+            part="final",
+            selected_by=rule,
+            claimed_at=t0,
+            grader=self.holder,
+            attempt=1,
+            n_items=n_items(task, "final", {}),
+            cached_from=None,
+            grading_key=None,  # the pick's is its feedback part's: never a cache hit for the final part
+            engine=None,
+            details={},
+            error=None,
+        )
+        try:
+            if pick.copy_of_base and base.status == "ok" and base.final_score is not None:
+                update = dict(score=base.final_score)
+            else:
+                frozen = check_frozen(str(self.sweep.submissions / pick.submission_id), self.sweep.submissions)
+                preset = self.preset(run.model.name)
+                score, details = self.evaluate(task, frozen, Path(base.model_path), run.protocol, preset, "final")
+                update = dict(score=score, details=details, engine=self.engine.last)
+            update["status"] = "scored"
+        except InfraError as e:
+            log.error("cannot score the final part of %s now (%s); retrying in %.0f s", run_id, e, INFRA_RETRY_S)
+            self._note = f"infrastructure error: {e}"
+            self._stop.wait(INFRA_RETRY_S)
+            return None
+        except Exception as e:  # its weights are gone or do not load: the run has no final score, and says why
+            update = dict(status="invalid", score=None, error=f"final part not scored: {type(e).__name__}: {e}")
+        finally:
+            self._state = "idle"
+        final = pick.model_copy(update={**fields, **update, "graded_at": now(), "eval_seconds": now() - t0})
+        if self.ledger.record_final(final):
+            log.info("final part of %s (%s, %s): %s", run_id, pick.submission_id, rule, final.score)
+        self._final_settled.add(run_id)
+        if not self.settings.keep_artifacts:  # before the result shows the final: then nothing is left to do
+            for sid in (e.submission_id for e in self.ledger.entries(run_id)):
+                try:
+                    shutil.rmtree(frozen_dir(str(self.sweep.submissions / sid), self.sweep.submissions))
+                except (UntrustedArtifact, OSError):
+                    pass  # never frozen (an invalid submission), or already gone
+        self.refresh(run_id)
+        return self.ledger.final(run_id)
 
     def _graded(self, key: str) -> LedgerEntry | None:
         """An evaluated (not itself cached) scored entry with this grading key, by any grader of the sweep: the

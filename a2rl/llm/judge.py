@@ -70,6 +70,8 @@ class Completion:
     first_token_logprobs: tuple[tuple[str, float], ...]  # the top alternatives for the first token, if returned
     model: str  # as served: the resolved snapshot name for hosted APIs
     system_fingerprint: str | None
+    input_tokens: int | None = None  # as the endpoint reported them (None: it did not)
+    output_tokens: int | None = None
 
 
 class ChatClient:
@@ -93,6 +95,7 @@ class ChatClient:
         self._lock = threading.Lock()
         self._served: set[tuple[str, str]] = set()
         self.requests = 0
+        self.input_tokens = self.output_tokens = 0  # summed over the completions that reported them
 
     @classmethod
     def from_options(cls, judge: dict[str, Any]) -> ChatClient:
@@ -129,17 +132,25 @@ class ChatClient:
             choice = data["choices"][0]
             content = (choice.get("logprobs") or {}).get("content") or []
             first = tuple((t["token"], float(t["logprob"])) for t in content[0]["top_logprobs"]) if content else ()
+            usage = data.get("usage") or {}
             done = Completion(
                 choice["message"].get("content") or "",
                 first,
                 str(data.get("model", "")),
                 data.get("system_fingerprint"),
+                _tokens(usage, "prompt_tokens"),
+                _tokens(usage, "completion_tokens"),
             )
         except (KeyError, IndexError, TypeError, ValueError) as e:
             raise JudgeError(f"malformed chat completion from {self.base_url}: {e!r}") from None
+        return self._count(done)
+
+    def _count(self, done: Completion) -> Completion:
         with self._lock:
             self.requests += 1
             self._served.add((done.model, done.system_fingerprint or ""))
+            self.input_tokens += done.input_tokens or 0
+            self.output_tokens += done.output_tokens or 0
         return done
 
     def chat_many(
@@ -161,11 +172,12 @@ class ChatClient:
             "requests": self.requests,
         }
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.base_url + path
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+        headers = {"Content-Type": "application/json", **self._headers()}
         payload = json.dumps(body).encode()
         for attempt in range(self.retries + 1):
             try:
@@ -182,6 +194,52 @@ class ChatClient:
                 log.warning("judge request to %s failed (%s); retrying in %.1f s", url, failure, delay)
                 time.sleep(delay)
         raise JudgeError(f"{url} failed {self.retries + 1} times; last: {failure}")
+
+
+def _tokens(usage: Any, key: str) -> int | None:
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+class AnthropicClient(ChatClient):
+    """A ChatClient for Anthropic's Messages API ({base_url}/messages, the key in x-api-key): the system message
+    goes into `system`, the text blocks of the answer are joined. No logprobs (the API has none)."""
+
+    VERSION = "2023-06-01"
+
+    def __repr__(self) -> str:
+        return f"AnthropicClient({self.base_url!r}, {self.model!r})"
+
+    def _headers(self) -> dict[str, str]:
+        return {"anthropic-version": self.VERSION, **({"x-api-key": self._api_key} if self._api_key else {})}
+
+    def chat(self, messages: Messages, *, max_tokens: int, top_logprobs: int | None = None) -> Completion:
+        if top_logprobs:
+            raise JudgeError("Anthropic's Messages API returns no logprobs")
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m for m in messages if m["role"] != "system"],
+            "temperature": 0,
+            "max_tokens": self.max_tokens or max_tokens,
+        }
+        if system:
+            body["system"] = system
+        data = self._post("/messages", body)
+        try:
+            text = "".join(b["text"] for b in data["content"] if b.get("type") == "text")
+            usage = data.get("usage") or {}
+            done = Completion(
+                text,
+                (),
+                str(data.get("model", "")),
+                None,
+                _tokens(usage, "input_tokens"),
+                _tokens(usage, "output_tokens"),
+            )
+        except (KeyError, TypeError, AttributeError) as e:
+            raise JudgeError(f"malformed Messages answer from {self.base_url}: {e!r}") from None
+        return self._count(done)
 
 
 class EngineJudge:

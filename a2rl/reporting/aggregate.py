@@ -122,6 +122,29 @@ class Run:
         s, b = self.score, self.base_score
         return None if s is None or b is None else s - b
 
+    @property
+    def split(self) -> bool:
+        """Scored under `feedback: split`: `score` is on the feedback part, `final` on the final part."""
+        return self.result is not None and self.result.feedback == "split"
+
+    @property
+    def base_final(self) -> float | None:
+        return self.base.final_score if self.base is not None and self.base.status == "ok" else None
+
+    @property
+    def final(self) -> float | None:
+        """The final-part score of the run's selected submission; the base model's where the run has no valid
+        submission (as `score`); None until the grader has scored it, or where it could not."""
+        if not self.completed or not self.split:
+            return None
+        return self.result.final if self.result.best is not None else self.base_final
+
+    @property
+    def selection_gap(self) -> float | None:
+        """Best feedback-part score − final-part score: what choosing on the feedback part's noise added."""
+        s, f = self.score, self.final
+        return None if s is None or f is None else s - f
+
     def _best(self, scores: Iterable[float]) -> float | None:
         """The best of `scores` and the baseline (a run scores its baseline until it beats it)."""
         return max([*scores, *([self.base_score] if self.base_score is not None else [])], default=None)
@@ -230,6 +253,13 @@ class Sweeps:
     def untrusted(self) -> bool:
         return any(s.spec.isolation == "none" for s in self.dirs)
 
+    @property
+    def foreign(self) -> dict[str, list[int]]:
+        """Run id -> seqs of its submissions the grader found not trained from the base model (lineage)."""
+        return {
+            r.spec.run_id: r.result.foreign_submissions for r in self.runs if r.result and r.result.foreign_submissions
+        }
+
     def tasks(self, model: str | None = None, protocol: str | None = None) -> list[str]:
         return list(dict.fromkeys(k[1] for k in self.cells if model in (None, k[0]) and protocol in (None, k[5])))
 
@@ -259,6 +289,7 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
+    keys: dict[tuple[int, int], Key] = field(default_factory=dict)  # (row, column): the cell whose runs it shows
 
 
 def _f(v: float | None, signed: bool = False) -> str:
@@ -317,6 +348,90 @@ def long_table(sw: Sweeps) -> Table:
     return Table("results", HEADERS, out)
 
 
+def _split_keys(sw: Sweeps) -> list[Key]:
+    return [k for k in _cell_keys(sw) if any(r.split for r in sw.cells[k])]
+
+
+def _items(sw: Sweeps, keys: list[Key]) -> list[str]:
+    """Per task, the items behind its feedback-part and final-part scores."""
+    sizes: dict[str, tuple[int | None, int | None]] = {}
+    for key in keys:
+        for r in sw.cells[key]:
+            if r.split and r.result.final_n is not None:
+                sizes[key[1]] = (r.result.feedback_n, r.result.final_n)
+    return [f"{t}: feedback part {fb} items, final part {fi} items" for t, (fb, fi) in sizes.items()]
+
+
+SPLIT_NOTE = (
+    "feedback: split: best = the best feedback-part score (the paper's number; the agent was answered on those "
+    "items); final = the final-part score of the submission grader.final selected, scored once after the run; "
+    "gap = best − final"
+)
+
+
+def final_table(sw: Sweeps) -> Table | None:
+    """The cells scored under `feedback: split`: the paper's number beside the clean one, with the items behind
+    each and the selection gap; None when no cell was."""
+    keys = _split_keys(sw)
+    if not keys:
+        return None
+    rows = []
+    for key in keys:
+        runs = sw.cells[key]
+        best = [r.score for r in runs if r.score is not None]
+        final = [r.final for r in runs if r.final is not None]
+        gaps = [r.selection_gap for r in runs if r.selection_gap is not None]
+        impr = [f - r.base_final for r in runs if (f := r.final) is not None and r.base_final is not None]
+        rows.append(
+            list(key)
+            + [
+                _ms(best, len(runs)),
+                _ms(final, len(runs)),
+                _f(runs[0].base_final),
+                _ms(impr, len(runs), signed=True),
+                _ms(gaps, len(runs), signed=True),
+            ]
+        )
+    headers = CELL + ["best feedback", "final", "baseline final", "final improvement", "selection gap"]
+    return Table("feedback and final parts", headers, rows, [SPLIT_NOTE, *_items(sw, keys)])
+
+
+def final_paper_tables(sw: Sweeps) -> list[Table]:
+    """`--layout paper`'s clean block: per (model, protocol) with cells under `feedback: split`, the baseline's
+    final-part score then one row per stack + driver; cells are the final-part score and the selection gap."""
+    keys = _split_keys(sw)
+    out = []
+    for model, protocol in sw.blocks():
+        mine = [k for k in keys if (k[0], k[5]) == (model, protocol)]
+        if not mine:
+            continue
+        tasks = list(dict.fromkeys(k[1] for k in mine))
+        base_row = ["baseline"] + [_f(sw.cells[next(k for k in mine if k[1] == t)][0].base_final) for t in tasks]
+        rows: dict[str, list[str]] = {}
+        for key in mine:
+            row = rows.setdefault(sw.label(key), [sw.label(key)] + ["—"] * len(tasks))
+            runs = sw.cells[key]
+            final = [r.final for r in runs if r.final is not None]
+            gaps = [r.selection_gap for r in runs if r.selection_gap is not None]
+            text = _ms(final, len(runs))
+            if gaps:
+                text += f" (gap {mean_sem(gaps)[0]:+.2f})"
+            row[1 + tasks.index(key[1])] = text
+        out.append(
+            Table(
+                f"Table 2, final part: {model}" + (f" (protocol {protocol})" if len(sw.blocks()) > 1 else ""),
+                ["stack / driver", *tasks],
+                [base_row, *rows.values()],
+                [
+                    "cells: final-part score of each run's selected submission, mean ± SEM over seeds; gap: best "
+                    "feedback-part score − final, mean over seeds",
+                    *_items(sw, mine),
+                ],
+            )
+        )
+    return out
+
+
 def paper_tables(sw: Sweeps) -> list[Table]:
     """Table 2: per base model (and evaluation protocol), the baseline row then one row per stack + driver; cells
     are the best score."""
@@ -329,50 +444,84 @@ def paper_tables(sw: Sweeps) -> list[Table]:
             base = sw.baselines[task, model, protocol]
             base_row.append("pending" if base is None else "FAILED" if base.status == "failed" else _f(base.score))
         rows: dict[str, list[str]] = {}
+        keys: dict[tuple[str, int], Key] = {}
         for key in _cell_keys(sw):
             if (key[0], key[5]) != (model, protocol):
                 continue
             row = rows.setdefault(sw.label(key), [sw.label(key)] + ["—"] * len(tasks))
             runs = sw.cells[key]
-            scores = [r.score for r in runs if r.score is not None]
+            scores = submitted_scores(runs)
             text = _ms(scores, len(runs))
             base = runs[0].base_score
             if scores and base is not None:
                 text += sw.marked(key[1], model, protocol, mean_sem(scores)[0] - base)
             row[1 + tasks.index(key[1])] = text
+            keys[sw.label(key), 1 + tasks.index(key[1])] = key
         title = f"Table 2: {model}" + (f" (protocol {protocol})" if len({p for _, p in blocks}) > 1 else "")
         out.append(
             Table(
                 title,
                 ["stack / driver", *tasks],
                 [base_row, *rows.values()],
-                ["cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed"],
+                [
+                    "cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed; — where no "
+                    "run made a valid submission"
+                ],
+                {(1 + list(rows).index(label), col): key for (label, col), key in keys.items()},
             )
         )
     return out
 
 
-def _by_mode(sw: Sweeps) -> tuple[list[str], list[str], dict[tuple[str, str], list[float]]]:
-    """Improvements of every run with one, by (mode, task) over all stacks, drivers and base models."""
-    by: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for (_, task, _, _, mode, _), runs in sw.cells.items():
-        by[mode, task] += [r.improvement for r in runs if r.improvement is not None]
-    return sw.modes(), sw.tasks(), by
+def submitted_scores(runs: list[Run]) -> list[float]:
+    """The scores of a cell's runs, as its Table-2 cell and the mode table count them: none when no run made a
+    valid submission (a control that submits nothing, or a stack that never got one through), as the long table
+    shows — for it: the base model's score repeated is no result of the stack's."""
+    if not any(r.completed and r.result.best is not None for r in runs):
+        return []
+    return [r.score for r in runs if r.score is not None]
+
+
+def _by_mode(sw: Sweeps) -> tuple[list[tuple[str, str]], list[str], dict[tuple[str, str, str], list[float]]]:
+    """Improvements of every run with one, by (mode, stack / driver, task) over base models: stacks are compared
+    within a mode, never averaged together (the reference agent and a control that submits nothing make a
+    mean that means nothing)."""
+    by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    rows: list[tuple[str, str]] = []
+    for mode in sw.modes():
+        for (_, task, agent, driver, m, _), runs in sw.cells.items():
+            if m != mode:
+                continue
+            row = (mode, f"{agent} / {driver}")
+            rows += [row] if row not in rows else []
+            base = runs[0].base_score
+            by[(*row, task)] += [s - base for s in submitted_scores(runs) if base is not None]
+    return rows, sw.tasks(), by
 
 
 def mode_table(sw: Sweeps) -> Table:
-    modes, tasks, by = _by_mode(sw)
-    rows = [
-        [mode] + [_ms(by[mode, t], 0, signed=True) + (f" (n={len(by[mode, t])})" if by[mode, t] else "") for t in tasks]
-        for mode in modes
+    rows, tasks, by = _by_mode(sw)
+    out = [
+        [mode, stack]
+        + [
+            _ms(by[mode, stack, t], 0, signed=True) + (f" (n={len(by[mode, stack, t])})" if by[mode, stack, t] else "")
+            for t in tasks
+        ]
+        for mode, stack in rows
     ]
-    return Table("improvement by mode", ["mode", *tasks], rows, ["cells: mean ± SEM over runs (n)"])
+    return Table(
+        "improvement by mode",
+        ["mode", "stack / driver", *tasks],
+        out,
+        ["cells: mean ± SEM over runs (n); — where no run of the stack made a valid submission"],
+    )
 
 
 def heatmap(sw: Sweeps) -> tuple[list[str], list[str], list[list[float | None]]]:
-    """The numbers of mode_table: (modes, tasks, mean improvement or None)."""
-    modes, tasks, by = _by_mode(sw)
-    return modes, tasks, [[mean_sem(by[m, t])[0] if by[m, t] else None for t in tasks] for m in modes]
+    """The numbers of mode_table: (rows "mode · stack / driver", tasks, mean improvement or None)."""
+    rows, tasks, by = _by_mode(sw)
+    grid = [[mean_sem(by[m, s, t])[0] if by[m, s, t] else None for t in tasks] for m, s in rows]
+    return [f"{m} · {s}" for m, s in rows], tasks, grid
 
 
 CELL = ["model", "task", "agent", "driver", "mode", "protocol"]
@@ -511,6 +660,26 @@ def submissions_table(sw: Sweeps) -> Table:
     return Table("submissions per run", CELL + ["submissions (mean ± SEM)", "valid"], rows)
 
 
+def flags_table(sw: Sweeps) -> Table:
+    """The inspector's verdicts per run (a2rl inspect): the run's flag (its worst verdict) and each question's,
+    a researcher's override marked; runs not inspected are counted in a note. Scores are not touched."""
+    sw.with_metrics()
+    inspected = [r for r in sw.runs if r.metrics is not None and r.metrics.inspector_verdicts]
+    questions = list(dict.fromkeys(v.question for r in inspected for v in r.metrics.inspector_verdicts))
+    rows = []
+    for r in inspected:
+        by_q = {v.question: v for v in r.metrics.inspector_verdicts}
+        cells = [
+            "—" if v is None else v.verdict + (" (overridden)" if v.override else "")
+            for v in (by_q.get(q) for q in questions)
+        ]
+        rows.append([r.spec.run_id, r.metrics.inspector_flag or "—", *cells])
+    notes = ["an LLM judge's verdicts with their evidence in each run's report; unknown: the judge gave none"]
+    if missing := len(sw.runs) - len(inspected):
+        notes.append(f"{missing} run(s) not inspected (a2rl inspect)")
+    return Table("inspector flags", ["run", "flag", *questions], rows, notes)
+
+
 def tables(
     sw: Sweeps,
     *,
@@ -522,9 +691,10 @@ def tables(
     failures: bool = False,
     usage: bool = False,
     submissions: bool = False,
+    flags: bool = False,
 ) -> list[Table]:
     """The tables asked for, in a fixed order; the long table when nothing else is."""
-    out = paper_tables(sw) if layout == "paper" else []
+    out = paper_tables(sw) + final_paper_tables(sw) if layout == "paper" else []
     out += [mode_table(sw)] if by == "mode" else []
     out += [pass_at_table(sw, pass_at)] if pass_at else []
     out += [scaling_table(sw)] if scaling else []
@@ -532,7 +702,13 @@ def tables(
     out += [failures_table(sw)] if failures else []
     out += [usage_table(sw)] if usage else []
     out += [submissions_table(sw)] if submissions else []
-    return out or [long_table(sw)]
+    out += [flags_table(sw)] if flags else []
+    return out or main_tables(sw)
+
+
+def main_tables(sw: Sweeps) -> list[Table]:
+    """The long table, and the feedback/final table where cells were scored under `feedback: split`."""
+    return [long_table(sw)] + [t for t in [final_table(sw)] if t is not None]
 
 
 def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
@@ -543,6 +719,7 @@ def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
                 "tables": [{"title": t.title, "headers": t.headers, "rows": t.rows, "notes": t.notes} for t in ts],
                 "notes": notes,
                 "untrusted": sw.untrusted,
+                "foreign": sw.foreign,
             },
             indent=1,
         )
@@ -558,7 +735,12 @@ def format_tables(sw: Sweeps, ts: list[Table], fmt: str) -> str:
         else:
             body = tabulate(t.rows, headers=t.headers, tablefmt=fmt, disable_numparse=True)
         parts.append("\n".join(head + [body] + ([f"# {n}" for n in t.notes] if len(ts) > 1 else [])))
-    return "\n\n".join(parts) + "".join(f"\n# {n}" for n in notes) + untrusted_note(sw.untrusted)
+    return (
+        "\n\n".join(parts)
+        + "".join(f"\n# {n}" for n in notes)
+        + untrusted_note(sw.untrusted)
+        + foreign_note(sw.foreign)
+    )
 
 
 def rows(sweep: SweepDir, problems: list[str]) -> list[list[str]]:
@@ -571,9 +753,18 @@ def render(sweep: SweepDir, fmt: str, problems: list[str]) -> str:
     """The long table of one sweep (what `launch --wait` prints at the end)."""
     sw = Sweeps([sweep])
     problems += sw.problems
-    return format_tables(sw, [long_table(sw)], fmt)
+    return format_tables(sw, main_tables(sw), fmt)
 
 
 def untrusted_note(untrusted: bool) -> str:
     """Agents run without a sandbox could read held-out data and other runs: say so under every table."""
     return "\n# UNTRUSTED: isolation: none (agents ran unisolated; scores may use held-out data)" if untrusted else ""
+
+
+def foreign_note(foreign: dict[str, list[int]]) -> str:
+    """Runs that submitted a model not plausibly trained from the base (grader.foreign: flag scores it): say so
+    under every table, naming them, since their scores may not be the agent's training."""
+    if not foreign:
+        return ""
+    named = "; ".join(f"{run} (submission {', '.join(map(str, seqs))})" for run, seqs in sorted(foreign.items()))
+    return f"\n# FOREIGN: {len(foreign)} run(s) submitted models not plausibly trained from the base model: {named}"

@@ -8,27 +8,48 @@ elsewhere: it opens from a shared file system or after `rsync` of the sweep dire
 from __future__ import annotations
 
 import html
+import logging
 import multiprocessing
 import os
+import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tabulate import tabulate
 
 from a2rl.records import atomic_write_text
-from a2rl.reporting.aggregate import Key, Run, Sweeps, Table, failure_cause, heatmap, tables
+from a2rl.reporting.aggregate import Key, Run, Sweeps, Table, failure_cause, foreign_note, heatmap, tables
+from a2rl.reporting.viewer import viewer_path, write_viewer
+from a2rl.store.verdicts import inspection_path, overrides_path
 
 STYLE = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:.5em 0}
 td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
 .note{color:#555;font-size:90%}.plots img{width:420px;margin:4px;border:1px solid #eee}
+td a.run{font-size:80%;margin-left:.3em}
 .warn{background:#fdd;padding:.5em}"""
 PASS_AT = [1, 3, 5]
+FONT = 11  # points, in a 360-px-wide image shown 420 px wide: about the page's own text size
 LEGEND_RUNS = 6  # a legend of more seeds costs half the plot's time and tells nothing
 CELLS_PER_WORKER = 50  # below this many plots a worker process costs more than it saves
 
 
-def _table(t: Table) -> str:
+def _table(t: Table, sw: Sweeps | None = None, out: Path | None = None) -> str:
+    """A table; with `sw` and `out`, a cell that shows runs (Table 2) links to each run's viewer (by seed)."""
     body = tabulate(t.rows, headers=t.headers, tablefmt="html", disable_numparse=True)  # escapes the cells
+    if sw is not None and t.keys:
+        cells = iter(re.finditer(r"<td>(.*?)</td>", body))  # in row order, as tabulate writes them
+        linked, pos = [], 0
+        for i, row in enumerate(t.rows):
+            for j in range(len(row)):
+                m = next(cells)
+                if (key := t.keys.get((i, j))) is None:
+                    continue
+                runs = "".join(
+                    _link(out, viewer_path(r.sweep, r.spec.run_id), f"s{r.spec.seed}", "run") for r in sw.cells[key]
+                )
+                linked += [body[pos : m.end(1)], runs]
+                pos = m.end(1)
+        body = "".join(linked) + body[pos:]
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in t.notes)
     return f"<h3>{html.escape(t.title)}</h3>\n{body}\n{notes}"
 
@@ -53,7 +74,7 @@ def cell_data(sw: Sweeps, key: Key) -> CellPlot:
     series = [(r.spec.seed, [(x, s) for x, s in r.scored("budget_s") if x is not None]) for r in runs if r.result]
     drawn = [(seed, pts) for seed, pts in series if pts]
     scored = f", {len(drawn)} with a scored submission" if len(drawn) < len(series) else ""
-    title = f"{' / '.join(key)} ({len(series)} runs{scored})"
+    title = f"{' / '.join(key)}\n({len(series)} runs{scored})"  # two lines: readable type fits the plot's width
     return title, runs[0].spec.budget_s, runs[0].base_score, drawn
 
 
@@ -83,15 +104,17 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
     from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(5, 3), dpi=72)
-    fig.subplots_adjust(left=0.16, right=0.97, bottom=0.15, top=0.9)  # room for tick labels like −0.04
-    ax.set(xlabel="budget clock (s)", ylabel="score")
+    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.17, top=0.85)  # room for tick labels like −0.04
+    ax.set_xlabel("budget clock (s)", fontsize=FONT)
+    ax.set_ylabel("score", fontsize=FONT)
+    ax.tick_params(labelsize=FONT - 1)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     # open polygons, not a LineCollection: a legend placed "best" avoids their paths
-    steps = PolyCollection([], facecolors="none", linewidths=1)
+    steps = PolyCollection([], facecolors="none", linewidths=2)
     ax.add_collection(steps, autolim=False)
-    dots = ax.scatter([], [], s=9, linewidths=1)  # as line markers "o" of size 3
+    dots = ax.scatter([], [], s=16, linewidths=1)  # as line markers "o" of size 4
     base_line = ax.axhline(0, color="gray", linewidth=1, linestyle="--")
-    title = ax.set_title("", fontsize=7)
+    title = ax.set_title("", fontsize=FONT - 2)
     per_cell = [steps, dots, base_line, *ax.spines.values(), ax.yaxis, title]
     for artist in per_cell:
         artist.set_animated(True)  # left out of the background
@@ -121,47 +144,81 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
         for artist in per_cell:
             artist.draw(renderer)
         handles = (
-            [Line2D([], [], color=c, linewidth=1, label=f"s{seed}") for c, (seed, _) in zip(run_colors, series)]
+            [Line2D([], [], color=c, linewidth=2, label=f"s{seed}") for c, (seed, _) in zip(run_colors, series)]
             if len(series) <= LEGEND_RUNS
             else []
         )
         if base is not None:
             handles.append(Line2D([], [], color="gray", linewidth=1, linestyle="--", label="baseline"))
         if handles:
-            Legend(ax, handles, [h.get_label() for h in handles], fontsize=6, ncol=2).draw(renderer)
+            Legend(ax, handles, [h.get_label() for h in handles], fontsize=FONT - 2, ncol=2).draw(renderer)
         imsave(path, canvas.buffer_rgba(), format="png", dpi=72)
     plt.close(fig)
 
 
 def heatmap_plot(sw: Sweeps, path: Path) -> None:
     plt = _plt()
-    modes, tasks, grid = heatmap(sw)
-    fig, ax = plt.subplots(figsize=(max(4.0, 2 + 1.2 * len(tasks)), 1.5 + 0.5 * len(modes)))
+    rows, tasks, grid = heatmap(sw)
+    fig, ax = plt.subplots(figsize=(max(5.0, 4 + 1.2 * len(tasks)), 1.5 + 0.5 * len(rows)))
     vals = [[v if v is not None else float("nan") for v in row] for row in grid]
     span = max([abs(v) for row in grid for v in row if v is not None], default=1.0) or 1.0
     im = ax.imshow(vals, cmap="RdYlGn", aspect="auto", vmin=-span, vmax=span)  # 0 (no change) is the middle
     ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
-    ax.set_yticks(range(len(modes)), modes)
+    ax.set_yticks(range(len(rows)), rows)
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
-            ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=8)
-    # a title, not the colorbar's label: with one mode the figure is too short for it
-    ax.set_title("mean improvement over the baseline", fontsize=9)
+            ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=10)
+    # a title, not the colorbar's label: with one row the figure is too short for it
+    ax.set_title("mean improvement over the baseline", fontsize=10)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def _link(out: Path, target: Path, text: str) -> str:
+def _link(out: Path, target: Path, text: str, cls: str = "") -> str:
     if not target.exists():
         return ""
-    return f'<a href="{html.escape(os.path.relpath(target, out))}">{html.escape(text)}</a>'
+    attr = f' class="{cls}"' if cls else ""
+    return f'<a{attr} href="{html.escape(os.path.relpath(target, out))}">{html.escape(text)}</a>'
+
+
+log = logging.getLogger("a2rl.report")
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def refresh_viewers(sw: Sweeps) -> None:
+    """Build each finished run's viewer where it is missing or older than what it shows (a run report rebuilt,
+    an inspection or override since): the run's job writes it with the run report, this catches the rest. A
+    viewer that cannot be built is logged and left out, never the report's failure."""
+    for run in sw.runs:
+        if run.result is None:
+            continue
+        page = viewer_path(run.sweep, run.spec.run_id)
+        inputs = [
+            run.dir / "result.json",
+            run.dir / "report" / "metrics.json",
+            inspection_path(run.dir),
+            overrides_path(run.dir),
+        ]
+        if _mtime(page) >= max(map(_mtime, inputs)):
+            continue
+        try:
+            write_viewer(run.sweep, run.spec.run_id, run.result)
+        except Exception:
+            log.exception("the viewer of %s failed", run.spec.run_id)
 
 
 def write_report(sw: Sweeps, out: Path) -> Path:
     """index.html and its plots under `out`; returns the index's path. The cells' plots, most of the time, are
     drawn in worker processes while this one writes the rest of the page."""
+    refresh_viewers(sw)
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     _plt()  # before the workers fork: they inherit matplotlib rather than import it again
@@ -188,27 +245,43 @@ def _failure(run: Run) -> str:
     return f"agent: {kind}" if source == "agent" else ""
 
 
+def _flag(run: Run) -> str:
+    """The inspector's flag of a run, "" when it was not inspected; an override is marked."""
+    m = run.metrics
+    if m is None or not m.inspector_verdicts:
+        return ""
+    return m.inspector_flag + (" (overridden)" if any(v.override for v in m.inspector_verdicts) else "")
+
+
 def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     """index.html's text (and the heatmap it shows), with the cells' plots at their `jobs` paths."""
     plots = out / "plots"
     parts = [f"<h1>a2rl report: {html.escape(', '.join(str(s.root) for s in sw.dirs))}</h1>"]
     if sw.untrusted:
         parts.append('<p class="warn">UNTRUSTED: agents ran without isolation; scores may use held-out data</p>')
+    if note := foreign_note(sw.foreign).removeprefix("\n# "):
+        parts.append(f'<p class="warn">{html.escape(note)}</p>')
     if sw.noise:
         parts.append('<p class="note">~: improvement within the measured evaluation noise (a2rl calibrate)</p>')
     parts.append("<h2>Results</h2>")
-    parts += [_table(t) for t in tables(sw, layout="paper")]
+    parts += [_table(t, sw, out) for t in tables(sw, layout="paper")]
     parts.append("<h2>Prompt modes</h2>")
     heatmap_plot(sw, plots / "heatmap.svg")
     parts.append('<img class="heatmap" src="plots/heatmap.svg" alt="mode × task heatmap">')
     parts += [_table(t) for t in tables(sw, by="mode")]
     parts.append('<h2>Score against budget time, per cell</h2><div class="plots">')
-    parts += [f'<img src="plots/{Path(path).name}" alt="{html.escape(title)}">' for (title, *_), path in jobs]
+    parts += [
+        f'<img src="plots/{Path(path).name}" alt="{html.escape(title.replace(chr(10), " "))}">'
+        for (title, *_), path in jobs
+    ]
     parts.append("</div><h2>Analyses</h2>")
     parts += [
         _table(t)
         for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True, submissions=True)
     ]
+    if any(r.metrics is not None and r.metrics.inspector_verdicts for r in sw.runs):
+        parts.append("<h2>Inspector</h2>")
+        parts += [_table(t) for t in tables(sw, flags=True)]
     parts.append("<h2>Runs</h2>")
     rows = []
     for run in sw.runs:
@@ -217,6 +290,7 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
             filter(
                 None,
                 (
+                    _link(out, viewer_path(run.sweep, run.spec.run_id), "viewer"),
                     _link(out, report / "summary.md", "summary"),
                     _link(out, report / "trajectory.png", "trajectory"),
                     _link(out, report / "metrics.json", "metrics"),
@@ -226,13 +300,17 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
         )
         state = run.result.status if run.result else "no result"
         score = "—" if run.score is None else f"{run.score:.2f}"
+        if run.result and run.result.foreign_submissions:
+            score += " FOREIGN"
         rows.append(
-            f"<tr><td>{html.escape(run.spec.run_id)}</td><td>{html.escape(state)}</td><td>{score}</td>"
-            f"<td>{html.escape(_failure(run))}</td><td>{links or 'no report yet'}</td></tr>"
+            f'<tr id="run-{html.escape(run.spec.run_id)}"><td>{html.escape(run.spec.run_id)}</td>'
+            f"<td>{html.escape(state)}</td><td>{score}</td>"
+            f"<td>{html.escape(_failure(run))}</td><td>{html.escape(_flag(run))}</td>"
+            f"<td>{links or 'no report yet'}</td></tr>"
         )
     parts.append(
-        '<table class="runs"><tr><th>run</th><th>status</th><th>score</th><th>failure</th><th>report</th>'
-        "</tr>" + "".join(rows) + "</table>"
+        '<table class="runs"><tr><th>run</th><th>status</th><th>score</th><th>failure</th><th>inspector</th>'
+        "<th>report</th></tr>" + "".join(rows) + "</table>"
     )
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>a2rl report</title>'

@@ -11,13 +11,16 @@ import re
 from pathlib import Path
 from typing import Literal
 
+from a2rl.errors import SpecError
 from a2rl.records import Record, RecordError
+from a2rl.spec.agents import agent_registry
 from a2rl.recording.snapshots import CodeSnapshot, blob_path, load_snapshots, snapshot_text
 from a2rl.spec.tasks import task_data
 from a2rl.tasklib.leaks import HeldoutMarkers, markers
-from a2rl.store.ledger import LedgerEntry
+from a2rl.store.ledger import LedgerEntry, LineageVerdict
 from a2rl.store.results import RunResult
 from a2rl.store.stages import STAGES_FILE, StageLog
+from a2rl.store.verdicts import FinalVerdict, Verdict, load_final_verdicts, worst
 from a2rl.store.sweepdir import SweepDir
 
 FailureType = Literal[
@@ -26,6 +29,7 @@ FailureType = Literal[
     "timeout_no_submission",
     "copy_model_fallback",
     "training_diverged",
+    "foreign_model",  # not plausibly trained from the base model (the grader's lineage check)
     "unknown",
 ]
 # TRL classes (and configs) that tell the training method, in the order a pipeline usually runs them
@@ -46,7 +50,7 @@ TrainTypeSource = Literal["code", "self-reported"]
 class SubmissionRow(Record):
     """One line of summary.jsonl."""
 
-    SCHEMA = 3  # 2 added train_type_source; 3 snapshot_error
+    SCHEMA = 4  # 2 added train_type_source; 3 snapshot_error; 4 lineage, lineage_reason
     iteration: int  # the submission's seq (1-based)
     submission_id: str
     at_s: float  # seconds from the run's start (wall clock)
@@ -63,10 +67,27 @@ class SubmissionRow(Record):
     files_removed: list[str] = []
     error: str | None = None
     snapshot_error: str | None = None  # the code record of this submission is missing, and why
+    lineage: LineageVerdict | None = None  # descent from the base model, as the grader found it; None: not compared
+    lineage_reason: str | None = None
+
+
+SPLIT_FIELDS = {
+    "feedback",
+    "feedback_n",
+    "final",
+    "final_submission",
+    "final_selected_by",
+    "final_n",
+    "baseline_final",
+    "final_improvement",
+    "selection_gap",
+}
 
 
 class RunMetrics(Record):
-    SCHEMA = 4  # 2 added leaks; 3 route and train_type_source; 4 protocol
+    # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 inspector_flag, inspector_verdicts,
+    # foreign_submissions; 6 feedback ... selection_gap
+    SCHEMA = 6
     run_id: str
     task: str
     agent: str
@@ -101,6 +122,22 @@ class RunMetrics(Record):
     failure_source: Literal["infra", "agent"] | None
     code_snapshots: int
     leaks: list[str] = []  # "transcript: canary", "snapshot 2 train.py: held-out item test.jsonl:17", ...
+    # `feedback: split` (RunResult's fields of these names): baseline and best on the feedback part; final on the
+    # final part, of final_submission, picked by final_selected_by
+    feedback: Literal["heldout", "split"] = "heldout"
+    feedback_n: int | None = None
+    final: float | None = None
+    final_submission: str | None = None
+    final_selected_by: str | None = None
+    final_n: int | None = None
+    baseline_final: float | None = None
+    final_improvement: float | None = None
+    selection_gap: float | None = None
+    # the inspector's (store/verdicts.py): the worst final verdict, and each question's, overrides applied; None
+    # and []: not inspected. Flags beside the scores, never part of them
+    inspector_flag: Verdict | None = None
+    inspector_verdicts: list[FinalVerdict] = []
+    foreign_submissions: list[int] = []  # seqs of submissions the grader found not trained from the base model
 
 
 def train_types(sweep_root: Path, snap: CodeSnapshot | None) -> list[str]:
@@ -137,7 +174,9 @@ def typed(
 
 
 def submission_failure(entry: LedgerEntry, baseline: float | None, types: list[str]) -> FailureType | None:
-    """The paper's failure types, by heuristics on what was recorded."""
+    """The paper's failure types, by heuristics on what was recorded; a foreign model is that, scored or refused."""
+    if entry.foreign:
+        return "foreign_model"
     if entry.status == "invalid":
         return "code_error_runtime"  # no loadable full-weight model came out
     if entry.copy_of_base:
@@ -152,17 +191,21 @@ def submission_failure(entry: LedgerEntry, baseline: float | None, types: list[s
 
 
 def run_failure(
-    result: RunResult, best: SubmissionRow | None, rows: list[SubmissionRow], log_text: str
+    result: RunResult, best: SubmissionRow | None, rows: list[SubmissionRow], log_text: str, control: bool = False
 ) -> tuple[FailureType | None, Literal["infra", "agent"] | None]:
     if result.status == "failed" or result.baseline is None or result.ungraded_submissions:
         return "unknown", "infra"  # set-up, supervision, baseline or grading did not complete
     if best is not None and best.failure_type is None:
         return None, None
+    if control and result.status == "ok" and not rows:
+        return None, None  # the control did what it is for: nothing
     if not rows:
         if result.status == "timeout":
             return "timeout_no_submission", "agent"
         crashed = (result.agent_exit_code or 0) != 0 or "Traceback (most recent call last)" in log_text
         return ("code_error_runtime" if crashed else "unknown"), "agent"
+    if best is not None and best.failure_type == "foreign_model":  # its best score is not the agent's training
+        return "foreign_model", "agent"
     if DIVERGED.search(log_text):
         return "training_diverged", "agent"
     return (best or rows[-1]).failure_type, "agent"
@@ -181,6 +224,14 @@ def find_leaks(
                 found = found_in.find_bytes(blob_path(sweep_root, f.sha256).read_bytes())
                 out += [f"snapshot {snap.seq} {f.path}: {what}" for what in found]
     return out + [f"submission {e.seq}: {what}" for e in entries for what in e.leaks]
+
+
+def is_control(sweep: SweepDir, agent: str) -> bool:
+    """Whether the run's stack is a control (spec/agents.py); a stack no longer found is none."""
+    try:
+        return agent_registry([Path(p) for p in sweep.spec.agent_paths]).get(agent).control
+    except SpecError:
+        return False
 
 
 def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tuple[RunMetrics, list[SubmissionRow]]:
@@ -212,6 +263,8 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
                 failure_type=submission_failure(e, base, types),
                 error=e.error,
                 snapshot_error=e.snapshot_error,
+                lineage=e.lineage.verdict if e.lineage else None,
+                lineage_reason=e.lineage.summary() if e.lineage else None,
                 files_added=snap.added if snap else [],
                 files_modified=snap.modified if snap else [],
                 files_removed=snap.removed if snap else [],
@@ -230,7 +283,7 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
     run_types, run_source = typed(train_types(sweep.root, ref_snap), stages, best.submission_id if best else None)
     log = sweep.run_dir(run_id) / "agent.log"
     log_text = log.read_text(errors="replace") if log.exists() else ""
-    failure, source = run_failure(result, best, rows, log_text)
+    failure, source = run_failure(result, best, rows, log_text, control=is_control(sweep, run.agent.name))
     leaks = find_leaks(
         sweep.root,
         markers(task_data(sweep.data_root(), result.task).heldout_dir),
@@ -238,6 +291,10 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         [snaps[seq] for seq in sorted(snaps)],
         entries,
     )
+    try:
+        verdicts = load_final_verdicts(sweep.run_dir(run_id))
+    except RecordError:  # an unreadable inspection is no verdict; `a2rl inspect` writes it again
+        verdicts = []
     agent_end = result.agent_ended_at or result.ended_at
     usage = result.usage
     metrics = RunMetrics(
@@ -275,5 +332,9 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
         failure_source=source,
         code_snapshots=len(snaps),
         leaks=leaks,
+        inspector_flag=worst(verdicts),
+        inspector_verdicts=verdicts,
+        foreign_submissions=[r.iteration for r in rows if r.lineage == "foreign"],
+        **result.model_dump(include=SPLIT_FIELDS),
     )
     return metrics, rows

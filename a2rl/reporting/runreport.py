@@ -5,6 +5,7 @@ the sweep recorded (result, ledger, code snapshots, transcript), so it can be re
     summary.jsonl     one SubmissionRow per submission, in order
     summary.md        the same for people: one section per submission with the files its code changed
     trajectory.png    score per submission, best so far, baseline
+    viewer/           the trajectory viewer (reporting/viewer.py)
 
 `a2rl runreport SWEEP_DIR [RUN_ID ...]` rebuilds them (every run with a result by default).
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from a2rl.recording.snapshots import snapshot_dir
 from a2rl.reporting.metrics import RunMetrics, SubmissionRow, build
+from a2rl.reporting.viewer import write_viewer
 from a2rl.records import atomic_write_text
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
@@ -37,6 +39,15 @@ def _source(source: str | None, route: str | None = None) -> str:
     return f" (self-reported by the agent{f', route {route}' if route else ''})"
 
 
+def _where(e) -> str:
+    """An Evidence as a place: turn N, snapshot S file:line, and its quote."""
+    parts = [f"turn {e.turn}" if e.turn is not None else ""]
+    if e.path:
+        parts.append(f"snapshot {e.seq} {e.path}" + (f":{e.line}" if e.line is not None else ""))
+    quote = f" «{e.quote[:120]}»" if e.quote else ""
+    return ", ".join(p for p in parts if p) + quote
+
+
 def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
     out = [
         f"# {m.run_id}",
@@ -46,10 +57,46 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
         f"failure: {m.failure_type or 'none'}{f' ({m.failure_source})' if m.failure_source else ''}",
         "",
     ]
+    if m.feedback == "split":
+        out += [
+            f"feedback: split: baseline and best are on the feedback part ({m.feedback_n} items), the agent's "
+            f"answers; final part ({m.final_n} items), scored once after the run: "
+            + (
+                f"{_fmt(m.final)} for {m.final_submission} ({m.final_selected_by}), baseline {_fmt(m.baseline_final)} "
+                f"({_fmt(m.final_improvement, True)}); selection gap (best − final) {_fmt(m.selection_gap, True)}"
+                if m.final_submission
+                else "not scored (yet)"
+            ),
+            "",
+        ]
     if m.leaks:
         out += [f"**LEAK**: held-out data found: {'; '.join(m.leaks)}", ""]
+    if m.foreign_submissions:
+        out += [
+            f"**FOREIGN MODEL**: submission(s) {', '.join(map(str, m.foreign_submissions))} not plausibly trained "
+            f"from the base model (the grader's lineage check)",
+            "",
+        ]
+    if m.inspector_verdicts:
+        out += [f"## Inspector: {m.inspector_flag} (an LLM judge's verdicts; they do not change a score)", ""]
+        for v in m.inspector_verdicts:
+            where = "; ".join(_where(e) for e in v.evidence)
+            out.append(
+                f"- {v.question}: {v.verdict}"
+                + (
+                    f" (overridden by {v.override.by}: {v.override.reason}; the judge said {v.judge_verdict})"
+                    if v.override
+                    else ""
+                )
+                + (f"; evidence: {where}" if where else "")
+                + (f". {v.explanation}" if v.explanation else "")
+            )
+        out.append("")
     out += ["| metric | value |", "|---|---|"]
-    out += [f"| {k} | {v} |" for k, v in m.model_dump(exclude={"schema_version", "score_trajectory"}).items()]
+    out += [
+        f"| {k} | {v} |"
+        for k, v in m.model_dump(exclude={"schema_version", "score_trajectory", "inspector_verdicts"}).items()
+    ]
     for r in rows:
         out += [
             "",
@@ -60,6 +107,7 @@ def markdown(m: RunMetrics, rows: list[SubmissionRow], snapshots: Path) -> str:
             + (f" (invalid: {r.error})" if r.error else ""),
             f"- change vs previous valid: {_fmt(r.delta_prev, True)}; vs baseline: {_fmt(r.improvement, True)}",
             f"- training: {r.train_type}{_source(r.train_type_source)}; failure: {r.failure_type or 'none'}",
+            f"- lineage: {r.lineage_reason or 'not compared'}",
         ]
         changed = (
             [f"+{p}" for p in r.files_added] + [f"~{p}" for p in r.files_modified] + [f"-{p}" for p in r.files_removed]
@@ -77,6 +125,7 @@ def plot(m: RunMetrics, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = range(1, len(m.score_trajectory) + 1)
@@ -94,6 +143,7 @@ def plot(m: RunMetrics, path: Path) -> None:
     if m.baseline is not None:
         ax.axhline(m.baseline, color="gray", linewidth=1, label="baseline")
     ax.set(xlabel="submission", ylabel="score", title=m.run_id)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # submissions are counted, never fractional
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -107,6 +157,7 @@ def plot(m: RunMetrics, path: Path) -> None:
 def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> Path:
     """The report of a run; `result` before it is written (the job reports first, so a result on disk always
     has its report), else read from the sweep directory."""
+    result = result or RunResult.load_verified(sweep.result_path(run_id), sweep.key)
     metrics, rows = build(sweep, run_id, result)
     out = sweep.run_dir(run_id) / "report"
     metrics.dump(out / "metrics.json")
@@ -116,6 +167,7 @@ def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = No
     )
     atomic_write_text(out / "summary.md", markdown(metrics, rows, snapshot_dir(sweep.root, run_id)))
     plot(metrics, out / "trajectory.png")
+    write_viewer(sweep, run_id, result)
     return out
 
 

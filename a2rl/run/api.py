@@ -1,7 +1,8 @@
 """The paper's grading API, served on loopback inside the agent's job.
 
-    POST $GRADING_SERVER_URL/submit {"model_path": ...}  → {submission_id, score, baseline_score, improvement,
-                                                            best, total_submissions, error?}
+    POST $GRADING_SERVER_URL/submit {"model_path": ..., "final"?: true}  → {submission_id, score, baseline_score,
+                                                            improvement, best, total_submissions, error?}
+    ("final": the agent's pick for the final part under `feedback: split`; scores are then the feedback part's)
     GET  $GRADING_SERVER_URL/health, GET $GRADING_SERVER_URL/time
 
 Every request carries the run's token, `Authorization: Bearer $GRADING_TOKEN` (or `?token=...`); the token is
@@ -79,8 +80,10 @@ class GradingAPI:
                 model_path = body.get("model_path") if isinstance(body, dict) else None
                 if not isinstance(body, dict) or not isinstance(model_path, (str, type(None))):
                     raise BadRequest(400, 'bad request body: send {"model_path": "<directory>"}')
+                if not isinstance(final := body.get("final", False), bool):
+                    raise BadRequest(400, 'bad request body: "final" is true or false')
                 try:
-                    result = api.submitter.submit(model_path)
+                    result = api.submitter.submit(model_path, final=final)
                 except MalformedPath as e:
                     raise BadRequest(400, str(e)) from None
                 except BudgetExhausted as e:

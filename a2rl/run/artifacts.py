@@ -150,8 +150,11 @@ def _open_entry(name: str, dir_fd: int, path: Path, out_fd: int, output: Path) -
 def check_artifact(path: Path, output: Path, limits: Limits) -> Artifact:
     """The directory's files, opened, within the limits and checked, ready to freeze; or ArtifactError saying
     what is wrong with the directory. Nothing is read through a link the agent could change meanwhile."""
-    output = output.parent.resolve() / output.name
-    path = path.resolve()
+    try:
+        output = output.parent.resolve() / output.name
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a link swapped out while resolve() walked it, or a link loop
+        raise _changed(f"{path.name}/") from None
     if path != output and output not in path.parents:
         raise ArtifactError(f"{path} is outside the run's output directory {output}: refused")
     artifact = Artifact(path.name)

@@ -169,8 +169,11 @@ def _probe(sweep: SweepDir, run: RunSpec, choice, canary: str, port: int) -> lis
     heldout, prepare = [], []
     for name in spec.tasks:
         t = get_task(name, task_paths)
-        split = t.ensure_prepared(sweep.data_root()).heldout_dir
+        data = t.ensure_prepared(sweep.data_root())
+        split = data.heldout_dir
         heldout.append([name, str(next((p for p in sorted(split.rglob("*")) if p.is_file()), split))])
+        if t.spec.split is not None:  # feedback: split's final part, which no answer to the agent draws on
+            heldout.append([f"{name} (final part)", str(data.part_dir("final") / t.spec.split.file)])
         prepare.append([name, str(t.folder / t.spec.prepare)])
     read_only = [stack_dir, model_dir, *map(Path, stack.search_dirs())]
     targets = {

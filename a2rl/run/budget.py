@@ -7,7 +7,7 @@ works on would otherwise never spend its budget; so grading waits are uncharged 
 in total (a fraction of the budget, reported as the result's uncharged_seconds) and charged past it. A second
 concurrent wait and a wait after the budget ended are refused, decided under the clock's lock.
 
-It resumes from what a previous attempt used when a job is requeued.
+It resumes from what a previous attempt used, and from the uncharged time it already had, when a job is requeued.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Budget:
         total_s: float,
         used_before_s: float = 0.0,
         *,
+        uncharged_before_s: float = 0.0,
         uncharged_cap_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -42,7 +43,7 @@ class Budget:
         self.uncharged_cap_s = 0.5 * total_s if uncharged_cap_s is None else uncharged_cap_s
         self._clock = clock
         self._charged = used_before_s
-        self._uncharged = 0.0  # grading waits not charged so far
+        self._uncharged = uncharged_before_s  # grading waits not charged so far, earlier attempts' included
         self._last = clock()
         self._pauses = 0  # the run's own waits (nested)
         self._waiting = False  # a grading wait in flight

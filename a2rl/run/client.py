@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 
 
-def post_submit(url: str, model_path: str, timeout_s: float) -> tuple[dict | None, str | None]:
+def post_submit(url: str, model_path: str, timeout_s: float, final: bool = False) -> tuple[dict | None, str | None]:
     """(the server's JSON object or None, an error message or None). Every failure of the server or the
     connection is an error message here, never an exception: an agent reads one line, not a traceback."""
     headers = {
@@ -18,7 +18,10 @@ def post_submit(url: str, model_path: str, timeout_s: float) -> tuple[dict | Non
         "Authorization": f"Bearer {os.environ.get('GRADING_TOKEN', '')}",
     }  # the run's credential
     req = urllib.request.Request(
-        url, data=json.dumps({"model_path": model_path}).encode(), headers=headers, method="POST"
+        url,
+        data=json.dumps({"model_path": model_path, **({"final": True} if final else {})}).encode(),
+        headers=headers,
+        method="POST",
     )
     status = 200
     try:

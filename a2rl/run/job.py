@@ -72,6 +72,7 @@ class AgentRun:
         prev = sweep.status(run_id)
         self.attempt = (prev.attempt if prev else 0) + 1
         self.used_before = prev.agent_seconds if prev else 0.0
+        self.uncharged_before = prev.uncharged_seconds if prev else 0.0
         self.setup_before = prev.setup_seconds if prev else []
         self.budget: Budget | None = None  # created as the agent starts: set-up is not the agent's time
         self.setup_s: float | None = None  # this attempt's, once the agent started
@@ -96,11 +97,15 @@ class AgentRun:
             host=socket.gethostname(),
             heartbeat_at=now(),
             agent_seconds=self.agent_seconds(),
+            uncharged_seconds=self.uncharged_seconds(),
             setup_seconds=self.setup_by_attempt(),
         ).dump(self.dir / "status.json")
 
     def agent_seconds(self) -> float:
         return self.budget.used() if self.budget is not None else self.used_before
+
+    def uncharged_seconds(self) -> float:
+        return self.budget.uncharged() if self.budget is not None else self.uncharged_before
 
     def setup_by_attempt(self) -> list[float]:
         this = self.setup_s if self.setup_s is not None else time.monotonic() - self.t0
@@ -204,7 +209,10 @@ class AgentRun:
         task, model_dir, ws, stack, stack_dir, python = s.task, s.model_dir, s.ws, s.stack, s.stack_dir, s.python
         # set-up ends here: the clock starts with the grading API the agent process is started against
         self.budget = Budget(
-            run.budget_s, self.used_before, uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s
+            run.budget_s,
+            self.used_before,
+            uncharged_before_s=self.uncharged_before,
+            uncharged_cap_s=spec.grader.uncharged_wait_fraction * run.budget_s,
         )
         self.setup_s = time.monotonic() - self.t0
         meta = RunMeta(
@@ -488,7 +496,7 @@ class AgentRun:
             ended_at=now(),
             usage=usage,
             setup_seconds=round(sum(setup), 3),
-            uncharged_seconds=round(self.budget.uncharged(), 1) if self.budget else 0.0,
+            uncharged_seconds=round(self.uncharged_seconds(), 1),
             setup_seconds_by_attempt=setup,
             **self.recorded,
         )

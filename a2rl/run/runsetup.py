@@ -37,7 +37,14 @@ def set_up(sweep: SweepDir, run: RunSpec, root: Path) -> RunSetup:
     data = task.ensure_prepared(sweep.data_root())
     model_dir = resolve_model(run.model.path)
     ws = create_workspace(
-        root, task=task, data=data, model_dir=model_dir, budget_s=run.budget_s, source_tree=HOME, protocol=run.protocol
+        root,
+        task=task,
+        data=data,
+        model_dir=model_dir,
+        budget_s=run.budget_s,
+        source_tree=HOME,
+        protocol=run.protocol,
+        final=spec.grader.final,
     )
     agents = agent_registry([Path(p) for p in spec.agent_paths])
     return RunSetup(

@@ -48,21 +48,22 @@ class RunSubmitter:
         self.queue, self.ledger = sweep.queue, sweep.ledger
         self.limits = Limits.for_base(self.settings, ws.model)
 
-    def submit(self, model_path: str, *, wait: bool = True, force: bool = False) -> dict[str, Any]:
+    def submit(self, model_path: str, *, wait: bool = True, force: bool = False, final: bool = False) -> dict[str, Any]:
         """Enqueue and (by default) wait for the score. `force` is for the run's own wrap-up submission, made
-        after the agent stopped (its time is not the agent's). MalformedPath, WaitInFlight and BudgetExhausted
-        are refusals: nothing is enqueued."""
+        after the agent stopped (its time is not the agent's). `final`: the agent marks it as its pick for the
+        final part (grader.final: agent). MalformedPath, WaitInFlight and BudgetExhausted are refusals: nothing
+        is enqueued."""
         check_model_path(model_path)
         if force:
             self.budget.pause()
             try:
-                return self._submit(model_path, wait)
+                return self._submit(model_path, wait, final)
             finally:
                 self.budget.resume()
         with self.budget.grading_wait():
-            return self._submit(model_path, wait)
+            return self._submit(model_path, wait, final)
 
-    def _submit(self, model_path: str, wait: bool) -> dict[str, Any]:
+    def _submit(self, model_path: str, wait: bool, final: bool = False) -> dict[str, Any]:
         try:
             artifact, error = (
                 check_artifact(resolve_submission(model_path, self.ws.root), self.ws.output, self.limits),
@@ -78,6 +79,7 @@ class RunSubmitter:
                 error,
                 self.snapshot,
                 **self.at_submit(),
+                **({"final": True} if final else {}),
             )
         if not wait:
             return {"submission_id": entry.submission_id, "queued": True}
@@ -149,6 +151,10 @@ class RunSubmitter:
             "best_submission_id": best.submission_id if best else None,
             "total_submissions": entry.seq,
         }
+        if entry.part == "feedback":  # feedback: split: the final part's score comes only after the run
+            out["scored_on"] = f"feedback part ({entry.n_items} items); the final part is scored after the run"
+        if entry.marked_final:
+            out["marked_final"] = True
         if entry.copy_of_base:
             out["note"] = "identical to the base model: scored as the baseline"
         if entry.error:

@@ -37,7 +37,7 @@ base model at `$MODEL_PATH` on the task described in description.md. The trainin
 the held-out evaluation data is not available to you. Your submissions are scored under the `{protocol}`
 protocol (description.md, "How you are scored", says how it prompts the model and reads its answers; the name
 is also in `$EVAL_PROTOCOL` and run_meta.json). Chat prompts are rendered with the base model's chat template
-and run_meta.json's `chat_template_kwargs`.
+and run_meta.json's `chat_template_kwargs`.{feedback}
 
 - Work in `$WORKSPACE/code`. Save each model you want scored as a directory under `$OUTPUT_DIR` with full
   weights in safetensors (`model.save_pretrained(dir)`; merge LoRA adapters first) and the tokenizer.
@@ -108,8 +108,10 @@ def create_workspace(
     budget_s: float,
     source_tree: Path,
     protocol: EvalProtocol = DEFAULT_PROTOCOL,
+    final: str = "best-feedback",
 ) -> Workspace:
-    """Lay out a workspace; idempotent, so a requeued run finds its own files again."""
+    """Lay out a workspace; idempotent, so a requeued run finds its own files again. `final`: the sweep's
+    grader.final, told to the agent where the task splits its held-out items under `protocol`."""
     root = Path(root).resolve()
     if root == source_tree or source_tree in root.parents:
         raise ValueError(f"workspace {root} is inside the source tree {source_tree}; set scratch_root elsewhere")
@@ -130,8 +132,32 @@ def create_workspace(
     if not ws.model.is_symlink():
         ws.model.symlink_to(model_dir, target_is_directory=True)
     (root / "description.md").write_text(task.description)
-    (root / "instructions.md").write_text(INSTRUCTIONS.format(budget=_budget_text(budget_s), protocol=protocol))
+    (root / "instructions.md").write_text(
+        INSTRUCTIONS.format(
+            budget=_budget_text(budget_s), protocol=protocol, feedback=_feedback_text(task, protocol, final)
+        )
+    )
     return ws
+
+
+FINAL_RULES = {
+    "best-feedback": "your best-scoring submission",
+    "last": "your last scored submission",
+    "agent": 'the last submission you mark with `a2rl submit --final` (or `"final": true` in the request body; '
+    "none marked: your best-scoring one)",
+}
+
+
+def _feedback_text(task: Task, protocol: str, final: str) -> str:
+    """What `feedback: split` means for the agent; nothing where every held-out item answers."""
+    split = task.spec.split
+    if task.feedback_mode(protocol) != "split" or split is None:
+        return ""
+    return (
+        f"\n\nThe scores you are answered with are on {split.feedback} of the held-out items. After the run, "
+        f"{FINAL_RULES[final]} is scored once on {split.final} other held-out items, which no answer drew on: that "
+        "is the run's final score."
+    )
 
 
 def linked_files(ws: Workspace) -> list[Path]:

@@ -25,6 +25,7 @@ from a2rl.errors import SpecError
 from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, make_scheduler, resolve_kind
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
+from a2rl.inspector.inspection import inspect_at_end
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.audit import AuditRecord, audited
 from a2rl.run.job import run_agent_job
@@ -76,7 +77,7 @@ def _submit_locked(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -
         prev = sweep.status(run.run_id)
         # an interrupted run resumes: its attempts and the budget it used carry over to the new job
         carried = (
-            prev.model_dump(include={"attempt", "agent_seconds", "setup_seconds"})
+            prev.model_dump(include={"attempt", "agent_seconds", "uncharged_seconds", "setup_seconds"})
             if prev is not None and prev.state == "interrupted"
             else {}
         )
@@ -111,8 +112,10 @@ def top_up(sweep: SweepDir, scheduler: Scheduler) -> list[str]:
 
 def run_job(sweep_dir: str, run_id: str) -> str:
     """A run's job as the launcher submits it (submitit pickles this): the run, its report rebuilt each time its
-    result is written or refreshed."""
-    return run_agent_job(sweep_dir, run_id, rebuild_run_report)
+    result is written or refreshed, then the inspector's verdicts where the sweep sets `inspector:`."""
+    status = run_agent_job(sweep_dir, run_id, rebuild_run_report)
+    inspect_at_end(SweepDir(Path(sweep_dir)), run_id)
+    return status
 
 
 class TopUpJob(submitit.helpers.Checkpointable):
@@ -210,7 +213,8 @@ class Launcher:
         try:
             for i in range(alive, g.first_workers):
                 self.grader_jobs.append(submit_grader(self.sweep, self.scheduler, i, self.params or None))
-            for name in drivers_used(runs):  # before the runs, which wait for them
+            judge = self.spec.inspector.driver if self.spec.inspector and runs else None  # it judges each run
+            for name in sorted({*drivers_used(runs), *([judge] if judge else [])}):  # before the runs, which wait
                 if jobs_alive(jobs_path(self.sweep, name), self.schedulers):
                     continue
                 d = self.spec.local_drivers[name]

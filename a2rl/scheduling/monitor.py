@@ -52,7 +52,9 @@ class SweepState:
         r = self.ended[run_id]
         parts = [
             f"{run_id}: {r.status}",
-            "best —" if r.best is None else f"best {r.best:.2f}",
+            ("best —" if r.best is None else f"best {r.best:.2f}")
+            + (" on the feedback part" if r.feedback == "split" else ""),
+            *([f"final {r.final:.2f} ({r.final_n} items, {r.final_selected_by})"] if r.final is not None else []),
             "baseline —" if r.baseline is None else f"baseline {r.baseline:.2f}",
             f"{r.submissions} submission{'s' if r.submissions != 1 else ''} ({r.valid_submissions} valid)",
         ]
@@ -181,6 +183,12 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
         st.graders.append(beat)
         if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
             st.graders_alive += 1
+    if st.graders_alive:  # under feedback: split a run is over once a grader has scored its final part
+        for run_id, result in list(st.ended.items()):
+            if result.feedback == "split" and result.final_submission is None and result.valid_submissions:
+                del st.ended[run_id]
+                setattr(st, result.status, getattr(st, result.status) - 1)
+                st.running += 1
     for task in sweep.spec.tasks:
         for model in sweep.spec.model_entries:
             for protocol in sweep.spec.protocols:

@@ -62,6 +62,8 @@ class AgentStack(BaseModel):
     cli: str | None = None  # the installed program that shows the stack is there; None: command[0]
     args: dict[str, Any] = {}  # defaults, rendered as --key value; a sweep may override known keys
     needs_driver: bool = False
+    # a control (`baseline`): submits nothing by design, so its runs report the base model and are no failure
+    control: bool = False
     # driver families this stack can use, as globs over the driver name (`claude-*`); empty: any driver
     driver_families: list[str] = []
     driver_env: str | None = None  # a variable that carries the driver to CLIs that read it from the environment

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -28,6 +30,27 @@ def _user() -> str:
 def default_scratch() -> Path:
     """Per user, so that users of one machine never share it: <tmp>/a2rl-scratch-USER (<tmp>: $TMPDIR, else /tmp)."""
     return Path(tempfile.gettempdir()) / f"a2rl-scratch-{_user()}"
+
+
+def expand_root(root: str, what: str, fix: str) -> Path:
+    """A root as a job names it (`$TMPDIR/a2rl`, `/scratch/$USER`), expanded where it is used: an unset TMPDIR
+    means the system's temporary directory, as for every program (the launcher's own set-up, off the nodes);
+    another unset variable is a RootError, never a directory named after it."""
+    unset: list[str] = []
+
+    def value(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if name == "TMPDIR":
+            return tempfile.gettempdir()
+        unset.append(name)
+        return m.group(0)
+
+    path = re.sub(r"\$(?:(\w+)|\{(\w+)\})", value, root)
+    if unset:
+        raise RootError(f"{what} {root}: ${unset[0]} is not set on {socket.gethostname()}; {fix}")
+    return Path(path).expanduser()
 
 
 def usable_dir(path: Path, what: str, fix: str) -> Path:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from a2rl.errors import SpecError, format_validation_error
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
@@ -109,6 +109,12 @@ class GraderSettings(_Strict):
     batch_size: int | None = Field(None, ge=1)
     baseline_cache: str | None = None  # share baselines across sweeps; default: in the sweep directory
     keep_artifacts: bool = False  # keep frozen submission weights after grading
+    # under `feedback: split` (task.yaml), which submission the grader scores on the final part once the run has
+    # ended: the best on the feedback part, the last scored, or the latest the agent marked {"final": true}
+    # (none marked: the best)
+    final: Literal["best-feedback", "last", "agent"] = "best-feedback"
+    # a submission not plausibly trained from the base model (grading/lineage.py): scored and marked, or refused
+    foreign: Literal["flag", "refuse"] = "flag"
     task_options: dict[str, dict[str, Any]] = {}  # per task, merged over task.yaml's `eval` (judge endpoints...)
     lock_timeout_s: float = Field(30, gt=0)  # a queue or result lock held longer: skip this round, log it
     # grading waits are uncharged up to this fraction of the budget; past it they are the agent's time
@@ -167,6 +173,35 @@ class RecordingSettings(_Strict):
     max_run_mb: float = Field(500, gt=0)
 
 
+class InspectorSettings(_Strict):
+    """`inspector:` the LLM judge that reads each run when it ends (a2rl/inspector/; `a2rl inspect` runs it by
+    hand): exactly one of an endpoint (`base_url` and `model`; `api` openai for Chat Completions, anthropic for
+    Messages) or `driver`, a local_drivers entry of this sweep. Its verdicts never change a score."""
+
+    api: Literal["openai", "anthropic"] = "openai"
+    base_url: str | None = None  # e.g. https://api.anthropic.com/v1
+    model: str | None = None
+    api_key_env: str | None = None  # the variable holding the key (sent only to base_url)
+    driver: str | None = None  # a local_drivers name: the sweep's own model judges
+    timeout_s: float = Field(300, gt=0)
+    retries: int = Field(2, ge=0)
+    max_tokens: int = Field(2048, ge=16)  # the judge's answer
+    max_input_chars: int = Field(200_000, ge=2000)  # the run's material past this is cut (recorded as truncated)
+    output_chars: int = Field(400, ge=40)  # each tool output is cut to this (its head and tail)
+    # USD per million tokens, for the judge's cost; unset: the cost stays unknown (no pricing table is guessed)
+    usd_per_mtok_in: float | None = Field(None, ge=0)
+    usd_per_mtok_out: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_judge(self) -> InspectorSettings:
+        endpoint = self.base_url is not None or self.model is not None
+        if (self.driver is not None) == endpoint:
+            raise ValueError("the inspector needs exactly one judge: base_url and model, or driver")
+        if endpoint and not (self.base_url and self.model):
+            raise ValueError("an inspector endpoint needs both base_url and model")
+        return self
+
+
 class RunLimits(_Strict):
     """What one run may consume (run/caps.py), sized for the paper's 7-8B runs; a cap hit is named in agent.log
     and in the run's result (`caps_hit`). docs/isolation.md "Caps" lists how each is enforced."""
@@ -199,6 +234,7 @@ class SweepSpec(_Strict):
     recording: RecordingSettings = RecordingSettings()
     limits: RunLimits = RunLimits()
     local_drivers: dict[str, LocalDriver] = {}
+    inspector: InspectorSettings | None = None  # off by default: no judge reads the runs
     scratch_root: str | None = None  # workspaces: a path ($VARS expand in the job) or `sweep`; see SweepDir
     data_root: str | None = None  # prepared task data; default ~/.cache/a2rl/data
     task_paths: list[str] = []  # extra task folders
@@ -446,6 +482,12 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
             problems.append(
                 f"local_drivers.{name}.python: no interpreter at {python} (build the vLLM environment "
                 f"with tools/setup-vllm-env.sh, or set python / $A2RL_VLLM_PYTHON)"
+            )
+    if valid("inspector", "local_drivers") and spec.inspector and spec.inspector.driver:
+        if spec.inspector.driver not in spec.local_drivers:
+            problems.append(
+                f"inspector.driver: {spec.inspector.driver!r} names no entry of local_drivers "
+                f"(defined: {', '.join(spec.local_drivers) or 'none'})"
             )
     for field in ("task_paths", "agent_paths"):
         for i, p in enumerate(getattr(spec, field)):

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import random
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from a2rl.errors import SpecError
 from a2rl.records import Record, RecordError, now, sha256_file
@@ -46,6 +47,25 @@ DEFAULT_PROTOCOL = "paper"
 #   env_trajectories       an environment (env.py) and expert trajectories through it (interactive tasks)
 TrainFormat = Literal["qa_short", "qa_numeric", "code_with_tests", "instruction_reference", "env_trajectories"]
 
+# Which held-out items answer a submission (per task and protocol, task.yaml `feedback`): `heldout`, all of them
+# (the paper's way; the run's number is its best answer on the items that gave the feedback); `split`, the
+# feedback part only, and after the run the grader scores the run's selected submission once on the final part,
+# which no answer to the agent ever drew on. `paper` is always `heldout`.
+FeedbackMode = Literal["heldout", "split"]
+# A part of the held-out data: all of it, or one side of its secret split (TaskData.part_dir)
+Part = Literal["heldout", "feedback", "final"]
+PARTS_DIR = "heldout-parts"  # beside heldout/, made by prepare for tasks with a `split`
+
+
+class SplitSpec(BaseModel):
+    """How prepare divides the held-out items of `file` (a JSONL file under heldout/, one item a line) for
+    `feedback: split`: `feedback` and `final` items, drawn with a secret seed of the data root's."""
+
+    model_config = ConfigDict(extra="forbid")
+    file: str = "test.jsonl"
+    feedback: int = Field(ge=1)
+    final: int = Field(ge=1)
+
 
 class TaskSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -65,6 +85,16 @@ class TaskSpec(BaseModel):
     # modules its prepare/evaluator need from the `games` extra (TextWorld, ALFWorld: their engines compile from
     # source, so the default set-up leaves them out); missing, the task's data and grading refuse in one line
     engines: list[str] = []
+    split: SplitSpec | None = None  # sizes of the feedback and final parts (needed by `feedback: split`)
+    feedback: dict[EvalProtocol, FeedbackMode] = {}  # per protocol; one not named gets `heldout`
+
+    @model_validator(mode="after")
+    def _feedback_needs_split(self) -> TaskSpec:
+        if self.feedback.get("paper", "heldout") != "heldout":
+            raise ValueError("feedback: the paper protocol keeps the paper's feedback (heldout)")
+        if "split" in self.feedback.values() and self.split is None:
+            raise ValueError("feedback: split needs a `split:` section (file, feedback and final sizes)")
+        return self
 
 
 class PreparedData(Record):
@@ -75,10 +105,30 @@ class PreparedData(Record):
     checksums: dict[str, str]  # "train/x.jsonl" → sha256
 
 
+class SplitRecord(Record):
+    """heldout-parts/split.json: which held-out file was divided (its checksum: a new prepare divides again) and
+    the sizes it was divided into. The seed lies beside it in SEED, read by nobody."""
+
+    SCHEMA = 1
+    file: str
+    file_sha256: str
+    feedback: int
+    final: int
+
+
 @dataclass(frozen=True)
 class TaskData:
     train_dir: Path
     heldout_dir: Path
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.heldout_dir.parent / PARTS_DIR
+
+    def part_dir(self, part: Part) -> Path:
+        """The directory an evaluator reads for `part`: heldout/ itself, or one side of the split (a copy of
+        heldout/ whose split file holds that side's items only)."""
+        return self.heldout_dir if part == "heldout" else self.parts_dir / part
 
 
 def task_data(data_root: Path, name: str) -> TaskData:
@@ -117,6 +167,13 @@ class Task:
 
     def data(self, data_root: Path) -> TaskData:
         return task_data(data_root, self.name)
+
+    def feedback_mode(self, protocol: str) -> FeedbackMode:
+        return self.spec.feedback.get(protocol, "heldout")  # type: ignore[call-overload]
+
+    def feedback_part(self, protocol: str) -> Part:
+        """The part whose score answers a submission under `protocol`."""
+        return "feedback" if self.feedback_mode(protocol) == "split" else "heldout"
 
     def prepare_fingerprint(self) -> str:
         """What prepared data depends on: the task's code other than its evaluator (the prepare script and the
@@ -168,7 +225,7 @@ class Task:
 
     def _ensure_prepared(self, data_root: Path, *, allow_network: bool, source: Path | None) -> TaskData:
         if self.prepared(data_root):
-            return self.data(data_root)
+            return self._ensure_parts(data_root)
         base = Path(data_root) / self.name
         if not (self.spec.offline or allow_network or source):
             state = (
@@ -186,7 +243,7 @@ class Task:
         base.mkdir(parents=True, exist_ok=True)
         with FileLock(str(base) + ".lock"):
             if self.prepared(data_root):
-                return self.data(data_root)
+                return self._ensure_parts(data_root, locked=True)
             tmp = base / f".prepare-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             (tmp / "train").mkdir(parents=True)
@@ -199,6 +256,7 @@ class Task:
             if missing:
                 raise SpecError([f"task {self.name!r}: prepare did not write train file(s) {missing}"])
             (tmp / "heldout" / CANARY).write_text(f"a2rl-canary-{secrets.token_hex(16)}\n")
+            shutil.rmtree(base / PARTS_DIR, ignore_errors=True)  # a split of the data being replaced
             for part in ("train", "heldout"):
                 shutil.rmtree(base / part, ignore_errors=True)
                 os.replace(tmp / part, base / part)
@@ -212,7 +270,51 @@ class Task:
             PreparedData(task=self.name, prepared_at=now(), prepare_fingerprint=fingerprint, checksums=sums).dump(
                 base / "prepared.json"
             )
-        return self.data(data_root)
+            return self._ensure_parts(data_root, locked=True)
+
+    def _ensure_parts(self, data_root: Path, *, locked: bool = False) -> TaskData:
+        """Divide the held-out items into the feedback and final parts, once per prepared split (task.yaml
+        `split`), with a seed drawn from the OS's secret source and kept in heldout-parts/SEED: the same parts
+        for every run and grader of this data root, and none an agent can rebuild from public code."""
+        data = self.data(data_root)
+        split = self.spec.split
+        if split is None:
+            return data
+        src = data.heldout_dir / split.file
+        want = dict(file=split.file, feedback=split.feedback, final=split.final)
+        try:
+            rec = SplitRecord.load_or_none(data.parts_dir / "split.json")
+        except RecordError:  # another version's record: divide again
+            rec = None
+        if rec is not None and rec.model_dump(include=set(want)) == want and rec.file_sha256 == sha256_file(src):
+            return data
+        if not locked:
+            with FileLock(str(Path(data_root) / self.name) + ".lock"):
+                return self._ensure_parts(data_root, locked=True)
+        rows = [line for line in src.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if split.feedback + split.final > len(rows):
+            raise SpecError(
+                [
+                    f"task {self.name!r}: split wants {split.feedback} feedback + {split.final} final items but "
+                    f"{split.file} holds {len(rows)}"
+                ]
+            )
+        seed = secrets.randbits(64)
+        order = list(range(len(rows)))
+        random.Random(seed).shuffle(order)
+        tmp = data.parts_dir.parent / f".parts-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(mode=0o700)
+        (tmp / "SEED").write_text(f"{seed}\n")
+        cut = {"feedback": order[: split.feedback], "final": order[split.feedback : split.feedback + split.final]}
+        for part, picked in cut.items():
+            # a copy of heldout/ (the canary and any other file an evaluator reads) with this part's items only
+            shutil.copytree(data.heldout_dir, tmp / part, ignore=shutil.ignore_patterns("SEED"))
+            (tmp / part / split.file).write_text("".join(rows[i] + "\n" for i in sorted(picked)), encoding="utf-8")
+        SplitRecord(**want, file_sha256=sha256_file(src)).dump(tmp / "split.json")
+        shutil.rmtree(data.parts_dir, ignore_errors=True)
+        os.replace(tmp, data.parts_dir)
+        return data
 
 
 def _load_module(path: Path, name: str) -> ModuleType:

@@ -18,14 +18,14 @@ from a2rl.weights import weights_hash
 from a2rl.records import RecordError, now
 from a2rl.store.integrity import SignedRecord, create_key, read_key
 from a2rl.store.sweepdir import SweepDir
-from a2rl.spec.tasks import EvalProtocol, Task
+from a2rl.spec.tasks import EvalProtocol, Part, Task
 
 
 log = logging.getLogger("a2rl.baselines")
 
 
 class BaselineRecord(SignedRecord):
-    SCHEMA = 3  # 2 added hmac, 3 protocol
+    SCHEMA = 4  # 2 added hmac, 3 protocol, 4 part, final_score
     task: str
     protocol: EvalProtocol
     model: str
@@ -33,7 +33,9 @@ class BaselineRecord(SignedRecord):
     weights_hash: str
     evaluator_version: int
     status: Literal["ok", "failed"]
-    score: float | None = None
+    score: float | None = None  # on `part`: what the runs' submissions are answered on
+    part: Part = "heldout"
+    final_score: float | None = None  # under `feedback: split`, on the final part (never shown to the agent)
     error: str | None = None
     graded_at: float
     eval_seconds: float = 0.0
@@ -67,7 +69,7 @@ def ensure_baseline(
     model_name: str,
     model_path: str,
     protocol: EvalProtocol,
-    evaluate: Callable[[Task, Path, Path, str], tuple[float, dict]],
+    evaluate: Callable[[Task, Path, Path, str, Part], tuple[float, dict]],
     *,
     retry_failed: bool = False,
 ) -> BaselineRecord:
@@ -76,7 +78,10 @@ def ensure_baseline(
     The optional shared cache (grader.baseline_cache) is keyed by weights hash, evaluator version, protocol and
     held-out split (Task.heldout_id), so other sweeps reuse it; the sweep's own copy is keyed by the names the run reports use. A grader that
     starts retries a failed baseline once (`retry_failed`), so fixing the cause and relaunching is enough.
+    Under `feedback: split` it scores the base model on both parts (the shared cache is then not used: each
+    data root divides its items with its own secret seed).
     """
+    part = task.feedback_part(protocol)
     own = baseline_path(sweep, task.name, model_name, protocol)
     own.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(own) + ".lock"):
@@ -84,13 +89,14 @@ def ensure_baseline(
         if (
             rec is not None
             and rec.evaluator_version == task.spec.evaluator_version
+            and rec.part == part
             and not (retry_failed and rec.status == "failed")
         ):
             return rec
         model_dir = resolve_model(model_path)
         digest = weights_hash(model_dir)
         shared = None
-        if sweep.spec.grader.baseline_cache:
+        if sweep.spec.grader.baseline_cache and part == "heldout":
             cache = Path(sweep.spec.grader.baseline_cache)
             create_key(cache)
             cache_key = read_key(cache)
@@ -103,8 +109,11 @@ def ensure_baseline(
                 return cached
         t0 = now()
         try:
-            score, details = evaluate(task, model_dir, model_dir, protocol)
+            score, details = evaluate(task, model_dir, model_dir, protocol, part)
+            final = evaluate(task, model_dir, model_dir, protocol, "final")[0] if part == "feedback" else None
             rec = BaselineRecord(
+                part=part,
+                final_score=final,
                 task=task.name,
                 protocol=protocol,
                 model=model_name,

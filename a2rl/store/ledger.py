@@ -14,16 +14,51 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from a2rl.records import RecordError
-from a2rl.spec.tasks import EvalProtocol
+from a2rl.spec.tasks import EvalProtocol, Part
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.ledger")
 
 
+LineageVerdict = Literal["copy", "derived", "foreign"]
+
+
+class TensorDistance(BaseModel):
+    name: str
+    cosine: float
+    rel_l2: float | None  # None: the base tensor is all zeros
+
+
+class Lineage(BaseModel):
+    """What the ledger records of a submission's descent from the base model (grading/lineage.py computes it)."""
+
+    verdict: LineageVerdict
+    reason: str  # one line
+    tokenizer: Literal["base", "identical", "same vocabulary", "different"] | None = None  # None: not compared
+    tensors: int = 0  # compared
+    close_share: float | None = None  # of matrix parameters, in tensors with cosine >= cosine_min
+    cosine_min: float | None = None  # over matrices
+    cosine_median: float | None = None
+    rel_l2_median: float | None = None
+    rel_l2_max: float | None = None
+    cosine_threshold: float | None = None  # the verdict's (grading/lineage.py COSINE_MIN)
+    farthest: list[TensorDistance] = []  # the matrices of lowest cosine
+    gigabytes: float = 0.0  # of weights read (submission and base)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        if self.verdict == "copy" or self.close_share is None:
+            return f"{self.verdict}: {self.reason}"
+        rel = "" if self.rel_l2_median is None else f", median relative L2 {self.rel_l2_median:.3f}"
+        return f"{self.verdict}: {self.reason} (median cosine {self.cosine_median:.3f}{rel})"
+
+
 class LedgerEntry(SignedRecord):
-    SCHEMA = 8  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s, tokens, cost_usd
-    # 7 snapshot_error, 8 engine
+    SCHEMA = 10  # 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s, tokens, cost_usd
+    # 7 snapshot_error, 8 engine, 9 lineage, 10 part, n_items, marked_final, selected_by (feedback: split)
     submission_id: str
     run_id: str
     seq: int
@@ -58,6 +93,19 @@ class LedgerEntry(SignedRecord):
     tokens: int | None = None
     cost_usd: float | None = None
     snapshot_error: str | None = None  # from the QueueEntry: the code record of this submission is missing, and why
+    # which held-out items scored it (spec/tasks.py Part): all, or under `feedback: split` the feedback part (what
+    # the agent is answered with) or, in the run's one final entry (Ledger.final), the final part
+    part: Part = "heldout"
+    n_items: int | None = None  # items of that part (the split's size, or the evaluator's `n`)
+    marked_final: bool = False  # the agent submitted it with {"final": true}
+    selected_by: str | None = None  # final entry only: the rule that picked it (grader.final)
+    # descent from the sweep's base model (grading/lineage.py): copy, derived or foreign, with its figures; None: the
+    # grader refused the artifact before comparing it
+    lineage: Lineage | None = None
+
+    @property
+    def foreign(self) -> bool:
+        return self.lineage is not None and self.lineage.verdict == "foreign"
 
 
 class Ledger:
@@ -102,6 +150,37 @@ class Ledger:
         if problem not in self.problems:
             log.warning("%s", problem)
             self.problems.append(problem)
+
+    def final_path(self, run_id: str) -> Path:
+        """The run's final-part entry: in a folder of its own, so readers of the run's submissions never see it."""
+        return self.root / run_id / "final" / f"{run_id}.json"
+
+    def record_final(self, entry: LedgerEntry) -> bool:
+        """Once per run, as `record`: True when this call recorded it."""
+        path = self.final_path(entry.run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if entry.sign(self.key).publish_once(path):
+            return True
+        if self.final(entry.run_id) is not None:
+            return False
+        log.warning("replacing %s: it was not written by a grader of this sweep", path)
+        entry.dump(path)
+        return True
+
+    def final(self, run_id: str) -> LedgerEntry | None:
+        """The run's final-part score (`feedback: split`, after the run), or None."""
+        path = self.final_path(run_id)
+        if not path.exists():
+            return None
+        try:
+            entry = LedgerEntry.load_verified(path, self.key)
+        except RecordError as e:
+            self._report(str(e))
+            return None
+        if entry.run_id != run_id or entry.part != "final":
+            self._report(f"{path}: not the final entry of {run_id}: ignored")
+            return None
+        return entry
 
     def entries(self, run_id: str) -> list[LedgerEntry]:
         loaded = (self._load(p) for p in (self.root / run_id).glob("*.json"))

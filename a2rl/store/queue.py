@@ -37,8 +37,8 @@ WATCH_S = 0.05  # how often an idle grader stats pending/: one stat is cheap, th
 
 
 class QueueEntry(SignedRecord):
-    SCHEMA = 4  # 2 added hmac: the run's job signs, the grader verifies before grading; 3 budget_used_s, tokens
-    # (the grader copies them into the ledger entry); 4 snapshot_error
+    SCHEMA = 5  # 2 added hmac: the run's job signs, the grader verifies before grading; 3 budget_used_s, tokens
+    # (the grader copies them into the ledger entry); 4 snapshot_error; 5 final
     submission_id: str
     run_id: str
     seq: int
@@ -50,6 +50,7 @@ class QueueEntry(SignedRecord):
     tokens: int | None = None  # the agent's input + output tokens so far (None: its transcript does not say)
     cost_usd: float | None = None
     snapshot_error: str | None = None  # why the code behind it could not be recorded (None: it was)
+    final: bool = False  # the agent marks it as its pick for the final part (grader.final: agent)
 
 
 class Lease(Record):

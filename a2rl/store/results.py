@@ -49,8 +49,9 @@ class AgentUsage(BaseModel):
 
 class RunResult(SignedRecord):
     # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol; 4: submitted_budget_s,
-    # submitted_tokens; 5: status quota, caps_hit
-    SCHEMA = 5
+    # submitted_tokens; 5: status quota, caps_hit; 6: foreign_submissions; 7: feedback, feedback_n, final*,
+    # baseline_final, selection_gap
+    SCHEMA = 7
     run_id: str
     task: str
     protocol: EvalProtocol  # how the submissions and the baseline were scored
@@ -77,6 +78,8 @@ class RunResult(SignedRecord):
     # (copied here so the tables need not read every ledger entry of a large sweep)
     submitted_budget_s: list[float | None] = []
     submitted_tokens: list[int | None] = []
+    # seqs of the graded submissions not plausibly trained from the base model (LedgerEntry.lineage foreign)
+    foreign_submissions: list[int] = []
     budget_s: float
     agent_seconds: float = 0.0  # budget clock used (it starts when the agent process starts)
     uncharged_seconds: float = 0.0  # grading waits not charged to the budget (capped; docs/sweeps.md "The budget rule")
@@ -90,6 +93,19 @@ class RunResult(SignedRecord):
     cpu_seconds: float | None = None  # user + system CPU of the agent's waited-for process tree (last attempt)
     usage: AgentUsage | None = None  # tokens and cost from the transcript (stacks with a parser)
     caps_hit: list[str] = []  # the run's caps (sweep `limits`) it ran into, each named: "processes: ...", ...
+    # `feedback: split` (spec/tasks.py): baseline, best and scores are on the feedback part (feedback_n items);
+    # after the run the grader scores one submission (final_submission, picked by final_selected_by) on the
+    # final part (final_n items), which the agent never had an answer from
+    feedback: Literal["heldout", "split"] = "heldout"
+    feedback_n: int | None = None
+    final: float | None = None
+    final_submission: str | None = None
+    final_selected_by: str | None = None
+    final_n: int | None = None
+    final_error: str | None = None  # the final part could not be scored (weights gone, unloadable)
+    baseline_final: float | None = None  # the base model on the final part
+    final_improvement: float | None = None  # final - baseline_final
+    selection_gap: float | None = None  # best - final: what picking on the feedback part's noise added
 
 
 def build_result(
@@ -99,6 +115,7 @@ def build_result(
     entries: list[LedgerEntry],
     baseline: BaselineRecord | None,
     submitted: int,
+    final: LedgerEntry | None = None,
     failure_reason: str | None,
     agent_exit_code: int | None,
     agent_seconds: float,
@@ -106,10 +123,27 @@ def build_result(
     ended_at: float,
     **recorded,
 ) -> RunResult:
-    """`recorded`: the agent's timestamps, CPU time and usage (RunResult's fields of those names)."""
+    """`recorded`: the agent's timestamps, CPU time and usage (RunResult's fields of those names). `final`: the
+    run's final-part entry (Ledger.final) under `feedback: split`."""
     scored = [e for e in entries if e.status == "scored"]
     best = max(scored, key=lambda e: e.score, default=None)
     base = baseline.score if baseline is not None and baseline.status == "ok" else None
+    split = (baseline is not None and baseline.part == "feedback") or any(e.part == "feedback" for e in entries)
+    base_final = baseline.final_score if split and base is not None else None
+    final_score = final.score if final is not None and final.status == "scored" else None
+    if split:
+        recorded.update(
+            feedback="split",
+            feedback_n=next((e.n_items for e in entries if e.n_items is not None), None),
+            final=final_score,
+            final_submission=final.submission_id if final is not None else None,
+            final_selected_by=final.selected_by if final is not None else None,
+            final_n=final.n_items if final is not None else None,
+            final_error=final.error if final is not None else None,
+            baseline_final=base_final,
+            final_improvement=final_score - base_final if final_score is not None and base_final is not None else None,
+            selection_gap=best.score - final_score if best is not None and final_score is not None else None,
+        )
     return RunResult(
         run_id=run.run_id,
         task=run.task,
@@ -138,6 +172,7 @@ def build_result(
         scores=[e.score for e in entries],
         submitted_budget_s=[e.budget_used_s for e in entries],
         submitted_tokens=[e.tokens for e in entries],
+        foreign_submissions=[e.seq for e in entries if e.foreign],
         budget_s=run.budget_s,
         agent_seconds=agent_seconds,
         wall_seconds=ended_at - started_at,
@@ -151,11 +186,14 @@ def result_from_ledger(sweep: SweepDir, run_id: str, **fields) -> RunResult:
     run = sweep.run(run_id)
     entries = sweep.ledger.entries(run_id)
     base = load_baseline(sweep, run.task, run.model.name, run.protocol)
+    final = sweep.ledger.final(run_id)
     reason = fields.pop("failure_reason")
     submitted = sweep.queue.count(run_id)
     if len(entries) < submitted and reason is None and fields["status"] != "failed":
         reason = f"{submitted - len(entries)} submission(s) not graded yet when the run ended"
-    return build_result(run, entries=entries, baseline=base, submitted=submitted, failure_reason=reason, **fields)
+    return build_result(
+        run, entries=entries, baseline=base, submitted=submitted, final=final, failure_reason=reason, **fields
+    )
 
 
 log = logging.getLogger("a2rl.results")
@@ -249,7 +287,8 @@ def refresh_result(sweep: SweepDir, run_id: str) -> RunResult | None:
         baseline_landed = (
             old.baseline_error == _NO_BASELINE and baseline_path(sweep, run.task, run.model.name, run.protocol).exists()
         )
-        if old.ungraded_submissions == 0 and not baseline_landed:
+        final_landed = old.final_submission is None and sweep.ledger.final_path(run_id).exists()
+        if old.ungraded_submissions == 0 and not baseline_landed and not final_landed:
             return None
         reason = None if old.failure_reason and "not graded yet" in old.failure_reason else old.failure_reason
         new = result_from_ledger(sweep, run_id, failure_reason=reason, **old.model_dump(include=_KEPT))

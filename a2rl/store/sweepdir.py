@@ -30,7 +30,7 @@ from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import default_data_root
-from a2rl.spec.roots import SCRATCH_FIX, default_scratch, private_dir, usable_dir
+from a2rl.spec.roots import SCRATCH_FIX, default_scratch, expand_root, private_dir, usable_dir
 from a2rl.store.queue import SubmissionQueue
 from a2rl.spec.sweep import SweepSpec
 
@@ -54,7 +54,7 @@ class RunStatus(Record):
     then by the run's job: running, finishing (its result is written and the job waits for the scores of its
     submissions), finished, or interrupted (stopped by SIGTERM; a requeued job resumes it)."""
 
-    SCHEMA = 2  # 2: setup_seconds, states deferred and finished
+    SCHEMA = 3  # 2: setup_seconds, states deferred and finished; 3: uncharged_seconds
     run_id: str
     state: Literal["deferred", "submitted", "running", "finishing", "finished", "interrupted"]
     job_id: str | None = None
@@ -63,6 +63,7 @@ class RunStatus(Record):
     host: str | None = None
     heartbeat_at: float
     agent_seconds: float = 0.0  # budget clock used so far (carried across a requeue)
+    uncharged_seconds: float = 0.0  # grading waits not charged so far (carried too: the cap is the run's)
     setup_seconds: list[float] = []  # per attempt: from the job's start to the agent's (the last one so far)
 
     def waiting_for_scores(self) -> bool:
@@ -174,7 +175,7 @@ class SweepDir:
         if root == "sweep":
             return self.root / "workspaces"
         if root:
-            return usable_dir(Path(os.path.expandvars(root)).expanduser(), "scratch root", SCRATCH_FIX)
+            return usable_dir(expand_root(root, "scratch root", SCRATCH_FIX), "scratch root", SCRATCH_FIX)
         return private_dir(default_scratch(), "scratch root", SCRATCH_FIX)
 
     def workspace(self, run_id: str) -> Path:

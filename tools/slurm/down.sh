@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/slurm/down.sh - stop what tools/slurm/up.sh started: cancel all jobs, then stop each daemon by the
-# PID in its pid file (slurmd, slurmctld, slurmdbd, MariaDB if up.sh started it, munged). Safe and quick
-# when nothing runs; always exits 0. State (job-id counter, accounting DB) stays under SLURM_LOCAL_DIR.
+# PID in its pid file (slurmd, slurmctld, slurmdbd, MariaDB if up.sh started it, munged), and remove the nodes'
+# network namespaces and bridge (a cluster of 2+ nodes). Safe and quick when nothing runs; always exits 0. State (job-id counter, accounting DB) stays under SLURM_LOCAL_DIR.
 set -uo pipefail
 BASE=${SLURM_LOCAL_DIR:-/tmp/slurm-local}
 t0=$(date +%s%N)
@@ -49,5 +49,17 @@ for p in /proc/[0-9]*; do
     "$BASE"/*) echo "down.sh: killing leftover slurmstepd ${p#/proc/}"; kill -KILL "${p#/proc/}" 2>/dev/null ;;
   esac
 done
+
+# 4. the nodes' network namespaces and their bridge (veths go with their namespace), as up.sh listed them
+if [ -s "$BASE/run/netns" ]; then
+  while read -r kind name; do
+    case "$kind" in
+      netns) ip netns del "$name" 2>/dev/null ;;
+      bridge) ip link del "$name" 2>/dev/null ;;
+    esac
+  done <"$BASE/run/netns"
+  rm -f "$BASE/run/netns"
+  echo "down.sh: removed the nodes' network namespaces"
+fi
 echo "down.sh: done in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 exit 0

@@ -1,0 +1,1 @@
+"""The post-run inspector: an LLM judge reads what a run did and answers a versioned rubric (inspect.py)."""
