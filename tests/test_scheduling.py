@@ -33,13 +33,16 @@ class CannedSlurm:
 
     def __init__(self) -> None:
         self.squeue, self.sacct, self.assoc, self.qos = "", "", "", ""
+        self.config = "MaxArraySize             = 1001\n"  # scontrol show config
+        self.sacctmgr_rc = 0
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: list[str]) -> subprocess.CompletedProcess:
         self.calls.append(argv)
-        out = {"squeue": self.squeue, "sacct": self.sacct}.get(argv[0])
+        out = {"squeue": self.squeue, "sacct": self.sacct, "scontrol": self.config}.get(argv[0])
         if argv[0] == "sacctmgr":
             out = self.assoc if argv[4] == "assoc" else self.qos
+            return subprocess.CompletedProcess(argv, self.sacctmgr_rc, out, "")
         if out is None:
             raise AssertionError(f"unexpected command {argv}")
         return subprocess.CompletedProcess(argv, 0, out, "")
@@ -360,3 +363,56 @@ def test_a_job_runs_in_the_interpreter_its_shape_names(tmp_path, kind):
     own = scheduler.executor(Shape("n", 600, 1, 0, 1))._executor._submitit_command_str
     named = scheduler.executor(Shape("n", 600, 1, 0, 1, "/opt/v env/bin/python"))._executor._submitit_command_str
     assert own.startswith(sys.executable) and named.startswith("'/opt/v env/bin/python' -u -m submitit")
+
+
+def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path):
+    from a2rl.scheduling import capacity
+    from a2rl.spec.tasks import get_task
+
+    spec_path = write_sweep(
+        tmp_path,
+        seeds=list(range(5)),
+        budget="1h",
+        data_root=str(tmp_path / "data"),
+        resources={"gpus": 2, "cpus": 8, "setup_margin_s": 1800, "qos": "a2rl-test-qos"},
+        grader={"gpus": 1, "workers": "auto", "max_workers": 3, "idle_timeout_s": 1800},
+    )
+    sweep, runs = open_sweep(spec_path, tmp_path / "sd")
+    spec, runner = sweep.spec, CannedSlurm()
+    runner.config = "MaxArraySize             = 2\n"
+    runner.assoc, runner.qos = "root|normal|||\n", "a2rl-test-qos|20||\n"
+    params = {"tiny-llama": 2_000_000_000}
+    lines = capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)
+    # 5 runs x 1.5 h x 2 GPUs, 8 CPUs; graders: up to 3 x (1.5 h + 0.5 h) x 1 GPU
+    assert (
+        lines[0]
+        == "runs: 5 jobs x 1h30m (budget 1h00m + set-up margin 30m) x 2 GPU, 8 CPU: 15.0 GPU-hours, 60.0 CPU-hours"
+    )
+    assert lines[1].endswith("unknown (task echo is not prepared)")
+    assert lines[2].startswith("grader jobs: 1, up to 3 (workers auto) x 1 GPU") and "at most 6.0 GPU-hours" in lines[2]
+    assert lines[3] == "jobs: 5 runs as 3 array(s) of at most 2 tasks (MaxArraySize), 1 grader(s): 6 jobs at once"
+    assert lines[4] == "queue limits: QOS a2rl-test-qos allows 20 queued jobs: all 6 fit at once"
+
+    get_task("echo", [Path(p) for p in spec.task_paths]).ensure_prepared(tmp_path / "data")  # 1 held-out example
+    lines = capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)
+    # (5 x 10 + 1 baseline) evaluations x 1 example x 256 new tokens (echo's task.yaml sets none), 2B parameters
+    expected_s = 51 * 1 * capacity.DEFAULT_NEW_TOKENS * 2 / capacity.GPU_TOKENS_PER_S_1B
+    assert lines[1].endswith(f": {capacity.hours(expected_s)} GPU-hours of evaluation"), lines[1]
+    assert "echo 1 examples x 256 new tokens" in lines[1]
+
+    runner.qos = "a2rl-test-qos|4||\n"
+    assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[4] == (
+        "queue limits: QOS a2rl-test-qos allows 4 queued jobs: 6 do not fit at once; 3 runs wait (deferred) and a "
+        "top-up job submits them as jobs end"
+    )
+    runner.squeue = "".join(f"5_{i}|PENDING|Priority|a2rl-test-qos\n" for i in range(3))  # queued by you now
+    assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[4] == (
+        "queue limits: QOS a2rl-test-qos allows 4 queued jobs (3 of them taken by your jobs queued now): 6 do not "
+        "fit at once; 6 runs wait (deferred) and a top-up job submits them as jobs end"
+    )
+    runner.assoc, runner.qos = "root||||\n", ""
+    assert capacity.queue_line(slurm(runner, FakeClock(), spec), 6).startswith("queue limits: none set for you")
+    runner.sacctmgr_rc = 1  # no slurmdbd
+    assert capacity.queue_line(slurm(runner, FakeClock(), spec), 6) == (
+        "queue limits: unknown (sacctmgr is not there or did not answer)"
+    )

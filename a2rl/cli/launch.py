@@ -15,6 +15,7 @@ from tabulate import tabulate
 from a2rl.errors import SpecError
 from a2rl.run.audit import AuditError, audit_path
 from a2rl.run.sandbox import SandboxError
+from a2rl.scheduling.capacity import print_plan
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, read_target
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.sizing import check_shapes
@@ -29,6 +30,16 @@ def print_runs(runs: list[RunSpec]) -> None:
     )
 
 
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--submissions-per-run",
+        type=int,
+        default=10,
+        metavar="N",
+        help="submissions you expect per run, for the grading estimate of the capacity plan (default 10)",
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", type=Path, help="sweep.yaml, or an existing sweep directory to resume")
     p.add_argument("--sweep-dir", type=Path, help=f"where the sweep's records go (default {DEFAULT_SWEEPS}/<name>)")
@@ -36,8 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the expanded runs and check the job shapes against the models; submit nothing",
+        help="print the expanded runs and the capacity plan, and check the job shapes against the models; submit "
+        "nothing",
     )
+    add_plan_arguments(p)
     p.add_argument("--retry-failed", action="store_true", help="resubmit runs that ended failed")
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
     p.add_argument(
@@ -58,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
             spec, runs, _ = read_target(args.target)
-            check_shapes(spec)
+            params = check_shapes(spec)
             print_runs(runs)
             print(f"{len(runs)} runs (dry run: nothing submitted)")
+            print_plan(spec, runs, params, args.executor, args.submissions_per_run)
             return 0
         done = Launcher.launch(
             args.target,

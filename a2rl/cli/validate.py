@@ -1,6 +1,7 @@
 """`a2rl validate SWEEP.yaml`: check a sweep as a launch would, with no side effects: the schema, every reference
 (tasks, agent stacks, cluster profile, presets, models, files), the run grid, and the job shapes against the
-models already on disk (a built-in model not built yet is skipped, never built). Exit 2 with one line per problem."""
+models already on disk (a built-in model not built yet is skipped, never built), then print the capacity plan
+(scheduling/capacity.py). Exit 2 with one line per problem."""
 
 from __future__ import annotations
 
@@ -10,11 +11,16 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from a2rl.cli.launch import add_plan_arguments
+
     p.add_argument("target", type=Path, help="sweep.yaml, or a sweep directory")
+    p.add_argument("--executor", choices=["local", "slurm", "auto"], help="plan for this executor, not the sweep's")
+    add_plan_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from a2rl.errors import SpecError
+    from a2rl.scheduling.capacity import print_plan
     from a2rl.scheduling.launcher import read_target
     from a2rl.spec.models import BUILTIN_PREFIX, builtin_dir
     from a2rl.weights import parameter_count
@@ -41,4 +47,5 @@ def run(args: argparse.Namespace) -> int:
         f"{len(spec.models)} model(s))"
         + (f"; job shapes not checked for {', '.join(unchecked)} (not built yet)" if unchecked else "")
     )
+    print_plan(spec, runs, params, args.executor, args.submissions_per_run)
     return 0

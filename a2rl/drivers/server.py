@@ -184,10 +184,10 @@ class DriverServer:
                     if self.finished():
                         note = "every run using it has finished"
                         break
-                    if self.finished_runs.any_running():
+                    if self.finished_runs.any_at_work():
                         idle_since = time.monotonic()
                     elif time.monotonic() - idle_since > idle_s:
-                        note = f"no run using it was running for {idle_s:g} s"
+                        note = f"no run using it was running or deferred for {idle_s:g} s"
                         break
                     if time.monotonic() - last_beat >= HEARTBEAT_S:
                         self._beat()

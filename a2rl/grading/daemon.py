@@ -2,7 +2,10 @@
 split, and records each result in the ledger. It is its own process (its own job); several may serve one queue.
 
 It exits when every run of the sweep has its result and nothing is pending, or after an idle limit: that long
-with nothing to grade while no run of the sweep is at work.
+with nothing to grade while no run of the sweep is at work or deferred. With `grader.workers: auto` the graders
+scale themselves through a GraderPool (the scheduler's side, scheduling/graders.py): one whose oldest unclaimed
+submission has waited `scale_wait_s` starts another grader job (up to `max_workers`), and one with nothing to
+claim for `scale_idle_s` leaves while another grader serves the queue, never the last.
 
 It trusts nothing it reads from the shared file system: queue entries must carry the sweep's HMAC (the queue
 rejects others), the artifact must be a frozen copy directly under submissions/ whose files pass
@@ -21,9 +24,10 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
 import submitit
-from filelock import Timeout
+from filelock import FileLock, Timeout
 
 from a2rl.store.baselines import BaselineRecord, ensure_baseline
 from a2rl.errors import InfraError
@@ -44,6 +48,19 @@ from a2rl.spec.generation import GenerationPreset, get_preset
 
 log = logging.getLogger("a2rl.grader")
 INFRA_RETRY_S = 30.0  # pause after a judge outage or similar before claiming again
+
+
+class GraderPool(Protocol):
+    """The sweep's grader jobs as its scheduler sees them (scheduling/graders.py; grading does not import
+    scheduling)."""
+
+    def alive(self) -> int:
+        """Grader jobs the scheduler still has (queued or running), or cannot rule out."""
+        ...
+
+    def start(self) -> str | None:
+        """Another grader job's id; None where max_workers are alive or one has not started serving yet."""
+        ...
 
 
 def evaluate_model(
@@ -139,9 +156,14 @@ class GradingDaemon:
     scores it on the held-out split, records it once in the ledger and folds it into the run's result. Computes
     the baselines first; exits when the sweep is done or after its idle limit."""
 
-    def __init__(self, sweep: SweepDir, index: int = 0, on_result: ResultHook = no_hook):
+    def __init__(
+        self, sweep: SweepDir, index: int = 0, on_result: ResultHook = no_hook, pool: GraderPool | None = None
+    ):
         self.sweep = sweep
         self.on_result = on_result  # told of each result a late score refreshes
+        self.pool = pool if sweep.spec.grader.autoscale else None  # None: this grader neither scales nor leaves early
+        self._scaled_at: float | None = None  # (clock) when this grader last asked the pool for another
+        self._leave_checked_at = float("-inf")  # (clock) when it last asked whether it may leave
         self.spec = sweep.spec
         self.settings = self.spec.grader
         self.holder = holder_id(f"grader{index}")
@@ -172,6 +194,7 @@ class GradingDaemon:
 
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> int:
+        self._beat()  # at once: a grader pool counts a started grader without a heartbeat as still starting
         beat = threading.Thread(target=self._heartbeat_loop, daemon=True)
         beat.start()
         try:
@@ -181,7 +204,7 @@ class GradingDaemon:
                         self.baseline(task_name, model.name, protocol, retry_failed=True)
             for run in self.sweep.runs():  # results written while no baseline was recorded yet
                 self.refresh(run.run_id)
-            idle_since = self.clock()
+            idle_since = quiet_since = self.clock()
             while True:
                 seen = self.queue.pending_stamp()
                 # the lock only when there is something to claim: an idle grader lists pending/ and no more
@@ -196,7 +219,8 @@ class GradingDaemon:
                     claim = None
                 if claim is not None:
                     self.grade(claim)
-                    idle_since = self.clock()
+                    idle_since = quiet_since = self.clock()
+                    self.scale_up()
                     continue
                 if (due := next((r for r in self.run_ids if self.final_due(r)), None)) is not None:
                     self.score_final(due)
@@ -205,10 +229,13 @@ class GradingDaemon:
                 if self.sweep_finished():
                     self._note = "every run has finished"
                     return 0
-                if self.finished_runs.any_running():
+                self.scale_up()
+                if self.finished_runs.any_at_work():
                     idle_since = self.clock()
                 elif self.clock() - idle_since > self.settings.idle_timeout_s:
-                    self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work"
+                    self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work or deferred"
+                    return 0
+                if self.clock() - quiet_since > self.settings.scale_idle_s and self.leave_to_others():
                     return 0
                 self.queue.wait_for_change(seen, self.settings.poll_s, sleep=self.sleep, clock=self.clock)
         finally:
@@ -216,6 +243,47 @@ class GradingDaemon:
             self._stop.set()
             self._beat()
             log.info("grader %s exits (%s), graded %d", self.holder, self._note, self.graded)
+
+    def scale_up(self) -> None:
+        """workers auto: ask the pool for another grader when the oldest unclaimed submission has waited
+        scale_wait_s (at most once per scale_wait_s per grader: a new grader takes a while to start). Called
+        between claims and, while grading, from the lease renewer (never both at once)."""
+        if self.pool is None or not self.queue.pending_ids():
+            return
+        wait_s = self.settings.scale_wait_s
+        if self._scaled_at is not None and self.clock() - self._scaled_at < wait_s:
+            return
+        if (waited := self.queue.oldest_wait(now())) < wait_s:
+            return
+        self._scaled_at = self.clock()
+        try:
+            job_id = self.pool.start()
+        except Exception as e:  # a scheduler hiccup (or a limit): grading goes on, the next check tries again
+            log.warning("could not start another grader: %s", e)
+            return
+        if job_id is not None:
+            log.info("a submission has waited %.0f s: started grader job %s", waited, job_id)
+
+    def leave_to_others(self) -> bool:
+        """workers auto: whether this grader, idle for scale_idle_s, leaves the queue to the others. Under the
+        graders' lock, another grader must be serving (a fresh heartbeat that is not `exited`) and the scheduler
+        must still have another grader job; this one's heartbeat says `exited` before the lock is released, so
+        two idle graders never both leave, and the last one stays. Asked at most every HEARTBEAT_S."""
+        if self.pool is None or self.clock() - self._leave_checked_at < HEARTBEAT_S:  # the lock, the scheduler
+            return False
+        self._leave_checked_at = self.clock()
+        try:
+            with FileLock(str(self.sweep.graders / "leave.lock"), timeout=self.settings.lock_timeout_s):
+                serving = [b for b in self.sweep.serving_graders() if b.holder != self.holder]
+                if not serving or self.pool.alive() < 2:
+                    return False
+                self._state = "exited"
+                self._note = f"idle for {self.settings.scale_idle_s:g} s; {len(serving)} other grader(s) serve"
+                self._beat()
+                return True
+        except Timeout as e:
+            self._held(e)
+            return False
 
     def _held(self, e: Timeout) -> None:
         log.warning("lock %s held for %g s; skipping this round", e.lock_file, self.settings.lock_timeout_s)
@@ -570,23 +638,24 @@ class GradingDaemon:
             if not renewed:
                 log.warning("lost the lease on %s; another grader may grade it too (first result wins)", sid)
                 return
+            self.scale_up()  # a long evaluation must not hide a backlog (the main loop checks between claims)
 
 
 class GraderJob(submitit.helpers.Checkpointable):
     """The grader as a job: at its time limit submitit calls checkpoint() and requeues it (the submission it
     was grading is claimed again once its lease expires)."""
 
-    def __init__(self, sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook):
-        self.sweep_dir, self.index, self.on_result = sweep_dir, index, on_result
+    def __init__(self, sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook, pool: GraderPool | None = None):
+        self.sweep_dir, self.index, self.on_result, self.pool = sweep_dir, index, on_result, pool
 
     def __call__(self) -> int:
-        return run_grader(self.sweep_dir, self.index, self.on_result)
+        return run_grader(self.sweep_dir, self.index, self.on_result, self.pool)
 
 
-def run_grader(sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook) -> int:
+def run_grader(sweep_dir: str, index: int = 0, on_result: ResultHook = no_hook, pool: GraderPool | None = None) -> int:
     """Serve the sweep's queue until the sweep is done."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sweep = SweepDir(Path(sweep_dir))
     threads = sweep.spec.grader.cpus
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    return GradingDaemon(sweep, index, on_result).run()
+    return GradingDaemon(sweep, index, on_result, pool).run()

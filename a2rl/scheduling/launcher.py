@@ -25,7 +25,6 @@ from a2rl.errors import SpecError
 from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, make_scheduler, resolve_kind
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
-from a2rl.grading.daemon import GraderJob
 from a2rl.inspector.inspection import inspect_at_end
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.audit import AuditRecord, audited
@@ -35,8 +34,9 @@ from a2rl.store.services import record_service_job
 from a2rl.records import now
 from a2rl.store.results import load_result
 from a2rl.spec.grid import RunSpec, expand
-from a2rl.spec.sizing import check_shapes, grader_mem_gb, model_params
-from a2rl.spec.sweep import SweepSpec, grader_python, load_sweep, local_driver_name
+from a2rl.scheduling.graders import submit_grader
+from a2rl.spec.sizing import check_shapes
+from a2rl.spec.sweep import SweepSpec, load_sweep, local_driver_name
 from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
 
@@ -211,20 +211,8 @@ class Launcher:
         g, r = self.spec.grader, self.spec.resources
         alive = len(jobs_alive(self.sweep.grader_jobs, self.schedulers))
         try:
-            for i in range(alive, g.workers):
-                job_id = self.scheduler.submit_one(
-                    Shape(
-                        f"a2rl-grader-{self.spec.name}",
-                        r.job_time_s(self.spec.budget) + g.idle_timeout_s,
-                        g.cpus,
-                        g.gpus,
-                        grader_mem_gb(self.spec, self.params or model_params(self.spec)),
-                        str(python) if (python := grader_python(self.spec)) else None,
-                    ),
-                    GraderJob(str(self.sweep.root), i, rebuild_run_report),
-                )
-                self.grader_jobs.append(job_id)
-                record_service_job(self.sweep.grader_jobs, self.kind, job_id)
+            for i in range(alive, g.first_workers):
+                self.grader_jobs.append(submit_grader(self.sweep, self.scheduler, i, self.params or None))
             judge = self.spec.inspector.driver if self.spec.inspector and runs else None  # it judges each run
             for name in sorted({*drivers_used(runs), *([judge] if judge else [])}):  # before the runs, which wait
                 if jobs_alive(jobs_path(self.sweep, name), self.schedulers):

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from typing import Callable, Iterable, Iterator
 
 from a2rl.scheduling.base import JobState, Scheduler, Shape
@@ -25,7 +26,10 @@ class LocalScheduler(Scheduler):
         log = self.folder / "local-controllers.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         saved = [os.dup(1), os.dup(2)]
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the job processes
+        # inherited by the job processes; only the main thread may set it (a grader's lease renewer starting
+        # another grader is not, and has no terminal to detach from)
+        main = threading.current_thread() is threading.main_thread()
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         sys.stdout.flush(), sys.stderr.flush()
         with open(log, "ab") as f:
             os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
@@ -36,7 +40,8 @@ class LocalScheduler(Scheduler):
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
-            signal.signal(signal.SIGINT, old_int)
+            if main:
+                signal.signal(signal.SIGINT, old_int)
 
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
         return {j: _pid_state(j) for j in job_ids}

@@ -87,6 +87,7 @@ class SlurmScheduler(Scheduler):
         self._refused = False  # a limit refused a submission since the last query
         self._limits: tuple[str | None, int | None, int | None] = _UNSET
         self._max_array: int | None = None
+        self.limits_read = False  # sacctmgr answered (its limits, or none, are the cluster's)
 
     # ---------------------------------------------------------------- submitting
     def parameters(self, shape: Shape) -> dict[str, Any]:
@@ -211,6 +212,7 @@ class SlurmScheduler(Scheduler):
                     "format=Account,DefaultQOS,MaxSubmit,MaxJobs,GrpSubmit",
                 ]
             )
+            self.limits_read = a.returncode == 0
             assoc, default_qos = parse_assoc(a.stdout, account) if a.returncode == 0 else ([], None)
             qos_limits = []
             if qos := qos or default_qos:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -84,7 +84,12 @@ class Resources(_Strict):
 
 
 class GraderSettings(_Strict):
-    workers: int = Field(1, ge=1)  # grading daemons serving the sweep's queue
+    # grading daemons serving the sweep's queue: a number, or auto: one to start, another (up to max_workers)
+    # whenever the oldest pending submission has waited scale_wait_s, and extras leave after scale_idle_s idle
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    max_workers: int = Field(4, ge=1)
+    scale_wait_s: float = Field(300, gt=0)
+    scale_idle_s: float = Field(600, gt=0)
     cpus: int = Field(1, ge=1)
     gpus: int = Field(0, ge=0)  # > 0: grade on GPUs (CUDA_VISIBLE_DEVICES of the job)
     mem_gb: float | None = Field(None, gt=0)  # default: what the largest model needs (spec/sizing.py), at least 8
@@ -118,6 +123,20 @@ class GraderSettings(_Strict):
     max_files: int = Field(64, ge=1)
     max_file_gb: float | None = Field(None, gt=0)
     max_total_gb: float | None = Field(None, gt=0)
+
+    @property
+    def autoscale(self) -> bool:
+        return self.workers == "auto"
+
+    @property
+    def first_workers(self) -> int:
+        """Graders the launch starts."""
+        return 1 if self.workers == "auto" else self.workers
+
+    @property
+    def most_workers(self) -> int:
+        """Graders the sweep may have at once."""
+        return self.max_workers if self.workers == "auto" else self.workers
 
 
 class LocalDriver(_Strict):

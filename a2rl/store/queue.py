@@ -231,6 +231,20 @@ class SubmissionQueue:
     def pending_ids(self) -> list[str]:
         return sorted(p.stem for p in self.pending.glob("*.json"))
 
+    def oldest_wait(self, t: float) -> float:
+        """How long at `t` the oldest pending entry that no live lease holds has waited (0: none waits), by
+        its file's mtime (an entry is written once, when submitted): no lock and no verification, a hint for
+        starting another grader, never for grading."""
+        oldest = t
+        for path in self.pending.glob("*.json"):
+            try:
+                lease = Lease.load_or_none(self.leases / path.name)
+                if lease is None or lease.expires_at <= t:
+                    oldest = min(oldest, path.stat().st_mtime)
+            except (RecordError, OSError):  # retired or rewritten meanwhile
+                continue
+        return t - oldest
+
 
 def _mtime_then_name(p: Path) -> tuple[float, str]:
     try:

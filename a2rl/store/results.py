@@ -229,15 +229,17 @@ class FinishedRuns:
     def all(self) -> bool:
         return all(run_id in self for run_id in self.run_ids)
 
-    def any_running(self) -> bool:
-        """Whether an unfinished run's job is at work now (running or finishing, with a fresh heartbeat): a
-        service counts its idle time only while none is, so a run that trains for hours before it submits still
-        finds its grader."""
+    def any_at_work(self) -> bool:
+        """Whether an unfinished run is at work now (its job running or finishing, with a fresh heartbeat) or
+        deferred (the top-up job submits it when the queue has room): a service counts its idle time only while
+        none is, so a run that trains for hours before it submits, or waits for room, still finds its grader."""
         for run_id in self.run_ids:
             if run_id in self:
                 continue
             status = self.sweep.status(run_id)
-            if status is not None and status.state in ("running", "finishing") and not status.stale():
+            if status is not None and (
+                status.state == "deferred" or status.state in ("running", "finishing") and not status.stale()
+            ):
                 return True
         return False
 

@@ -26,7 +26,7 @@ from typing import Literal
 from a2rl import __version__
 from a2rl.store.integrity import create_key, read_key
 from a2rl.store.ledger import Ledger
-from a2rl.records import Record, atomic_write_text, now
+from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import default_data_root
@@ -129,6 +129,19 @@ class SweepDir:
 
     def status(self, run_id: str) -> RunStatus | None:
         return RunStatus.load_or_none(self.run_dir(run_id) / "status.json")
+
+    def serving_graders(self) -> list[GraderBeat]:
+        """The graders whose heartbeat is fresh and does not say `exited` (a damaged heartbeat is left to the
+        monitor to report)."""
+        beats = []
+        for path in self.graders.glob("grader*.json"):
+            try:
+                beat = GraderBeat.load(path)
+            except RecordError:
+                continue
+            if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
+                beats.append(beat)
+        return beats
 
     def resume_dir(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "resume"
