@@ -207,6 +207,7 @@ def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monke
     assert m.failure_source == "infra"
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_local_driver_checks_at_launch(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     stacks = tmp_path / "stacks"  # every shipped stack that needs a driver can use a local one

@@ -112,6 +112,7 @@ def with_metadata(model: Path, **metadata: str) -> Path:
     return model
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_canary_and_items_are_flagged_where_they_turn_up(run, tiny_model):
     run_dir, ws, submit, report, canary = run
     (ws.code / "train.py").write_text(f"ROWS = ['{ITEM}']\n")  # an item in the code

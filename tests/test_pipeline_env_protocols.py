@@ -80,6 +80,7 @@ def short_context(tok, prompts: list[str], task_env, protocol: str) -> int:
 
 
 @pytest.mark.parametrize("protocol", ["paper", "a2rl"])
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_alfworld_route_prompts_are_what_the_grader_sends(protocol, alfworld, tok, tmp_path):
     train, _ = alfworld
     traj = read_jsonl(train / "trajectories.jsonl")[0]

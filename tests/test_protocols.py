@@ -85,6 +85,7 @@ def two_protocols(tmp_path, tiny_model):
     return sweep, {r.protocol: r for r in runs}
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_each_protocol_has_its_own_baseline_ledger_entries_result_and_row(two_protocols, tiny_model, tmp_path):
     sweep, runs = two_protocols
     grader = GradingDaemon(sweep)

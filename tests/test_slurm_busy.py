@@ -54,6 +54,7 @@ def qos20():
         sacctmgr("delete", "qos", QOS)
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_relaunching_a_held_sweep_submits_nothing(tmp_path):
     spec = write_sweep(tmp_path, seeds=[0, 1], resources={"mem_gb": 0.1, **HELD}, **SLURM)
     a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)

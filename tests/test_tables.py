@@ -356,6 +356,7 @@ def test_conflicting_sweeps_are_an_error(sweep, tmp_path):
         Sweeps([sweep, other_budget])
 
 
+@pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_command_line_formats_and_errors(sweep, tmp_path):
     out = a2rl("aggregate", str(sweep.root), "--layout", "paper", "--pass-at", "1,2", "--format", "json", check=True)
     doc = json.loads(out.stdout)
