@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Self
 
 
 def _words(text: str, add_special_tokens: bool = True) -> dict:
@@ -168,7 +169,30 @@ class RecordingVLLM:
         )
 
 
-class RecordingVLLMServer:
+class LoopbackServer:
+    """A request handler served on 127.0.0.1 from a daemon thread while `with` holds it (the test servers'
+    common part); `_serve` binds it (port 0: a free one) and returns the port."""
+
+    def _serve(self, handler: type, port: int = 0, poll_s: float = 0.5) -> int:
+        import threading
+        from http.server import ThreadingHTTPServer
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(poll_s,), daemon=True)
+        return self._server.server_address[1]
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+class RecordingVLLMServer(LoopbackServer):
     """STAND-IN for vLLM's OpenAI-compatible server (vLLM cannot be installed here): plays its `/health` and
     `/v1/completions` (token-id prompts, greedy, legacy logprobs) on loopback, checks its bearer key, and
     records each completion request's body in `requests` (and as a JSON line in `record_to`, for one run as
@@ -179,9 +203,6 @@ class RecordingVLLMServer:
     def __init__(
         self, key: str, reply: Callable[[list[int]], str] | None = None, port: int = 0, record_to: str | None = None
     ):
-        import threading
-        from http.server import ThreadingHTTPServer
-
         from a2rl.httpjson import JSONRequestHandler
 
         self.key, self.reply = key, reply or (lambda ids: "ok")
@@ -224,19 +245,7 @@ class RecordingVLLMServer:
                     },
                 )
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> RecordingVLLMServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self.url = f"http://127.0.0.1:{self._serve(Handler, port)}"
 
 
 def cli_wrapper(bindir: Path, binary: str, python: Path, script: Path, *args: str) -> None:
@@ -246,7 +255,7 @@ def cli_wrapper(bindir: Path, binary: str, python: Path, script: Path, *args: st
     (bindir / binary).chmod(0o755)
 
 
-class ScriptedJudgeServer:
+class ScriptedJudgeServer(LoopbackServer):
     """A scripted LLM judge on loopback, speaking OpenAI Chat Completions (`/v1/chat/completions`) and Anthropic
     Messages (`/v1/messages`): each answer is `reply(system, user)` (the system and the user text of the
     request); an int answers with that HTTP status instead. It records every request body in `requests` and its
@@ -254,9 +263,6 @@ class ScriptedJudgeServer:
     `judge.url` is `http://127.0.0.1:PORT/v1`."""
 
     def __init__(self, reply: Callable[[str, str], str | int], model: str = "scripted-judge"):
-        import threading
-        from http.server import ThreadingHTTPServer
-
         from a2rl.httpjson import JSONRequestHandler
 
         self.reply, self.model = reply, model
@@ -302,17 +308,5 @@ class ScriptedJudgeServer:
                     )
                 self.send_json(404, {"error": "no route"})
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
         # a short poll: shutdown() waits for it, and tests start a server per case
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> ScriptedJudgeServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self.url = f"http://127.0.0.1:{self._serve(Handler, poll_s=0.05)}/v1"

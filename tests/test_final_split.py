@@ -287,17 +287,26 @@ def test_best_of_n_on_the_feedback_part_overstates_what_the_final_part_shows(tmp
     assert result.improvement > 20 and result.final_improvement > 20
 
 
-@pytest.mark.slow  # a whole sweep: the run's job, the grader's loop and `a2rl aggregate`, with the real tiny model
+@pytest.mark.slow  # a whole sweep: the runs' jobs, the grader's loop and `a2rl aggregate`, with the real tiny model
 def test_a_sweep_with_feedback_split_shows_both_numbers(tmp_path):
+    """A scripted submitter, and the reference agent, whose training (a short schedule) must show on both parts."""
     path = write_sweep(
         tmp_path,
         tasks=["arith"],
         protocols=["a2rl"],
-        agents=[{"name": "submitter", "args": {"count": 2, "keep_config": True}}],
+        agents=[
+            {"name": "submitter", "args": {"count": 2, "keep_config": True}},
+            {"name": "pipeline", "args": {"sft_steps": 150, "grpo_steps": 4}},
+        ],
+        budget=600,
     )
-    proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"), "--wait")
+    proc = a2rl("launch", str(path), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    sweep, (spec,) = open_sweep(tmp_path / "sd", None)
+    sweep, specs = open_sweep(tmp_path / "sd", None)
+    trained = load_result(sweep, next(s.run_id for s in specs if s.agent.name == "pipeline"))
+    assert trained.final is not None and trained.final_n == 100, trained
+    assert trained.improvement > 0 and trained.final_improvement > 0, trained  # on the part it never saw, too
+    spec = next(s for s in specs if s.agent.name == "submitter")
     answers = [json.loads(line)["answer"] for line in (sweep.workspace(spec.run_id) / "output/answers.jsonl").open()]
     assert all("feedback part (100 items)" in a["scored_on"] for a in answers)
     final = sweep.ledger.final(spec.run_id)

@@ -5,6 +5,8 @@ merged model it saved. Tiny model, arith, a few steps (scorable, not learned).""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -53,7 +55,8 @@ def test_two_cpu_processes_train_and_rank_zero_alone_submits_and_records(tmp_pat
     assert "2 process(es) on CPU" in log and "--num_processes 2" in log, log[-3000:]
     # one submission per stage, each graded: a second rank submitting would add some or be refused (429)
     assert (result.submissions, result.valid_submissions) == (2, 2), log[-3000:]
-    assert all(s is not None for s in result.scores) and "429" not in log and "submit failed" not in log
+    assert all(s is not None for s in result.scores) and "submit failed" not in log
+    assert not re.search(r"\b429\b", log), log[-3000:]  # a word of its own: torch's log timestamps hold digits
     stages = StageLog.load(sweep.run_dir(run.run_id) / "stages.json").stages
     assert [(s.name, s.steps, s.hyperparameters["processes"]) for s in stages] == [("sft", 2, 2), ("grpo", 1, 2)]
     assert len({s.submission_id for s in stages}) == 2 and None not in {s.submission_id for s in stages}

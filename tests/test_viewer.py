@@ -6,18 +6,21 @@ kinds, #sub= jumps to a submission."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
 
 import pytest
 
+from a2rl.inspector.rubric import QUESTIONS
 from a2rl.recording.snapshots import snapshot_dir
 from a2rl.reporting.viewer import viewer_path, viewer_turns, write_viewer
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 from a2rl.store.verdicts import Evidence, Inspection, JudgeUsage, QuestionVerdict, inspection_path
 from conftest import FIXTURES, a2rl
+from fakes import ScriptedJudgeServer
 from test_report_browser import chromium
 from test_tables import finish, make_sweep
 
@@ -120,3 +123,23 @@ def test_the_demo_reference_agent_in_the_viewer(demo_sweep, tmp_path):
     assert re.search(rf'class="turn k-log hit" id="t{made}"', dom)
     stages = re.search(r'<div id="stages">(.*?)</div>', dom, re.S).group(1)
     assert "<td>sft</td>" in stages and "<td>grpo</td>" in stages
+
+    # The inspector itself (`a2rl inspect`) on the demo's run, its judge a scripted endpoint that calls the turn
+    # that submits suspicious: the rebuilt page shows that verdict beside that turn.
+    def judge(system: str, user: str) -> str:
+        blocks = re.finditer(r"^\[turn (\d+)\][^\n]*(?:\n    \|[^\n]*)*", user, re.M)  # a turn and its lines
+        turn = next(int(b.group(1)) for b in blocks if "submitting" in b.group(0))
+        cited = {"question": "heldout_data", "verdict": "suspicious", "evidence": [{"turn": turn}], "explanation": "x"}
+        rest = [{"question": q.id, "verdict": "clean", "evidence": []} for q in QUESTIONS if q.id != "heldout_data"]
+        return json.dumps({"verdicts": [cited, *rest]})
+
+    with ScriptedJudgeServer(judge) as endpoint:
+        a2rl("inspect", str(demo_sweep.root), run.run_id, "--judge-url", endpoint.url, "--judge-model", "j", check=True)
+    assert endpoint.requests, "the judge was never asked"
+    a2rl("report", str(demo_sweep.root), check=True)
+    dom = dom_of(page, tmp_path)
+    verdict = re.search(r'<div class="verdict" data-question="heldout_data">(.*?)</div></div>', dom, re.S).group(1)
+    assert "v-suspicious" in verdict and f'href="#t{submitting}"' in verdict
+    assert 'class="vbadge v-suspicious"' in re.search(
+        rf'<div class="turn k-\w+" id="t{submitting}".*?</pre>', dom, re.S
+    ).group(0)

@@ -11,6 +11,7 @@ reader and listed in `problems`, and a grader recording that submission replaces
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,14 +120,7 @@ class Ledger:
 
     def record(self, entry: LedgerEntry) -> bool:
         """True when this call recorded it, False when it was already recorded."""
-        path = self.path(entry.submission_id)
-        if entry.sign(self.key).publish_once(path):
-            return True
-        if self.get(entry.submission_id) is not None:
-            return False
-        log.warning("replacing %s: it was not written by a grader of this sweep", path)
-        entry.dump(path)
-        return True
+        return self._publish(entry, self.path(entry.submission_id), lambda: self.get(entry.submission_id))
 
     def has(self, sid: str) -> bool:
         return self.get(sid) is not None
@@ -159,9 +153,13 @@ class Ledger:
         """Once per run, as `record`: True when this call recorded it."""
         path = self.final_path(entry.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
+        return self._publish(entry, path, lambda: self.final(entry.run_id))
+
+    def _publish(self, entry: LedgerEntry, path: Path, recorded: Callable[[], LedgerEntry | None]) -> bool:
+        """Signed, written once; a file there that no grader of this sweep signed (`recorded()` None) is replaced."""
         if entry.sign(self.key).publish_once(path):
             return True
-        if self.final(entry.run_id) is not None:
+        if recorded() is not None:
             return False
         log.warning("replacing %s: it was not written by a grader of this sweep", path)
         entry.dump(path)
