@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from a2rl.grading import daemon
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.run.budget import Budget
 from a2rl.run.submit import RunSubmitter
@@ -46,11 +47,15 @@ def make_run(tmp_path, tiny_model, **fields):
 
 
 @pytest.mark.slow  # 3-9 s: kept out of the fast layer
-def test_same_weights_reuse_the_score_and_the_ledger_says_so(tmp_path, tiny_model):
+def test_same_weights_reuse_the_score_and_the_ledger_says_so(tmp_path, tiny_model, monkeypatch):
     sweep, ws, submit = make_run(tmp_path, tiny_model)
     grader = GradingDaemon(sweep)
     first = submit(grader, make_variant(tiny_model, ws.output / "a", score=40, salt=5))
+    compared = []  # a cache hit takes the earlier entry's lineage: the weights are not streamed again
+    monkeypatch.setattr(daemon, "lineage", lambda *a: compared.append(a) or pytest.fail("lineage computed again"))
     again = submit(grader, shutil.copytree(ws.output / "a", ws.output / "a-copy"))
+    monkeypatch.undo()
+    assert not compared and again.lineage == first.lineage and first.lineage.verdict == "derived"
     assert first.status == again.status == "scored" and again.score == first.score == 40
     assert first.cached_from is None and again.cached_from == first.submission_id
     assert again.grading_key == first.grading_key and again.weights_hash == first.weights_hash

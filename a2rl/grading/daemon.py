@@ -476,18 +476,6 @@ class GradingDaemon:
                     lineage=copy_lineage(),
                     eval_seconds=now() - t0,
                 )
-            descent = copy_lineage() if copy else lineage(frozen, Path(base.model_path))
-            fields = {**fields, "weights_hash": digest, "lineage": descent}
-            if descent.verdict == "foreign":
-                log.warning("FOREIGN model in %s: %s", fields["submission_id"], descent.summary())
-                if self.settings.foreign == "refuse":
-                    return LedgerEntry(
-                        **fields,
-                        graded_at=now(),
-                        status="invalid",
-                        error=f"refused: foreign model (grader.foreign: refuse): {descent.summary()}",
-                        eval_seconds=now() - t0,
-                    )
             preset = self.preset(model_name)
             settings = self.engine.settings
             key = grading_key(
@@ -500,8 +488,26 @@ class GradingDaemon:
                 self.settings.task_options.get(task.name),
                 fields["part"],
             )
+            earlier = self._graded(key)
+            # equal keys: the same weights against the same base, so the earlier entry's lineage holds (computing
+            # it again streams every tensor: ~20 s per GB here)
+            if earlier is not None and earlier.lineage is not None:
+                descent = earlier.lineage
+            else:
+                descent = copy_lineage() if copy else lineage(frozen, Path(base.model_path))
+            fields = {**fields, "weights_hash": digest, "lineage": descent}
+            if descent.verdict == "foreign":
+                log.warning("FOREIGN model in %s: %s", fields["submission_id"], descent.summary())
+                if self.settings.foreign == "refuse":
+                    return LedgerEntry(
+                        **fields,
+                        graded_at=now(),
+                        status="invalid",
+                        error=f"refused: foreign model (grader.foreign: refuse): {descent.summary()}",
+                        eval_seconds=now() - t0,
+                    )
             fields = {**fields, "backend": settings.record(), "grading_key": key}
-            if (earlier := self._graded(key)) is not None:
+            if earlier is not None:
                 return LedgerEntry(
                     **fields,
                     graded_at=now(),
