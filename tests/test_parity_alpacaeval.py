@@ -27,6 +27,7 @@ from alpaca_eval.metrics import glm_winrate
 from test_judge import completion, stub_llm
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 from conftest import FIXTURES
 
 pytestmark = [
@@ -37,7 +38,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The fitted attributes of LogisticRegressionCV:FutureWarning"),
 ]
 
-EVAL = get_task("alpacaeval").evaluator
+EVAL = load_evaluator(get_task("alpacaeval"))
 INPUTS = json.loads((FIXTURES / "parity" / "alpacaeval.json").read_text())
 GAMED_CSV = FIXTURES / "parity" / INPUTS["gamed_csv"]
 MODELS = INPUTS["models"]

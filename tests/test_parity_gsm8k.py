@@ -10,11 +10,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prompts import GSM8K_PAPER_FEWSHOT
 from conftest import FIXTURES
 from fakes import FakeGenerator
 
-EVAL = get_task("gsm8k").evaluator
+EVAL = load_evaluator(get_task("gsm8k"))
 PARITY = json.loads((FIXTURES / "parity" / "gsm8k.json").read_text())
 CASES = PARITY["cases"]
 

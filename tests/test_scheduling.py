@@ -368,6 +368,7 @@ def test_a_job_runs_in_the_interpreter_its_shape_names(tmp_path, kind):
 def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path):
     from a2rl.scheduling import capacity
     from a2rl.spec.tasks import get_task
+    from a2rl.tasklib.prepare import ensure_prepared
 
     spec_path = write_sweep(
         tmp_path,
@@ -393,7 +394,7 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
     assert lines[3] == "jobs: 5 runs as 3 array(s) of at most 2 tasks (MaxArraySize), 1 grader(s): 6 jobs at once"
     assert lines[4] == "queue limits: QOS a2rl-test-qos allows 20 queued jobs: all 6 fit at once"
 
-    get_task("echo", [Path(p) for p in spec.task_paths]).ensure_prepared(tmp_path / "data")  # 1 held-out example
+    ensure_prepared(get_task("echo", [Path(p) for p in spec.task_paths]), tmp_path / "data")  # 1 held-out example
     lines = capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)
     # (5 x 10 + 1 baseline) evaluations x 1 example x 256 new tokens (echo's task.yaml sets none), 2B parameters
     expected_s = 51 * 1 * capacity.DEFAULT_NEW_TOKENS * 2 / capacity.GPU_TOKENS_PER_S_1B

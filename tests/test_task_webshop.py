@@ -21,11 +21,13 @@ from fakes import FakeGenerator
 
 from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webshop"  # a few rows of each upstream file, same format
 TASK = get_task("webshop")
 PREP = load_module(TASK.folder / "prepare.py", "a2rl_task_webshop_prepare")
-ws = TASK.evaluator.ws
+EVAL = load_evaluator(TASK)
+ws = EVAL.ws
 N_HELDOUT = 3  # of the fixture's 9 usable goals
 
 
@@ -479,7 +481,7 @@ def _wrong_options(catalogue, goal: dict) -> list[str]:
 
 def _evaluate(prepared, scripts: dict[str, list[str]]) -> tuple[dict, FakeGenerator]:
     gen = scripted(scripts)
-    return TASK.evaluator.evaluate(gen, prepared.heldout, {**TASK.spec.eval, "protocol": "a2rl"}), gen
+    return EVAL.evaluate(gen, prepared.heldout, {**TASK.spec.eval, "protocol": "a2rl"}), gen
 
 
 def test_replaying_winning_purchases_scores_100(prepared):

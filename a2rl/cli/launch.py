@@ -18,7 +18,7 @@ from a2rl.run.sandbox import SandboxError
 from a2rl.scheduling.capacity import print_plan
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, read_target
 from a2rl.spec.grid import RunSpec
-from a2rl.spec.sizing import check_shapes
+from a2rl.store.modeldirs import check_shapes
 
 
 def print_runs(runs: list[RunSpec]) -> None:

@@ -15,10 +15,11 @@ from pathlib import Path
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.grading.trust import UntrustedArtifact, check_frozen
 from a2rl.records import now
-from a2rl.spec.models import resolve_model
+from a2rl.store.modeldirs import resolve_model
 from a2rl.store.noise import NoiseRecord, noise_path
 from a2rl.store.results import load_result
 from a2rl.store.sweepdir import SweepDir
+from a2rl.tasklib.prepare import ensure_prepared
 
 
 def calibrate(
@@ -40,7 +41,7 @@ def calibrate(
                 f"deterministic)"
             )
             continue
-        task.ensure_prepared(sweep.data_root())
+        ensure_prepared(task, sweep.data_root())
         base_dir = resolve_model(model_path)
         targets = {"baseline": base_dir}
         if best:

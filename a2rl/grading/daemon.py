@@ -38,6 +38,8 @@ from a2rl.store.results import FinishedRuns, ResultHook, no_hook, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Part, Task, get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.evaluator import evaluate as run_evaluator
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.lineage import copy_lineage, lineage
@@ -89,7 +91,7 @@ def evaluate_model(
     generator = engine.get(model_dir, tokenizer_dir, preset)
     cap = generator.context_cap = ContextCap()  # this evaluation's: the generator serves many
     score, details = run_evaluator(
-        task.evaluator, generator, task.data(data_root).part_dir(part), options, engine, task=task.name
+        load_evaluator(task), generator, task.data(data_root).part_dir(part), options, engine, task=task.name
     )
     if (bit := cap.record()) is not None:  # new tokens were capped at the model's context: the ledger says so
         details["context_cap"] = bit
@@ -347,7 +349,7 @@ class GradingDaemon:
             model = next(m for m in self.spec.model_entries if m.name == model_name)
             self._state, prev = "baseline", self._state
             task = self.task(task_name)
-            task.ensure_prepared(self.data_root)
+            ensure_prepared(task, self.data_root)
             preset = get_preset(model.generation)
             rec = ensure_baseline(
                 self.sweep,

@@ -35,10 +35,11 @@ from a2rl.records import now
 from a2rl.store.results import load_result
 from a2rl.spec.grid import RunSpec, expand
 from a2rl.scheduling.graders import submit_grader
-from a2rl.spec.sizing import check_shapes
+from a2rl.store.modeldirs import check_shapes
 from a2rl.spec.sweep import SweepSpec, load_sweep, local_driver_name
 from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 
 DEFAULT_SWEEPS = Path("a2rl-sweeps")
 SUBMIT_LOCK_TIMEOUT_S = 600
@@ -195,12 +196,12 @@ class Launcher:
 
     def prepare(self) -> None:
         """Offline preparation the runs share: task data, built-in models."""
-        from a2rl.spec.models import resolve_model
+        from a2rl.store.modeldirs import resolve_model
 
         data_root = self.sweep.data_root()
         for name in self.spec.tasks:
             print(f"preparing task {name} in {data_root} ...", flush=True)
-            get_task(name, [Path(p) for p in self.spec.task_paths]).ensure_prepared(data_root)
+            ensure_prepared(get_task(name, [Path(p) for p in self.spec.task_paths]), data_root)
         for m in self.spec.model_entries:
             print(f"model {m.name}: {resolve_model(m.path)}", flush=True)
         self.params = check_shapes(self.spec)  # refuse a grader or run shape that cannot hold a model

@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal
 
 from filelock import FileLock
 
-from a2rl.spec.models import resolve_model
+from a2rl.store.modeldirs import resolve_model
 from a2rl.weights import weights_hash
 from a2rl.records import RecordError, now
 from a2rl.store.integrity import SignedRecord, create_key, read_key
