@@ -1,6 +1,6 @@
-"""grader.workers: auto on the local executor and on the Slurm test cluster, for real: a burst of submissions to a slow evaluator makes the
-graders start more grader jobs (up to max_workers) through the pool they carry, the backlog is graded by
-several graders at once (sooner than one grader could have), and the extra graders leave when idle while the
+"""grader.workers: auto on the local executor and on the Slurm test cluster, for real: a burst of submissions to a slow
+evaluator makes the graders start more grader jobs (up to max_workers) through the pool they carry, the backlog is
+graded by several graders at once (sooner than one grader could have), and the extra graders leave when idle while the
 last one stays until its own idle limit."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Getting the paper's models onto the cluster (`a2rl fetch-model`) and its Table 2 grid (configs/sweeps/paper-table2.yaml).
+"""Getting the paper's models onto the cluster (`a2rl fetch-model`) and its Table 2 grid
+(configs/sweeps/paper-table2.yaml).
 
 The hub is unreachable here: the download's argument plumbing is checked with huggingface_hub.snapshot_download
 replaced by a recorder, and the real call's offline failure must be one clear line."""

@@ -1,9 +1,9 @@
 """alpacaeval's `paper` protocol against alpaca_eval 0.6.6 itself, run here at test time (the `parity` extra):
 `alpaca_eval.evaluate` as the reference calls it (weighted_alpaca_eval_gpt4_turbo annotator; the other arguments at
-their defaults but those that write files or read a cached leaderboard), its judge call the only thing replaced. Both sides get the same judge, a function of the prompt it
-is shown: upstream through alpaca_eval's completion-function hook, a2rl through a real HTTP server. Upstream's order
-coin, prompt, logprob parser, LC GLM and win rate run; the prompts each side's judge saw, the preferences, the LC
-and raw win rates must agree.
+their defaults but those that write files or read a cached leaderboard), its judge call the only thing replaced. Both
+sides get the same judge, a function of the prompt it is shown: upstream through alpaca_eval's completion-function hook,
+a2rl through a real HTTP server. Upstream's order coin, prompt, logprob parser, LC GLM and win rate run; the prompts
+each side's judge saw, the preferences, the LC and raw win rates must agree.
 
 Inputs (tools/parity/alpacaeval.py): made-up models (the published annotations and the real df_gamed.csv are on the
 Hugging Face Hub, not reachable here; alpaca_eval's download of df_gamed.csv is pointed at a made-up copy) and a few

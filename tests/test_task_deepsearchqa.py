@@ -1,5 +1,5 @@
-"""deepsearchqa: the reference's seed-42 split, protocol a2rl's ReAct parsing, the local search backend, and grading with a stub judge
-(a real HTTP server in place of the remote LLM)."""
+"""deepsearchqa: the reference's seed-42 split, protocol a2rl's ReAct parsing, the local search backend, and grading
+with a stub judge (a real HTTP server in place of the remote LLM)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """WebShop: prepare ports WebShop's product loading and human goals, read from fixtures in the upstream JSON
 formats (the download itself is replaced); the standard-library environment follows WebAgentTextEnv's text pages
-and goal.py's reward; the evaluator's protocol `a2rl` counts only reward 1 as a success (protocol `paper`: tests/test_protocol_webshop.py)."""
+and goal.py's reward; the evaluator's protocol `a2rl` counts only reward 1 as a success (protocol `paper`:
+tests/test_protocol_webshop.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`a2rl launch sweep.yaml` (or `python -m a2rl.launch`): validate, freeze the sweep into its directory, and submit the grader(s)
-and every unfinished run through submitit (local processes, or Slurm). Returns at once unless `--wait`.
+"""`a2rl launch sweep.yaml` (or `python -m a2rl.launch`): validate, freeze the sweep into its directory, and submit the
+grader(s) and every unfinished run through submitit (local processes, or Slurm). Returns at once unless `--wait`.
 
 Launching an existing sweep again (its yaml or its directory) submits only what has not finished.
 """

@@ -2,8 +2,8 @@
 
 By default only what can score differently in two gradings of the same weights: judge tasks (an LLM judge's
 verdicts) and models whose generation preset samples (configs/generation/). Greedy decoding scored by rule or by a
-seeded environment has zero noise by construction; `--tasks` names tasks to calibrate anyway. `--best` also re-grades each run's
-best submission where its frozen weights were kept (grader.keep_artifacts). The scores go into one
+seeded environment has zero noise by construction; `--tasks` names tasks to calibrate anyway. `--best` also re-grades
+each run's best submission where its frozen weights were kept (grader.keep_artifacts). The scores go into one
 NoiseRecord per (task, base model, protocol) (store/noise.py), which the tables read to mark improvements within noise.
 """
 
