@@ -1,5 +1,6 @@
 """The evaluator contract: what a task's evaluator module (task.yaml `evaluator`, evaluator.py by default) defines
-and what the grader hands it. Task code imports only a2rl.tasklib and a2rl.llm."""
+and what the grader hands it, and how the grader loads and calls it. Task code imports only a2rl.tasklib and
+a2rl.llm."""
 
 from __future__ import annotations
 
