@@ -2,8 +2,8 @@
 split, and records each result in the ledger. It is its own process (its own job); several may serve one queue.
 
 It exits when every run of the sweep has its result and nothing is pending, or after an idle limit: that long
-with nothing to grade while no run of the sweep is at work or deferred. With `grader.workers: auto` the graders
-scale themselves through a GraderPool (the scheduler's side, scheduling/graders.py): one whose oldest unclaimed
+with nothing to grade while no run of the sweep is at work, queued or deferred (store/results.py any_at_work).
+With `grader.workers: auto` the graders scale themselves through a GraderPool (the scheduler's side, scheduling/graders.py): one whose oldest unclaimed
 submission has waited `scale_wait_s` starts another grader job (up to `max_workers`), and one with nothing to
 claim for `scale_idle_s` leaves while another grader serves the queue, never the last.
 
@@ -235,7 +235,7 @@ class GradingDaemon:
                 if self.finished_runs.any_at_work():
                     idle_since = self.clock()
                 elif self.clock() - idle_since > self.settings.idle_timeout_s:
-                    self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work or deferred"
+                    self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work, queued or deferred"
                     return 0
                 if self.clock() - quiet_since > self.settings.scale_idle_s and self.leave_to_others():
                     return 0
