@@ -5,6 +5,7 @@ the real replacement runs in test_grader_replace_slurm below."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -13,12 +14,12 @@ import pytest
 from a2rl.grading.daemon import GraderJob
 from a2rl.records import now
 from a2rl.scheduling.base import JobState, Scheduler, Schedulers
-from a2rl.scheduling.graders import replace_dead_grader
+from a2rl.scheduling.graders import replace_dead_grader, submit_grader
 from a2rl.scheduling.launcher import TopUpJob, open_sweep, run_job
 from a2rl.scheduling.monitor import collect
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import STALE_S, RunStatus
-from conftest import write_sweep
+from conftest import slurm_available, until, write_sweep
 
 
 class Cluster:
@@ -145,3 +146,46 @@ def test_a_finished_sweep_gets_no_grader(tmp_path, tiny_model):
     s = schedulers(cluster)
     assert TopUpJob(str(sweep.root), "local", str(tmp_path / "jobs")).round(sweep, s) is True
     assert cluster.submitted == []
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(not slurm_available(), reason="no Slurm cluster (tools/slurm/up.sh)")
+def test_grader_replace_slurm(tmp_path, tiny_model):
+    """On the local cluster: the sweep's grader job is cancelled (killed) while a run is queued; two watchers
+    looking at once submit exactly one grader job, through sbatch. Every job is held (begin in an hour) so
+    nothing runs."""
+    spec = write_sweep(
+        tmp_path,
+        executor="slurm",
+        cluster="local",
+        resources={"mem_gb": 0.1, "sbatch": {"begin": "now+1hour"}},
+        grader={"mem_gb": 1},
+    )
+    sweep, (run,) = open_sweep(spec, tmp_path / "sd")
+    folder = tmp_path / "jobs"
+    RunStatus(run_id=run.run_id, state="submitted", heartbeat_at=now()).dump(sweep.run_dir(run.run_id) / "status.json")
+    first = submit_grader(sweep, Schedulers(sweep.spec, folder)["slurm"], 0)
+    subprocess.run(["scancel", first], check=True, timeout=60)
+    started: list[str | None] = []
+    try:
+        until(lambda: not squeue(first), 60, "the cancelled grader to leave the queue")
+
+        def watch():
+            s = Schedulers(sweep.spec, folder)  # each its own cache, as the follower and the top-up job have
+            started.append(replace_dead_grader(sweep, s, "slurm", collect(sweep, s)))
+
+        watchers = [threading.Thread(target=watch) for _ in range(2)]
+        for w in watchers:
+            w.start()
+        for w in watchers:
+            w.join()
+        (new,) = [j for j in started if j is not None]
+        assert started.count(None) == 1 and squeue(new) == [new]
+        assert grader_ids(sweep) == [first, new]
+    finally:
+        ids = [j for j in grader_ids(sweep) if j]
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
+
+
+def squeue(job_id: str) -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i", "-j", job_id], capture_output=True, text=True).stdout.split()
