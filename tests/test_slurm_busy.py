@@ -173,3 +173,21 @@ def test_the_capacity_plan_reads_the_qos_limit_and_maxarraysize_from_the_cluster
         f"queue limits: QOS {qos20} allows 20 queued jobs: 26 do not fit at once; 7 runs wait (deferred) and a "
         "top-up job submits them as jobs end"
     ) in plan  # as the launch does (test_without_a_follower_the_topup_job_submits_deferred_runs: 18 of 25)
+
+
+def test_the_capacity_plan_reads_the_qos_gpu_limits(tmp_path):
+    """GrpTRES and MaxTRESPerUser (gres/gpu) of the sweep's QOS, read from the cluster's own sacctmgr: 2 runs x 1
+    GPU + 1 grader GPU under a QOS that lets 1 run."""
+    qos = "a2rl-test-gpuqos"
+    sacctmgr("add", "qos", qos, "GrpTRES=gres/gpu=1", "MaxTRESPerUser=gres/gpu=2")
+    try:
+        spec = write_sweep(
+            tmp_path, seeds=[0, 1], resources={"gpus": 1, "qos": qos}, **{**SLURM, "grader": {"gpus": 1}}
+        )
+        plan = a2rl("validate", str(spec), check=True).stdout
+    finally:
+        sacctmgr("delete", "qos", qos)
+    assert (
+        f"GPU limits: QOS {qos} GrpTRES gres/gpu=1, MaxTRESPerUser gres/gpu=2: the sweep asks for 3 GPUs at once, 1 "
+        "at most run together"
+    ) in plan, plan
