@@ -15,7 +15,7 @@ from a2rl.grading.daemon import GraderJob
 from a2rl.records import now
 from a2rl.scheduling.base import JobState, Scheduler, Schedulers
 from a2rl.scheduling.graders import replace_dead_grader, submit_grader
-from a2rl.scheduling.launcher import TopUpJob, open_sweep, run_job
+from a2rl.scheduling.launcher import Launcher, TopUpJob, open_sweep, run_job
 from a2rl.scheduling.monitor import collect
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import STALE_S, RunStatus
@@ -146,6 +146,18 @@ def test_a_finished_sweep_gets_no_grader(tmp_path, tiny_model):
     s = schedulers(cluster)
     assert TopUpJob(str(sweep.root), "local", str(tmp_path / "jobs")).round(sweep, s) is True
     assert cluster.submitted == []
+
+
+def test_the_follower_replaces_a_dead_grader_while_it_follows(tmp_path, tiny_model, capsys):
+    sweep, (run,), cluster = sweep_with_dead_grader(tmp_path)
+    launcher = Launcher(sweep, "local", schedulers(cluster))
+
+    def poll_later(_s):  # after the first poll the run's job dies: reaped, the sweep is done, the follower ends
+        cluster.alive[f"r{run.run_id}"] = False
+
+    assert launcher.follow(poll_s=0, sleep=poll_later) == 1  # the run failed (lost)
+    assert [type(f) for f in cluster.submitted] == [GraderJob]
+    assert "no grader was alive with work left: started grader job 100" in capsys.readouterr().out
 
 
 @pytest.mark.slurm
