@@ -3,9 +3,10 @@ split, and records each result in the ledger. It is its own process (its own job
 
 It exits when every run of the sweep has its result and nothing is pending, or after an idle limit: that long
 with nothing to grade while no run of the sweep is at work, queued or deferred (store/results.py any_at_work).
-With `grader.workers: auto` the graders scale themselves through a GraderPool (the scheduler's side, scheduling/graders.py): one whose oldest unclaimed
-submission has waited `scale_wait_s` starts another grader job (up to `max_workers`), and one with nothing to
-claim for `scale_idle_s` leaves while another grader serves the queue, never the last.
+With `grader.workers: auto` the graders scale themselves through a GraderPool (the scheduler's side,
+scheduling/graders.py): one whose oldest unclaimed submission has waited `scale_wait_s` starts another grader
+job (up to `max_workers`), and one with nothing to claim for `scale_idle_s` leaves while another grader serves
+the queue, never the last.
 
 It trusts nothing it reads from the shared file system: queue entries must carry the sweep's HMAC (the queue
 rejects others), the artifact must be a frozen copy directly under submissions/ whose files pass
