@@ -17,6 +17,7 @@ from a2rl.scheduling.base import JobState, Scheduler, Schedulers
 from a2rl.scheduling.graders import replace_dead_grader, submit_grader
 from a2rl.scheduling.launcher import Launcher, TopUpJob, open_sweep, run_job
 from a2rl.scheduling.monitor import collect
+from a2rl.store.results import mark_lost
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import STALE_S, RunStatus
 from conftest import slurm_available, until, write_sweep
@@ -158,6 +159,42 @@ def test_the_follower_replaces_a_dead_grader_while_it_follows(tmp_path, tiny_mod
     assert launcher.follow(poll_s=0, sleep=poll_later) == 1  # the run failed (lost)
     assert [type(f) for f in cluster.submitted] == [GraderJob]
     assert "no grader was alive with work left: started grader job 100" in capsys.readouterr().out
+
+
+def test_a_watched_launch_submits_one_topup_job_per_sweep(tmp_path, tiny_model):
+    """`watch` (a Slurm sweep launched without --wait): the top-up job is submitted even where every run fits,
+    and a relaunch submits no second one while it lives (nor after it if asked not to watch)."""
+    sweep, runs = open_sweep(write_sweep(tmp_path, seeds=[0, 1]), tmp_path / "sd")
+    cluster = Cluster()
+    first = Launcher(sweep, "local", schedulers(cluster))
+    first.submit(runs, watch=True)
+    assert [type(f) for f in cluster.submitted[:2]] == [GraderJob, TopUpJob] and cluster.submitted[2:] == [run_job] * 2
+    assert first.topup_jobs == ["101"] and first.deferred == []
+    again = Launcher(sweep, "local", schedulers(cluster))
+    again.submit([], watch=True)
+    assert again.topup_jobs == [] and len(cluster.submitted) == 4  # the grader and the top-up job both live
+    cluster.alive["101"] = False  # it ended (the sweep was done, or it was killed): a relaunch that watches starts one
+    Launcher(sweep, "local", schedulers(cluster)).submit([], watch=False)
+    assert len(cluster.submitted) == 4
+    Launcher(sweep, "local", schedulers(cluster)).submit([], watch=True)
+    assert type(cluster.submitted[4]) is TopUpJob and grader_ids(sweep) == ["100"]
+
+
+def test_the_topup_job_ends_at_the_first_look_after_the_sweep_is_done(tmp_path, tiny_model, monkeypatch):
+    """Between its rounds (every 30 s) the top-up job looks at the files every 5 s: it ends at the first look that
+    finds every result written and nothing pending, not a round later."""
+    sweep, runs = open_sweep(write_sweep(tmp_path, seeds=[0, 1]), tmp_path / "sd")
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        if len(slept) == 2:  # the runs end during the second look's wait (their results, as a lost run's)
+            for run in runs:
+                mark_lost(sweep, run, "ended (test)")
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    assert TopUpJob(str(sweep.root), "local", str(tmp_path / "jobs"))() == 0
+    assert slept == [5.0, 5.0]
 
 
 @pytest.mark.slurm

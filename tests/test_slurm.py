@@ -41,6 +41,7 @@ def test_runs_are_job_arrays_each_with_its_own_gpu(tmp_path):
     proc = a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), "--wait", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sweep = SweepDir(tmp_path / "sd")
+    assert not sweep.topup_jobs.exists()  # followed (--wait), every run fitting: no top-up job
     jobs = [sweep.status(r.run_id).job_id for r in sweep.runs()]
     assert len({j.split("_")[0] for j in jobs}) == 1 and sorted(j.split("_")[1] for j in jobs) == ["0", "1"]
     gpus = []
@@ -110,9 +111,11 @@ def test_requeue_resumes_the_run_within_its_budget(tmp_path):
     assert len(left) == 2 and left[1] < left[0]  # the clock resumed from what attempt 1 used, it did not restart
 
 
-def test_cancelled_grader_then_relaunch_loses_nothing(tmp_path):
-    """Submissions made while no grader runs wait in the queue (their agents block, budget paused) and are
-    graded by the grader a relaunch starts."""
+def test_a_cancelled_grader_is_replaced_by_the_topup_job_and_nothing_is_lost(tmp_path):
+    """Launched without --wait, the sweep's only grader job cancelled mid-sweep (as a node lost or kill -9 would
+    end it): submissions wait in the queue (their agents block, budget paused) until the top-up job, which a Slurm
+    sweep without a follower always gets, starts a new grader; a relaunch starts no second grader or top-up job;
+    every submission is graded once, and the top-up job ends by itself once the sweep is done."""
     spec = write_sweep(
         tmp_path,
         agents=[{"name": "submitter", "args": {"count": 3, "delay": 8}}],
@@ -120,24 +123,42 @@ def test_cancelled_grader_then_relaunch_loses_nothing(tmp_path):
         resources={"mem_gb": 2},
         **SLURM,
     )
-    a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
+    launch = a2rl("launch", str(spec), "--sweep-dir", str(tmp_path / "sd"), check=True)
     sweep = SweepDir(tmp_path / "sd")
-    until(lambda: sweep.ledger.all_entries(), 120, "a first score")
-    (grader,) = json.loads((sweep.graders / "jobs.json").read_text())["job_ids"]
-    subprocess.run(["scancel", grader], check=True, timeout=30)
-    until(
-        lambda: not subprocess.run(["squeue", "-h", "-j", grader], capture_output=True, text=True).stdout.strip(),
-        60,
-        "the grader job to end",
-    )
-    until(lambda: sweep.queue.pending_ids(), 60, "a submission queued while no grader runs")
-    proc = a2rl("launch", str(sweep.root), "--wait", timeout=600)
-    assert "submitted 0 of 2 runs and 1 grader(s)" in proc.stdout, proc.stdout
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    entries = sweep.ledger.all_entries()
-    assert len(entries) == 6 and len({e.submission_id for e in entries}) == 6
-    for r in results(sweep):
-        assert r.status == "ok" and r.scores == [10.0, 20.0, 30.0]
+    try:
+        (topup,) = json.loads(sweep.topup_jobs.read_text())["job_ids"]
+        assert f"top-up job {topup} watches the sweep" in launch.stdout, launch.stdout
+        until(lambda: sweep.ledger.all_entries(), 120, "a first score")
+        (grader,) = json.loads((sweep.graders / "jobs.json").read_text())["job_ids"]
+        subprocess.run(["scancel", grader], check=True, timeout=30)
+        until(lambda: not queued(grader), 60, "the grader job to end")
+        until(lambda: sweep.queue.pending_ids(), 60, "a submission queued while no grader runs")
+        graders = until(
+            lambda: (ids := json.loads((sweep.graders / "jobs.json").read_text())["job_ids"])[1:] and ids,
+            120,
+            "the top-up job to start a new grader",
+        )
+        assert graders[0] == grader and len(graders) == 2
+        again = a2rl("launch", str(sweep.root), check=True)
+        assert "submitted 0 of 2 runs and 0 grader(s)" in again.stdout, again.stdout
+        assert "top-up job" not in again.stdout, again.stdout
+        assert json.loads(sweep.topup_jobs.read_text())["job_ids"] == [topup]
+        until(lambda: all(RunResult.load_or_none(sweep.result_path(r.run_id)) for r in sweep.runs()), 300, "results")
+        until(lambda: all(r.ungraded_submissions == 0 for r in results(sweep)), 120, "the last scores")
+        entries = sweep.ledger.all_entries()
+        assert len(entries) == 6 and len({e.submission_id for e in entries}) == 6
+        for r in results(sweep):
+            assert r.status == "ok" and r.scores == [10.0, 20.0, 30.0]
+        log = "".join(p.read_text() for p in sweep.jobs.glob(f"*/{topup}/{topup}_0_log.out"))
+        assert f"top-up: no grader was alive with work left; started grader job {graders[1]}" in log, log
+        until(lambda: not queued(topup), 60, "the top-up job to end once the sweep is done")
+        assert json.loads((sweep.graders / "jobs.json").read_text())["job_ids"] == graders
+    finally:
+        a2rl("cancel", str(sweep.root), timeout=300)  # what is left after a failure
+
+
+def queued(job_id: str) -> bool:
+    return bool(subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout.strip())
 
 
 def test_cancelled_agent_job_shows_failed(tmp_path):

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             executor=args.executor,
             retry_failed=args.retry_failed,
             allow_leaks=args.allow_leaks,
+            follow=args.wait,
         )
     except SpecError as e:
         for line in e.lines:
@@ -117,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
             f"submitted {len(launcher.jobs)} of {len(runs)} runs and {len(launcher.grader_jobs)} grader(s){drivers} "
             f"to the {launcher.kind} executor{deferred}"
         )
+        if launcher.topup_jobs:
+            print(
+                f"top-up job {launcher.topup_jobs[0]} watches the sweep until it is done: it submits deferred runs, "
+                "marks runs whose job is gone lost and replaces a dead grader"
+            )
     if not args.wait:
         print(
             f"follow with: python -m a2rl.launch {sweep.root} --wait   results: python -m a2rl.aggregate {sweep.root}"

@@ -4,8 +4,10 @@ servers and every unfinished run through submitit (local processes, or Slurm); `
 
 Launching an existing sweep again (its yaml or its directory) submits only what has not finished. Runs beyond the
 scheduler's queue limit are deferred and submitted as room frees up, by the follower and by a small top-up job
-(so they are submitted when nobody follows). Jobs are submitted with the run-report rebuild as their result hook:
-run reports are derived by reporting, which grading and run do not import.
+(so they are submitted when nobody follows). On Slurm a sweep launched without a follower always gets the top-up
+job (one per sweep): it also replaces a dead last grader, which nobody else would until a relaunch. Jobs are
+submitted with the run-report rebuild as their result hook: run reports are derived by reporting, which grading
+and run do not import.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from a2rl.run.job import run_agent_job
 from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
 from a2rl.store.services import record_service_job
 from a2rl.records import now
-from a2rl.store.results import load_result
+from a2rl.store.results import FinishedRuns, load_result
 from a2rl.spec.grid import RunSpec, expand
 from a2rl.scheduling.graders import replace_dead_grader, submit_grader
 from a2rl.store.modeldirs import check_shapes
@@ -120,18 +122,25 @@ def run_job(sweep_dir: str, run_id: str) -> str:
 
 
 class TopUpJob(submitit.helpers.Checkpointable):
-    """A small service job that watches the sweep when nobody follows it: it submits deferred runs as room frees
-    up, marks runs whose job is gone lost (as the follower does) and replaces a dead last grader; it ends once
-    every run has its result and nothing is pending (requeued at its time limit until then)."""
+    """A small service job that watches the sweep when nobody follows it: every `every_s` it submits deferred runs
+    as room frees up, marks runs whose job is gone lost (as the follower does) and replaces a dead last grader; it
+    ends once every run has its result and nothing is pending (requeued at its time limit until then). Between
+    rounds it looks at the files alone every `look_s`, so it ends seconds after the sweep does, not a round later
+    (each look reads only the results still missing, stopping at the first)."""
 
-    def __init__(self, sweep_dir: str, kind: str, folder: str, every_s: float = 30.0):
-        self.sweep_dir, self.kind, self.folder, self.every_s = sweep_dir, kind, folder, every_s
+    def __init__(self, sweep_dir: str, kind: str, folder: str, every_s: float = 30.0, look_s: float = 5.0):
+        self.sweep_dir, self.kind, self.folder, self.every_s, self.look_s = sweep_dir, kind, folder, every_s, look_s
 
     def __call__(self) -> int:
         sweep = SweepDir(Path(self.sweep_dir))
         schedulers = Schedulers(sweep.spec, Path(self.folder))
+        finished = FinishedRuns(sweep, [r.run_id for r in sweep.runs()])
         while True:
-            time.sleep(self.every_s)
+            deadline = time.monotonic() + self.every_s
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(self.look_s, left))
+                if finished.all() and not sweep.queue.pending_ids():
+                    break
             try:
                 if self.round(sweep, schedulers):
                     return 0
@@ -190,10 +199,12 @@ class Launcher:
         executor: str | None = None,
         retry_failed: bool = False,
         allow_leaks: bool = False,
+        follow: bool = False,
     ) -> Launch:
         """The whole launch: open (or create) the sweep, prepare what its runs share, audit its isolation, and
-        submit the services it lacks and its unfinished runs. Raises SpecError, SandboxError or AuditError for a
-        sweep that cannot launch."""
+        submit the services it lacks and its unfinished runs. `follow`: the caller follows the sweep (--wait);
+        without it a Slurm sweep gets the top-up job to watch it. Raises SpecError, SandboxError or AuditError
+        for a sweep that cannot launch."""
         sweep, runs = open_sweep(target, sweep_dir)
         launcher = cls(sweep, resolve_kind(executor or sweep.spec.executor))
         launcher.prepare()
@@ -203,7 +214,8 @@ class Launcher:
         todo = pending_runs(sweep, runs, retry_failed, launcher.schedulers)
         finished = not any(not sweep.result_path(r.run_id).exists() for r in runs) and not sweep.queue.pending_ids()
         if not finished:
-            launcher.submit(todo)  # also replaces graders that are gone
+            # also replaces graders that are gone; on Slurm, where the sweep outlives the launcher, a watcher job
+            launcher.submit(todo, watch=not follow and launcher.kind == "slurm")
         return Launch(sweep, runs, launcher, audit, refused=False, finished=finished)
 
     def prepare(self) -> None:
@@ -218,9 +230,10 @@ class Launcher:
             print(f"model {m.name}: {resolve_model(m.path)}", flush=True)
         self.params = check_shapes(self.spec)  # refuse a grader or run shape that cannot hold a model
 
-    def submit(self, runs: list[RunSpec]) -> None:
+    def submit(self, runs: list[RunSpec], watch: bool = False) -> None:
         """The graders the sweep lacks, then the runs: one array per resource shape (split at MaxArraySize), as
-        many as the queue limit allows, and a top-up job (first, so it has its place) where some must wait."""
+        many as the queue limit allows, and a top-up job (first, so it has its place) where some must wait or
+        `watch` asks for one. One per sweep: none while the sweep's top-up job is queued or running."""
         g, r = self.spec.grader, self.spec.resources
         alive = len(jobs_alive(self.sweep.grader_jobs, self.schedulers))
         try:
@@ -244,7 +257,8 @@ class Launcher:
                 self.driver_jobs.append(job_id)
                 record_service_job(jobs_path(self.sweep, name), self.kind, job_id)
             room = self.scheduler.capacity()
-            if room is not None and len(runs) > room and not jobs_alive(self.sweep.topup_jobs, self.schedulers):
+            waits = room is not None and len(runs) > room
+            if (watch or waits) and not jobs_alive(self.sweep.topup_jobs, self.schedulers):
                 shape = Shape(f"a2rl-topup-{self.spec.name}", r.job_time_s(self.spec.budget), 1, 0, TOPUP_MEM_GB)
                 job_id = self.scheduler.submit_one(shape, TopUpJob(str(self.sweep.root), self.kind, str(self.folder)))
                 self.topup_jobs.append(job_id)
