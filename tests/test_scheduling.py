@@ -394,8 +394,11 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
     )
     assert lines[1].endswith("unknown (task echo is not prepared)")
     assert lines[2].startswith("grader jobs: 1, up to 3 (workers auto) x 1 GPU") and "at most 6.0 GPU-hours" in lines[2]
-    assert lines[3] == "jobs: 5 runs as 3 array(s) of at most 2 tasks (MaxArraySize), 1 grader(s): 6 jobs at once"
-    assert lines[4] == "queue limits: QOS a2rl-test-qos allows 20 queued jobs: all 6 fit at once"
+    assert lines[3] == (
+        "jobs: 5 runs as 3 array(s) of at most 2 tasks (MaxArraySize), 1 grader(s), 1 top-up job (none with --wait "
+        "unless runs are deferred): 7 jobs at once"
+    )
+    assert lines[4] == "queue limits: QOS a2rl-test-qos allows 20 queued jobs: all 7 fit at once"
 
     ensure_prepared(get_task("echo", [Path(p) for p in spec.task_paths]), tmp_path / "data")  # 1 held-out example
     lines = capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)
@@ -425,12 +428,12 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
 
     runner.qos = "a2rl-test-qos|4||\n"
     assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[4] == (
-        "queue limits: QOS a2rl-test-qos allows 4 queued jobs: 6 do not fit at once; 3 runs wait (deferred) and a "
+        "queue limits: QOS a2rl-test-qos allows 4 queued jobs: 7 do not fit at once; 3 runs wait (deferred) and a "
         "top-up job submits them as jobs end"
     )
     runner.squeue = "".join(f"5_{i}|PENDING|Priority|a2rl-test-qos\n" for i in range(3))  # queued by you now
     assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[4] == (
-        "queue limits: QOS a2rl-test-qos allows 4 queued jobs (3 of them taken by your jobs queued now): 6 do not "
+        "queue limits: QOS a2rl-test-qos allows 4 queued jobs (3 of them taken by your jobs queued now): 7 do not "
         "fit at once; 6 runs wait (deferred) and a top-up job submits them as jobs end"
     )
     runner.assoc, runner.qos = "root||||\n", ""

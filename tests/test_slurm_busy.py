@@ -168,9 +168,12 @@ def test_the_capacity_plan_reads_the_qos_limit_and_maxarraysize_from_the_cluster
     spec = write_sweep(tmp_path, seeds=list(range(25)), budget=120, resources={"mem_gb": 0.3, "qos": qos20}, **SLURM)
     plan = a2rl("validate", str(spec), check=True).stdout
     assert "capacity plan (slurm executor" in plan
-    assert "jobs: 25 runs as 1 array(s) of at most 1001 tasks (MaxArraySize), 1 grader(s): 26 jobs at once" in plan
     assert (
-        f"queue limits: QOS {qos20} allows 20 queued jobs: 26 do not fit at once; 7 runs wait (deferred) and a "
+        "jobs: 25 runs as 1 array(s) of at most 1001 tasks (MaxArraySize), 1 grader(s), 1 top-up job (none with "
+        "--wait unless runs are deferred): 27 jobs at once"
+    ) in plan
+    assert (
+        f"queue limits: QOS {qos20} allows 20 queued jobs: 27 do not fit at once; 7 runs wait (deferred) and a "
         "top-up job submits them as jobs end"
     ) in plan  # as the launch does (test_without_a_follower_the_topup_job_submits_deferred_runs: 18 of 25)
 

@@ -10,7 +10,8 @@
   token), or at the sweep's grader.tokens_per_s; held-out examples are counted in the prepared data (lines of
   its .jsonl files, within the task's `limit`), unknown where the task is not prepared yet; the grader jobs
   themselves hold their GPUs for their whole time;
-- jobs: one array per resource shape split at MaxArraySize, the graders, local driver servers, the top-up job;
+- jobs: one array per resource shape split at MaxArraySize, the graders, local driver servers, and on Slurm the
+  top-up job (a launch without --wait always submits it; with --wait only where runs are deferred);
 - QOS: the fewest queued jobs the user's QOS and association allow (sacctmgr, as the launch reads them), or
   "unknown" where sacctmgr is not there or does not answer; and the QOS's GPU limits (GrpTRES, MaxTRESPerUser
   gres/gpu) against the GPUs the sweep's jobs ask for at once.
@@ -114,13 +115,15 @@ def plan(
     )
     drivers = drivers_used(runs)
     services = g.first_workers + len(drivers)
+    driver_text = f", {len(drivers)} local driver server(s)" if drivers else ""
     if isinstance(scheduler, SlurmScheduler):
         size = scheduler.max_array_size()
         arrays = math.ceil(len(runs) / size) if runs else 0
         shape = f"{arrays} array(s) of at most {size} tasks (MaxArraySize)"
+        services += 1
+        driver_text += ", 1 top-up job (none with --wait unless runs are deferred)"
     else:
         shape = "local processes (no arrays)"
-    driver_text = f", {len(drivers)} local driver server(s)" if drivers else ""
     lines.append(
         f"jobs: {len(runs)} runs as {shape}, {g.first_workers} grader(s){driver_text}: {len(runs) + services} "
         f"jobs at once"
@@ -166,7 +169,8 @@ def _grading(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], per_r
 
 
 def queue_line(scheduler: Scheduler, jobs: int) -> str:
-    """Whether the user's limits on queued jobs let the sweep's jobs be queued at once."""
+    """Whether the user's limits on queued jobs let the sweep's `jobs` (the top-up job's among them) be queued
+    at once."""
     if not isinstance(scheduler, SlurmScheduler):
         return f"queue limits: none (the {scheduler.kind} executor)"
     qos, qos_limit, assoc_limit = scheduler.limits()
@@ -182,8 +186,8 @@ def queue_line(scheduler: Scheduler, jobs: int) -> str:
     room = least if room is None else room
     if jobs <= room:
         return f"queue limits: {name} allows {least} queued jobs{now_}: all {jobs} fit at once"
-    return (  # the top-up job takes a place of its own
-        f"queue limits: {name} allows {least} queued jobs{now_}: {jobs} do not fit at once; {jobs + 1 - room} runs "
+    return (
+        f"queue limits: {name} allows {least} queued jobs{now_}: {jobs} do not fit at once; {jobs - room} runs "
         f"wait (deferred) and a top-up job submits them as jobs end"
     )
 
