@@ -187,7 +187,7 @@ class Launcher:
         self.deferred: list[str] = []  # run ids left for top-up (queue limit)
         self.grader_jobs: list[str] = []
         self.driver_jobs: list[str] = []  # local driver servers
-        self.topup_jobs: list[str] = []  # the job that submits deferred runs
+        self.topup_jobs: list[str] = []  # the top-up job that watches the sweep
         self.params: dict[str, int] = {}  # model name -> parameters, read by prepare()
 
     @classmethod

@@ -1,6 +1,7 @@
 """`graders/jobs.json`, `drivers/<name>/jobs.json` and `topup/jobs.json`: the jobs submitted for a sweep's
-services (graders, local driver servers, the top-up of deferred runs), so status and cancel find them. Written by
-the launcher only."""
+services (graders, local driver servers, the top-up job that watches the sweep), so status and cancel find them.
+Written by whoever submits one: the launcher, and for graders also the graders (workers auto) and the watchers
+that replace a dead one."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ queue/  ledger/       submission queue and ledger (see queue.py, ledger.py)
 submissions/<id>/     frozen copies of submitted weights, read by the grader
 baselines/            baseline scores per (task, model weights, evaluator version, protocol)
 graders/<holder>.json grader heartbeats (jobs.json: their jobs)
-topup/jobs.json       the job that submits deferred runs (services.py)
+topup/jobs.json       the top-up job that watches the sweep (services.py)
 drivers/<name>/       a local driver's endpoint.json and jobs.json (see a2rl/drivers/)
 jobs/                 submitit's folders, one per launch
 """
@@ -103,7 +103,7 @@ class SweepDir:
         self.submissions = self.root / "submissions"
         self.graders = self.root / "graders"
         self.grader_jobs = self.graders / "jobs.json"
-        self.topup_jobs = self.root / "topup" / "jobs.json"  # the service job that submits deferred runs
+        self.topup_jobs = self.root / "topup" / "jobs.json"  # the top-up job that watches the sweep
         self.drivers = self.root / "drivers"
         self.jobs = self.root / "jobs"
         self._runs = self.root / "runs"
