@@ -62,14 +62,17 @@ def test_relaunching_a_held_sweep_submits_nothing(tmp_path):
     try:
         jobs = sorted(sweep.status(r.run_id).job_id for r in sweep.runs())
         (grader,) = yaml.safe_load((sweep.graders / "jobs.json").read_text())["job_ids"]
+        (topup,) = yaml.safe_load(sweep.topup_jobs.read_text())["job_ids"]  # launched without --wait: it watches
         assert sorted(queued(*jobs)) == jobs
         proc = a2rl("launch", str(sweep.root), check=True)
         assert "submitted 0 of 2 runs and 0 grader(s)" in proc.stdout, proc.stdout
         assert sorted(sweep.status(r.run_id).job_id for r in sweep.runs()) == jobs
         assert sorted(queued(*jobs)) == jobs and queued(grader) == [grader]
+        assert yaml.safe_load(sweep.topup_jobs.read_text())["job_ids"] == [topup] and queued(topup) == [topup]
     finally:
         a2rl("cancel", str(sweep.root), check=True)
     assert all(RunResult.load(sweep.result_path(r.run_id)).status == "failed" for r in sweep.runs())
+    assert queued(grader, topup) == []  # the sweep's service jobs went with it
 
 
 def test_gres_gpu_requests_reach_slurm_as_gres(tmp_path, monkeypatch):

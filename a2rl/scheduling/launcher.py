@@ -136,16 +136,23 @@ class TopUpJob(submitit.helpers.Checkpointable):
         schedulers = Schedulers(sweep.spec, Path(self.folder))
         finished = FinishedRuns(sweep, [r.run_id for r in sweep.runs()])
         while True:
-            deadline = time.monotonic() + self.every_s
-            while (left := deadline - time.monotonic()) > 0:
-                time.sleep(min(self.look_s, left))
-                if finished.all() and not sweep.queue.pending_ids():
-                    break
+            self.wait(lambda: finished.all() and not sweep.queue.pending_ids())
             try:
                 if self.round(sweep, schedulers):
                     return 0
             except Exception as e:  # a scheduler hiccup: try again next round
                 print(f"top-up: failed: {e}", file=sys.stderr, flush=True)
+
+    def wait(self, done: Callable[[], bool]) -> None:
+        """Until the next round: every_s, or the first look (every look_s) that finds the sweep `done`."""
+        deadline = time.monotonic() + self.every_s
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(self.look_s, left))
+            try:
+                if done():
+                    return
+            except OSError:  # the shared file system failing for a moment: the round says so, or the next look
+                pass
 
     def round(self, sweep: SweepDir, schedulers: Schedulers) -> bool:
         """One look at the sweep; True once it is done."""
