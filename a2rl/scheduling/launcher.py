@@ -128,8 +128,10 @@ class TopUpJob(submitit.helpers.Checkpointable):
     rounds it looks at the files alone every `look_s`, so it ends seconds after the sweep does, not a round later
     (each look reads only the results still missing, stopping at the first)."""
 
-    def __init__(self, sweep_dir: str, kind: str, folder: str, every_s: float = 30.0, look_s: float = 5.0):
-        self.sweep_dir, self.kind, self.folder, self.every_s, self.look_s = sweep_dir, kind, folder, every_s, look_s
+    look_s = 5.0  # a class attribute: a top-up job pickled before it existed still runs when requeued
+
+    def __init__(self, sweep_dir: str, kind: str, folder: str, every_s: float = 30.0):
+        self.sweep_dir, self.kind, self.folder, self.every_s = sweep_dir, kind, folder, every_s
 
     def __call__(self) -> int:
         sweep = SweepDir(Path(self.sweep_dir))
