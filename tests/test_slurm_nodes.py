@@ -1,8 +1,8 @@
 """Against the real two-node cluster (tools/slurm/up.sh --nodes 2; tools/test.sh starts it): each node a slurmd
 in its own network namespace with its own hostname and node-local TMPDIR, the sweep directory shared. A run
-requeued onto the other node, and the sweep's infrastructure failing under it (chaos): a run's job killed; the
---wait follower killed, slurmctld restarted and a node's slurmd stopped for a minute, in one sweep (to keep
-the suite's time)."""
+requeued onto the other node, and the sweep's infrastructure failing under it (chaos): a run's job killed; a
+grader job killed mid-evaluation, the --wait follower killed, slurmctld restarted and a node's slurmd stopped
+for a minute, in one sweep (to keep the suite's time)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from a2rl.store.queue import Lease
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 from conftest import REPO, a2rl, slurm_available, until, write_sweep
@@ -186,27 +187,50 @@ def node_sh(action: str, node: str) -> None:
     subprocess.run(["bash", str(REPO / "tools/slurm/node.sh"), action, node], check=True, timeout=60, env=DAEMON_ENV)
 
 
+def kill_grader_mid_evaluation(sweep: SweepDir, hold: Path) -> tuple[str, str]:
+    """kill -9 of the grader job that is evaluating a submission: with `hold` present the echo evaluator marks
+    that it started (`hold`.PID) and never returns (tests/fixtures/tasks/echo/evaluator.py); `hold` goes at
+    once, so the other grader's evaluations run on. Returns the killed holder and the submission it leased."""
+    hold.write_text("")
+    started = until(lambda: list(hold.parent.glob(f"{hold.name}.*")), 120, "a grader mid-evaluation")
+    hold.unlink()
+    (pid,) = (int(p.suffix[1:]) for p in started)
+    (lease,) = (
+        lease
+        for f in (sweep.root / "queue" / "leases").glob("*.json")
+        if (lease := Lease.load(f)).holder.endswith(f":{pid}") and lease.expires_at > 0
+    )
+    env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+    kill_job(env["SLURM_JOB_ID"])
+    return lease.holder, lease.submission_id
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="restarts slurmctld and a slurmd: needs root")
-def test_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_minute_lose_nothing(tmp_path, sd):
-    """One sweep through three infrastructure failures, in turn: the --wait follower killed (-9), slurmctld
-    restarted, the slurmd of a node with a run on it stopped for a minute (the run ends meanwhile). A
-    relaunch follows again without submitting anything; the runs finish in their first jobs, every
-    submission graded once."""
+def test_grader_and_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_minute_lose_nothing(tmp_path, sd):
+    """One sweep of two graders through four infrastructure failures, in turn: one grader job killed (-9) in the
+    middle of an evaluation, the --wait follower killed (-9), slurmctld restarted, the slurmd of a node with a
+    run on it stopped for a minute (the run ends meanwhile). The other grader takes the dead one's lease once it
+    expires (lease_s) and grades that submission; a relaunch follows again without submitting any run; the runs
+    finish in their first jobs, every submission graded once. (Two graders: the one left takes over; a dead
+    last grader is the relaunch's to replace.)"""
     spec = write_sweep(
         tmp_path,
         agents=[{"name": "submitter", "args": {"count": 3, "delay": 10}}],
         seeds=[0, 1],
         resources={"mem_gb": 1},
-        **SLURM,
+        **{**SLURM, "grader": {**SLURM["grader"], "workers": 2}},
     )
+    hold = tmp_path / "hold"  # the graders inherit the follower's environment (sbatch --export=ALL)
     follower = subprocess.Popen(
         [sys.executable, "-m", "a2rl", "launch", str(spec), "--sweep-dir", str(sd), "--wait"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=REPO,
+        env={**os.environ, "A2RL_TEST_HOLD_GRADING": str(hold)},
     )
     sweep = SweepDir(sd)
     until(lambda: sd.is_dir() and sweep.ledger.all_entries(), 180, "a first score")
+    dead, cut_off = kill_grader_mid_evaluation(sweep, hold)
     follower.send_signal(signal.SIGKILL)
     follower.wait(timeout=30)
     jobs = {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()}
@@ -226,3 +250,5 @@ def test_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_minute_lose
         assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0]
         assert sweep.status(r.run_id).attempt == 1
     assert len(graded_once(sweep)) == 6
+    retaken = sweep.ledger.get(cut_off)
+    assert retaken.status == "scored" and retaken.attempt == 2 and retaken.grader != dead
