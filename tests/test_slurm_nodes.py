@@ -252,3 +252,77 @@ def test_grader_and_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_
     assert len(graded_once(sweep)) == 6
     retaken = sweep.ledger.get(cut_off)
     assert retaken.status == "scored" and retaken.attempt == 2 and retaken.grader != dead
+
+
+@contextlib.contextmanager
+def small_file_system(where: Path, size_mb: int):
+    """A tmpfs of `size_mb` at `where`: the nodes' slurmds live in their own network namespaces but share this
+    mount namespace (tools/slurm/node.sh), so both nodes see it as the shared file system."""
+    where.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"cannot mount a small tmpfs for the sweep directory: {e.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True, timeout=60)
+
+
+def fill(fs: Path) -> Path:
+    """A ballast file that takes every free byte of `fs`."""
+    ballast = fs / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        for chunk in (1 << 16, 512):  # then the last partial pages
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+    return ballast
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the sweep directory: needs root")
+def test_the_shared_file_system_full_for_half_a_minute_loses_nothing(tmp_path):
+    """The sweep directory's file system (a 64 MB tmpfs both nodes see) fills up mid-sweep for 25 s, then has
+    room again: the writes that met it waited for room and were done then (records.while_full), so the sweep
+    ends as an undisturbed one does: every run ok with its three scores, every submission graded once, every
+    record whole, no temporary file left, and the logs say it in a line, not a traceback."""
+    with small_file_system(tmp_path / "fs", 64) as fs:
+        sd = fs / "sd"
+        try:
+            spec = write_sweep(
+                tmp_path,
+                agents=[{"name": "submitter", "args": {"count": 3, "delay": 10}}],
+                seeds=[0, 1],
+                resources={"mem_gb": 1},
+                **SLURM,
+            )
+            a2rl("launch", str(spec), "--sweep-dir", str(sd), check=True)
+            sweep = SweepDir(sd)
+            until(lambda: sweep.ledger.all_entries(), 180, "a first score")
+            ballast = fill(fs)
+            time.sleep(25)
+            ballast.unlink()
+            proc = a2rl("launch", str(sd), "--wait", timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            for r in sweep.runs():
+                result = result_with_all_scores(sweep, r.run_id)  # signed: it verifies
+                assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0], result
+            assert [e.status for e in graded_once(sweep)] == ["scored"] * 6
+            for path in sd.rglob("*.json"):
+                json.loads(path.read_text())  # whole, every one
+            assert not [p for p in sd.rglob("*") if p.name.endswith((".tmp", ".partial")) or ".blob." in p.name]
+            logs = "".join(p.read_text(errors="replace") for p in (sd / "jobs").rglob("*.err"))
+            assert "for space" in logs, logs  # a write met the full file system, waited, and was done
+            assert "Traceback" not in logs, logs
+        finally:
+            if sd.is_dir():
+                a2rl("cancel", str(sd), timeout=300)
