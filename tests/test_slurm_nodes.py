@@ -313,6 +313,7 @@ def test_the_shared_file_system_full_for_half_a_minute_loses_nothing(tmp_path):
             ballast.unlink()
             proc = a2rl("launch", str(sd), "--wait", timeout=600)
             assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "submitted 0 of 2 runs and 0 grader(s)" in proc.stdout, proc.stdout  # none of them died
             for r in sweep.runs():
                 result = result_with_all_scores(sweep, r.run_id)  # signed: it verifies
                 assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0], result
