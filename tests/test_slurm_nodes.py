@@ -296,24 +296,32 @@ def test_the_shared_file_system_full_for_half_a_minute_loses_nothing(tmp_path):
     ends as an undisturbed one does: every run ok with its three scores, every submission graded once, every
     record whole, no temporary file left, and the logs say it in a line, not a traceback."""
     with small_file_system(tmp_path / "fs", 64) as fs:
-        sd = fs / "sd"
-        try:
-            spec = write_sweep(
-                tmp_path,
-                agents=[{"name": "submitter", "args": {"count": 3, "delay": 10}}],
-                seeds=[0, 1],
-                resources={"mem_gb": 1},
-                **SLURM,
+        sd, out = fs / "sd", tmp_path / "follower.out"
+        spec = write_sweep(
+            tmp_path,
+            agents=[{"name": "submitter", "args": {"count": 3, "delay": 10}}],
+            seeds=[0, 1],
+            resources={"mem_gb": 1},
+            **SLURM,
+        )
+        with open(out, "w") as f:  # the user follows the sweep with --wait throughout
+            follower = subprocess.Popen(
+                [sys.executable, "-m", "a2rl", "launch", str(spec), "--sweep-dir", str(sd), "--wait"],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
             )
-            a2rl("launch", str(spec), "--sweep-dir", str(sd), check=True)
+        try:
             sweep = SweepDir(sd)
-            until(lambda: sweep.ledger.all_entries(), 180, "a first score")
+            until(lambda: sd.is_dir() and sweep.ledger.all_entries(), 180, "a first score")
+            jobs = {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()}
             ballast = fill(fs)
             time.sleep(25)
             ballast.unlink()
-            proc = a2rl("launch", str(sd), "--wait", timeout=600)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            assert "submitted 0 of 2 runs and 0 grader(s)" in proc.stdout, proc.stdout  # none of them died
+            assert follower.wait(timeout=600) == 0, out.read_text()
+            assert "Traceback" not in out.read_text(), out.read_text()
+            (grader,) = json.loads((sweep.graders / "jobs.json").read_text())["job_ids"]  # it did not die
+            assert {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()} == jobs
             for r in sweep.runs():
                 result = result_with_all_scores(sweep, r.run_id)  # signed: it verifies
                 assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0], result
@@ -325,5 +333,7 @@ def test_the_shared_file_system_full_for_half_a_minute_loses_nothing(tmp_path):
             assert "for space" in logs, logs  # a write met the full file system, waited, and was done
             assert "Traceback" not in logs, logs
         finally:
+            if follower.poll() is None:
+                follower.kill()
             if sd.is_dir():
                 a2rl("cancel", str(sd), timeout=300)
