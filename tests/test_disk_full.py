@@ -12,6 +12,9 @@ import pytest
 import a2rl.records as records
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.records import StorageFull, atomic_write_text, disk_full, while_full
+from a2rl.run.api import GradingAPI
+from a2rl.run.budget import Budget
+from a2rl.run.client import post_submit
 from a2rl.run.process import AgentProcess
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.store.queue import SubmissionQueue
@@ -129,3 +132,17 @@ def test_the_agents_output_is_dropped_while_the_log_is_full_and_the_gap_noted():
     for chunk in (b"lost 1\n", b"lost 2\n", b"kept\n"):
         proc._write(chunk)
     assert proc.log.data == b"\n[a2rl] 14 bytes of the agent's output dropped here: no space left\nkept\n"
+
+
+def test_a_submission_that_gave_up_waiting_is_answered_in_one_line(monkeypatch):
+    class GaveUp:
+        def submit(self, model_path: str, final: bool = False):
+            raise StorageFull(errno.ENOSPC, "r.0001: copying the model into the sweep: the file system stayed full")
+
+    with GradingAPI(GaveUp(), Budget(60)) as api:
+        monkeypatch.setenv("GRADING_TOKEN", api.token)
+        body, error = post_submit(f"{api.url}/submit", "output/v0", 30)
+    assert error == (
+        "r.0001: copying the model into the sweep: the file system stayed full; nothing was submitted, "
+        "try again later (HTTP 503)"
+    )

@@ -20,8 +20,8 @@ from http.server import ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from a2rl.records import StorageFull
 from a2rl.httpjson import BadRequest, JSONRequestHandler, running
+from a2rl.records import StorageFull
 from a2rl.run.artifacts import MalformedPath
 from a2rl.run.budget import Budget, BudgetExhausted, WaitInFlight
 from a2rl.run.submit import RunSubmitter
