@@ -16,8 +16,9 @@ class BuildWithShare(build_py):
         share = Path(self.build_lib) / "a2rl" / "share"
         for name in SHARED:
             shutil.rmtree(share / name, ignore_errors=True)
-            shutil.copytree(Path(__file__).parent / name, share / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                Path(__file__).parent / name, share / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
 
 
 setup(cmdclass={"build_py": BuildWithShare})

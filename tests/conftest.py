@@ -96,7 +96,7 @@ def _test_node(request):
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
-    from a2rl.spec.models import resolve_model
+    from a2rl.store.modeldirs import resolve_model
 
     return resolve_model("builtin:tiny-llama")
 

@@ -17,10 +17,12 @@ from test_judge import completion, stub_llm
 
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 TASK = get_task("alpacaeval")
-EVAL = TASK.evaluator
+EVAL = load_evaluator(TASK)
 OUTPUT = re.compile(r'"model_identifier": "(m|M)",\n\s*"output": """(.*?)"""\n', re.S)
 INSTRUCTION = re.compile(r'"instruction": """(.*?)""",\n}', re.S)
 
@@ -28,7 +30,7 @@ INSTRUCTION = re.compile(r'"instruction": """(.*?)""",\n}', re.S)
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    TASK.ensure_prepared(root, source=FIXTURES)
+    ensure_prepared(TASK, root, source=FIXTURES)
     return root
 
 

@@ -84,7 +84,7 @@ def test_evaluate_counts_exact_matches(prepared):
 @pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_untrained_tiny_model_scores_about_zero(prepared, tmp_path):
     from a2rl.llm.inference import Generator
-    from a2rl.spec.tinymodel import build_tiny_model
+    from a2rl.store.tinymodel import build_tiny_model
 
     generator = Generator.load(build_tiny_model(tmp_path / "model"))
     spec = yaml.safe_load((TASK_DIR / "task.yaml").read_text())

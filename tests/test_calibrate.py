@@ -16,6 +16,7 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.noise import NoiseRecord, noise_path
 from a2rl.store.results import write_result
 from conftest import FIXTURES, REPO, a2rl, write_sweep
@@ -49,7 +50,7 @@ def graded(tmp_path, tiny_model):
     ws = create_workspace(
         sweep.workspace(spec.run_id),
         task=task,
-        data=task.ensure_prepared(sweep.data_root()),
+        data=ensure_prepared(task, sweep.data_root()),
         model_dir=tiny_model,
         budget_s=60,
         source_tree=REPO,

@@ -28,6 +28,7 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import CANARY, get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.results import RunResult
 from conftest import FIXTURES, REPO, write_sweep
 
@@ -49,12 +50,12 @@ def leaky_task(tmp_path: Path):
 
 def test_prepare_writes_a_canary_into_heldout_only(tmp_path):
     task = leaky_task(tmp_path)
-    data = task.ensure_prepared(tmp_path / "data")
+    data = ensure_prepared(task, tmp_path / "data")
     canary = (data.heldout_dir / CANARY).read_text().strip()
     assert re.fullmatch(r"a2rl-canary-[0-9a-f]{32}", canary)
     assert not any(canary in p.read_text() for p in data.train_dir.rglob("*") if p.is_file())
     assert task.prepared(tmp_path / "data").checksums["heldout/CANARY"]  # part of the prepared data's record
-    other = task.ensure_prepared(tmp_path / "data2").heldout_dir / CANARY
+    other = ensure_prepared(task, tmp_path / "data2").heldout_dir / CANARY
     assert other.read_text().strip() != canary  # random per preparation
     found = leaks.markers(data.heldout_dir)
     assert found.canary == canary and found.find(f"x {ITEM} y") == ["held-out item test.jsonl:1"]
@@ -69,7 +70,7 @@ def run(tmp_path, tiny_model):
         write_sweep(tmp_path, tasks=["leaky"], task_paths=[str(tmp_path / "tasks")], data_root=str(tmp_path / "data")),
         tmp_path / "sd",
     )
-    data = task.ensure_prepared(sweep.data_root())
+    data = ensure_prepared(task, sweep.data_root())
     ws = create_workspace(
         sweep.workspace(spec.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO
     )

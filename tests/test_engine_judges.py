@@ -17,6 +17,8 @@ from a2rl.grading.daemon import evaluate_model
 from a2rl.llm.judge import EngineJudge, JudgeError, judge_client
 from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.taskdata import read_jsonl
 from fakes import RecordingSamplingParams, RecordingVLLM
 
@@ -29,8 +31,8 @@ SHOWN = re.compile(r'"model_identifier": "(m|M)",\n\s*"output": """(.*?)"""\n', 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    ALPACA.ensure_prepared(root, source=FIXTURES / "alpacaeval")
-    DSQA.ensure_prepared(root, source=FIXTURES / "deepsearchqa")
+    ensure_prepared(ALPACA, root, source=FIXTURES / "alpacaeval")
+    ensure_prepared(DSQA, root, source=FIXTURES / "deepsearchqa")
     return root
 
 
@@ -119,12 +121,14 @@ def test_alpacaeval_judges_with_the_real_tiny_model_on_transformers(tiny_model, 
 def test_engine_judge_first_token_logprobs_are_what_the_paper_protocol_reads(tiny_model):
     judge = judge_client({"model_path": str(tiny_model)}, Engine(CPU_SETTINGS))
     assert isinstance(judge, EngineJudge)
-    (c,) = judge.chat_many([ALPACA.evaluator.paper_messages("Say m.", "m", "M")[:1]], max_tokens=1, top_logprobs=5)
+    (c,) = judge.chat_many(
+        [load_evaluator(ALPACA).paper_messages("Say m.", "m", "M")[:1]], max_tokens=1, top_logprobs=5
+    )
     assert len(c.first_token_logprobs) == 5
     assert all(isinstance(t, str) and isinstance(lp, float) and lp <= 0 for t, lp in c.first_token_logprobs)
     assert c.first_token_logprobs[0][0] == c.text  # best first: the greedy token, as an endpoint's top_logprobs
     identifiers = {t: lp for t, lp in c.first_token_logprobs if t in ("m", "M")}
-    p = ALPACA.evaluator.paper_preference(c)
+    p = load_evaluator(ALPACA).paper_preference(c)
     assert (p is None) == (not identifiers) and (p is None or 1.0 <= p <= 2.0)
 
 

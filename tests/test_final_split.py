@@ -35,6 +35,7 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import PARTS_DIR, TaskSpec, get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import load_result, write_result
 from a2rl.weights import weights_hash
@@ -90,7 +91,7 @@ class Sweep:
         )
         self.sweep, self.runs = open_sweep(path, tmp_path / "sd")
         self.task = get_task("arith")
-        data = self.task.ensure_prepared(self.sweep.data_root())
+        data = ensure_prepared(self.task, self.sweep.data_root())
         answers = {
             r["prompt"]: r["answer"]
             for r in map(json.loads, (data.heldout_dir / "test.jsonl").read_text().splitlines())
@@ -147,7 +148,7 @@ def test_task_specs_refuse_a_split_for_paper_or_without_sizes():
 
 def test_prepare_divides_the_heldout_items_once_with_a_secret_seed(tmp_path):
     task = get_task("arith")
-    data = task.ensure_prepared(tmp_path / "data")
+    data = ensure_prepared(task, tmp_path / "data")
     rows = lambda part: (data.part_dir(part) / "test.jsonl").read_text().splitlines()  # noqa: E731
     feedback, final, everything = rows("feedback"), rows("final"), rows("heldout")
     assert (len(feedback), len(final)) == (task.spec.split.feedback, task.spec.split.final) == (100, 100)
@@ -155,9 +156,9 @@ def test_prepare_divides_the_heldout_items_once_with_a_secret_seed(tmp_path):
     assert data.parts_dir == data.heldout_dir.parent / PARTS_DIR
     assert (data.parts_dir.stat().st_mode & 0o077) == 0  # the grader's alone, as heldout/ is
     assert (data.parts_dir / "feedback" / "CANARY").read_text() == (data.heldout_dir / "CANARY").read_text()
-    task.ensure_prepared(tmp_path / "data")
+    ensure_prepared(task, tmp_path / "data")
     assert rows("final") == final  # once: a second prepare keeps the parts
-    other = task.ensure_prepared(tmp_path / "data2")
+    other = ensure_prepared(task, tmp_path / "data2")
     assert (other.parts_dir / "SEED").read_text() != (data.parts_dir / "SEED").read_text()
     assert task.feedback_part("a2rl") == "feedback" and task.feedback_part("paper") == "heldout"
 

@@ -1,6 +1,6 @@
-"""grader.workers: auto on the local executor and on the Slurm test cluster, for real: a burst of submissions to a slow evaluator makes the
-graders start more grader jobs (up to max_workers) through the pool they carry, the backlog is graded by
-several graders at once (sooner than one grader could have), and the extra graders leave when idle while the
+"""grader.workers: auto on the local executor and on the Slurm test cluster, for real: a burst of submissions to a slow
+evaluator makes the graders start more grader jobs (up to max_workers) through the pool they carry, the backlog is
+graded by several graders at once (sooner than one grader could have), and the extra graders leave when idle while the
 last one stays until its own idle limit."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_a_burst_brings_more_graders_and_the_extras_leave(tmp_path: Path, tiny_m
         beats = lambda: [GraderBeat.load(p) for p in sweep.graders.glob("grader*.json")]  # noqa: E731
         until(lambda: len(beats()) == len(jobs()) and all(b.state == "exited" for b in beats()), 300, "the end")
         notes = sorted(b.note for b in beats())
-        last = f"idle for {IDLE_S} s with no run at work or deferred"
+        last = f"idle for {IDLE_S} s with no run at work, queued or deferred"
         assert notes.count(last) == 1 and all(n.endswith("other grader(s) serve") for n in notes if n != last), notes
     finally:
         launcher.scheduler.cancel(jobs())

@@ -1,5 +1,6 @@
-"""The grader's idle limit counts only while no run of the sweep is at work or deferred: a run that trains past
-`idle_timeout_s` without submitting, or waits for room in the queue, still finds its grader (a driver server
+"""The grader's idle limit counts only while no run of the sweep is at work, queued or deferred: a run that trains
+past `idle_timeout_s` without submitting, waits in the scheduler's queue (or requeued) or for room under a limit,
+still finds its grader (a driver server
 follows the same rule). With workers auto, a grader asks its pool for another when a submission has waited
 scale_wait_s, and an extra one idle for scale_idle_s leaves, never the last. Fake time."""
 
@@ -24,13 +25,14 @@ def never_left():
     raise AssertionError("the grader did not leave when idle with no run at work")
 
 
-@pytest.mark.parametrize("state", ["running", "deferred"])
+@pytest.mark.parametrize("state", ["running", "deferred", "submitted", "interrupted"])
 def test_the_grader_waits_while_a_run_is_at_work_and_leaves_idle_after(tmp_path, tiny_model, state):
     sweep, (run,) = open_sweep(
         write_sweep(tmp_path, grader={"poll_s": 5.0, "lease_s": 5, "idle_timeout_s": IDLE_S}), tmp_path / "sd"
     )
     status = sweep.run_dir(run.run_id) / "status.json"
-    # deferred: written once by the launcher (its heartbeat goes stale), submitted by a top-up job hours later
+    # deferred/submitted: written once by the launcher (its heartbeat goes stale), submitted by a top-up job or
+    # started by the scheduler hours later; interrupted: its job was requeued and waits for a node
     RunStatus(run_id=run.run_id, state=state, heartbeat_at=now()).dump(status)
     grader = GradingDaemon(sweep)
     clock = FakeClock(start=0.0)
@@ -43,7 +45,7 @@ def test_the_grader_waits_while_a_run_is_at_work_and_leaves_idle_after(tmp_path,
     assert grader.run() == 0
     # idle counted from the last poll that saw the run at work (within poll_s of its going quiet)
     assert went_quiet - 5.0 + IDLE_S < clock.now <= went_quiet + IDLE_S + 5.0
-    assert grader._note == f"idle for {IDLE_S:g} s with no run at work or deferred"
+    assert grader._note == f"idle for {IDLE_S:g} s with no run at work, queued or deferred"
 
 
 class FakePool:

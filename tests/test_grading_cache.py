@@ -17,6 +17,7 @@ from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.generation import get_preset
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES, REPO, write_sweep
 
 sys.path.insert(0, str(FIXTURES / "agents"))
@@ -30,7 +31,7 @@ def make_run(tmp_path, tiny_model, **fields):
     ws = create_workspace(
         sweep.workspace(spec.run_id),
         task=task,
-        data=task.ensure_prepared(sweep.data_root()),
+        data=ensure_prepared(task, sweep.data_root()),
         model_dir=tiny_model,
         budget_s=600,
         source_tree=REPO,

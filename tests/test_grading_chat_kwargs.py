@@ -19,6 +19,8 @@ from a2rl.llm.chat import chat_prompt
 from a2rl.tasklib.pairwise import generate_answers
 from a2rl.spec.generation import get_preset
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES
 from fakes import FakeGenerator, RecordingSamplingParams, RecordingVLLM
 
@@ -74,8 +76,8 @@ def test_judge_and_paper_protocols_pass_the_presets_kwargs(tokenizer, tmp_path, 
         )
         + "\n"
     )
-    get_task("gsm8k").evaluator.evaluate(gen, tmp_path, {"protocol": "paper"})
-    get_task("humaneval").evaluator.evaluate(gen, tmp_path, {"protocol": "paper"})
+    load_evaluator(get_task("gsm8k")).evaluate(gen, tmp_path, {"protocol": "paper"})
+    load_evaluator(get_task("humaneval")).evaluate(gen, tmp_path, {"protocol": "paper"})
     assert len(gen.prompts) == 3
     assert all(p.endswith("<|assistant|>\n" + NO_THINK) == marked for p in gen.prompts)
 
@@ -83,7 +85,7 @@ def test_judge_and_paper_protocols_pass_the_presets_kwargs(tokenizer, tmp_path, 
 @pytest.fixture
 def gsm8k_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    get_task("gsm8k").ensure_prepared(root, source=FIXTURES / "gsm8k")
+    ensure_prepared(get_task("gsm8k"), root, source=FIXTURES / "gsm8k")
     return root
 
 

@@ -21,6 +21,7 @@ from a2rl.llm.backends import BackendSettings, Engine, vllm_installed
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.generation import get_preset
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -32,7 +33,7 @@ VLLM = BackendSettings("vllm", "cuda", 1, 0.5, 512, None)
 def arith(tmp_path_factory):
     task = get_task("arith")
     root = tmp_path_factory.mktemp("data")
-    task.ensure_prepared(root)
+    ensure_prepared(task, root)
     return task, root
 
 

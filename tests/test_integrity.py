@@ -27,6 +27,7 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.baselines import baseline_path, load_baseline
 from a2rl.store.queue import QueueEntry
 from a2rl.store.results import load_result, write_result
@@ -43,7 +44,7 @@ class Run:
         self.ws = create_workspace(
             sweep.workspace(spec.run_id),
             task=task,
-            data=task.ensure_prepared(sweep.data_root()),
+            data=ensure_prepared(task, sweep.data_root()),
             model_dir=tiny_model,
             budget_s=60,
             source_tree=REPO,

@@ -23,6 +23,7 @@ from a2rl.llm.judge import ChatClient, JudgeError
 from a2rl.llm.chat import chat_prompt
 from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 
 Reply = Callable[[dict, dict], tuple[int, dict]]  # (request body, headers) -> (status, response body)
 
@@ -149,7 +150,7 @@ def test_local_server_serves_the_model_over_real_http(tiny_model: Path) -> None:
 @pytest.mark.slow  # > 5 s: the tiny model end to end
 def test_localjudge_scores_end_to_end_with_a_local_judge(tiny_model: Path, tmp_path: Path) -> None:
     task = get_task("localjudge")
-    task.ensure_prepared(tmp_path)
+    ensure_prepared(task, tmp_path)
     runs = []
     for _ in range(2):
         t0 = time.monotonic()

@@ -119,3 +119,45 @@ def test_tasks_use_one_surface():
             } - {"engine"}:
                 wrong.append(f"{path.relative_to(PKG.parent)}: evaluate() does not match a2rl.tasklib.evaluator")
     assert not wrong, "\n".join(wrong)
+
+
+# what spec/ may not do: run a task's code, build a model, read weights (tasklib/prepare.py, tasklib/evaluator.py
+# and store/modeldirs.py do)
+SPEC_BANNED_IMPORTS = {
+    "subprocess",
+    "multiprocessing",
+    "torch",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "filelock",
+}
+SPEC_BANNED_CALLS = {"exec_module", "spec_from_file_location", "import_module", "exec", "eval", "prepare", "system"}
+
+
+def spec_doings(spec_dir: Path) -> list[str]:
+    """What the modules under `spec_dir` import or call that runs code, builds models or reads weights."""
+    found = []
+    for path in sorted(spec_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Call):
+                fn = node.func
+                called = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+                if called in SPEC_BANNED_CALLS:
+                    found.append(f"{path.name}:{node.lineno} calls {called}()")
+                continue
+            else:
+                continue
+            banned = [n for n in names if n.split(".")[0] in SPEC_BANNED_IMPORTS or n == "a2rl.weights"]
+            if banned:
+                found.append(f"{path.name}:{node.lineno} imports {banned[0]}")
+    return found
+
+
+def test_spec_only_describes():
+    """spec/ holds the typed description of sweeps, tasks, agents and models; doing things lives in later layers."""
+    assert not spec_doings(PKG / "spec"), "\n".join(spec_doings(PKG / "spec"))

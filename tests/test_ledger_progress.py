@@ -13,6 +13,7 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES, REPO, write_sweep
 from test_runs import launch, only_result
 
@@ -32,7 +33,7 @@ def test_ledger_entries_carry_budget_time_and_tokens_so_far(tmp_path, tiny_model
     ws = create_workspace(
         sweep.workspace(spec.run_id),
         task=task,
-        data=task.ensure_prepared(sweep.data_root()),
+        data=ensure_prepared(task, sweep.data_root()),
         model_dir=tiny_model,
         budget_s=600,
         source_tree=REPO,
@@ -60,7 +61,7 @@ def test_a_transcript_that_cannot_be_read_costs_the_tokens_not_the_submission(tm
     ws = create_workspace(
         sweep.workspace(spec.run_id),
         task=task,
-        data=task.ensure_prepared(sweep.data_root()),
+        data=ensure_prepared(task, sweep.data_root()),
         model_dir=tiny_model,
         budget_s=600,
         source_tree=REPO,

@@ -191,9 +191,10 @@ def test_the_pipelines_models_are_derived_and_another_seeds_trained_on_the_same_
     tmp_path, tiny_model, other_seed_model
 ):
     from a2rl.spec.tasks import get_task
+    from a2rl.tasklib.prepare import ensure_prepared
     from test_pipeline_routes import run_pipeline
 
-    data = get_task("arith").ensure_prepared(tmp_path / "data").train_dir
+    data = ensure_prepared(get_task("arith"), tmp_path / "data").train_dir
     sft = ["--sft-steps", "30", "--sft-batch-size", "8", "--no-schedule"]
     grpo = ["--grpo-steps", "2", "--grpo-prompts", "2", "--num-generations", "2", "--max-completion-length", "8"]
     run_pipeline(data, tiny_model, tmp_path / "full", "qa_short", *sft, *grpo)

@@ -1,7 +1,8 @@
 """The local driver server on every wire protocol: a neutral request laid onto the model's chat template with
 its tools, the model's tool calls read back (a malformed one is an API error, never a crashed server), and the
 real Claude Code, Codex, Gemini CLI and OpenCode each completing a turn against the tiny model (trained to say
-one sentence; the protocol holds), each on its stack's command line and local-driver settings. The CLIs come from A2RL_AGENT_CLIS (tools/agents/install.sh)."""
+one sentence; the protocol holds), each on its stack's command line and local-driver settings. The CLIs come from
+A2RL_AGENT_CLIS (tools/agents/install.sh)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Getting the paper's models onto the cluster (`a2rl fetch-model`) and its Table 2 grid (configs/sweeps/paper-table2.yaml).
+"""Getting the paper's models onto the cluster (`a2rl fetch-model`) and its Table 2 grid
+(configs/sweeps/paper-table2.yaml).
 
 The hub is unreachable here: the download's argument plumbing is checked with huggingface_hub.snapshot_download
 replaced by a recorder, and the real call's offline failure must be one clear line."""
@@ -12,7 +13,8 @@ import yaml
 
 from a2rl.cli.main import main
 from a2rl.spec.grid import expand
-from a2rl.spec.sizing import check_shapes, grader_mem_gb
+from a2rl.spec.sizing import grader_mem_gb
+from a2rl.store.modeldirs import check_shapes
 from a2rl.spec.sweep import load_sweep
 from conftest import REPO, a2rl
 from test_grading_resources import QWEN25_7B, shaped_model

@@ -14,9 +14,11 @@ from conftest import FIXTURES
 from fakes import FakeGenerator
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 
 TASK = get_task("alfworld")
-alf = TASK.evaluator.alf
+EVAL = load_evaluator(TASK)
+alf = EVAL.alf
 PARITY = json.loads((FIXTURES / "parity" / "alfworld.json").read_text())
 GAMES = FIXTURES / "parity" / "alfworld" / "valid_unseen"
 
@@ -51,7 +53,7 @@ def test_paper_plays_the_references_episodes(tmp_path):
         return case["raw"]
 
     gen = FakeGenerator(script=model, cut=True)
-    result = TASK.evaluator.evaluate(gen, _heldout(tmp_path), {**TASK.spec.eval, "protocol": "paper"})
+    result = EVAL.evaluate(gen, _heldout(tmp_path), {**TASK.spec.eval, "protocol": "paper"})
     assert {t: len(c) for t, c in calls.items()} == {
         t: sum(c["task"] == t for c in PARITY["cases"]) for t in PARITY["heads"]
     }

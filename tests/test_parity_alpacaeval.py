@@ -1,9 +1,9 @@
 """alpacaeval's `paper` protocol against alpaca_eval 0.6.6 itself, run here at test time (the `parity` extra):
 `alpaca_eval.evaluate` as the reference calls it (weighted_alpaca_eval_gpt4_turbo annotator; the other arguments at
-their defaults but those that write files or read a cached leaderboard), its judge call the only thing replaced. Both sides get the same judge, a function of the prompt it
-is shown: upstream through alpaca_eval's completion-function hook, a2rl through a real HTTP server. Upstream's order
-coin, prompt, logprob parser, LC GLM and win rate run; the prompts each side's judge saw, the preferences, the LC
-and raw win rates must agree.
+their defaults but those that write files or read a cached leaderboard), its judge call the only thing replaced. Both
+sides get the same judge, a function of the prompt it is shown: upstream through alpaca_eval's completion-function hook,
+a2rl through a real HTTP server. Upstream's order coin, prompt, logprob parser, LC GLM and win rate run; the prompts
+each side's judge saw, the preferences, the LC and raw win rates must agree.
 
 Inputs (tools/parity/alpacaeval.py): made-up models (the published annotations and the real df_gamed.csv are on the
 Hugging Face Hub, not reachable here; alpaca_eval's download of df_gamed.csv is pointed at a made-up copy) and a few
@@ -27,6 +27,7 @@ from alpaca_eval.metrics import glm_winrate
 from test_judge import completion, stub_llm
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 from conftest import FIXTURES
 
 pytestmark = [
@@ -37,7 +38,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The fitted attributes of LogisticRegressionCV:FutureWarning"),
 ]
 
-EVAL = get_task("alpacaeval").evaluator
+EVAL = load_evaluator(get_task("alpacaeval"))
 INPUTS = json.loads((FIXTURES / "parity" / "alpacaeval.json").read_text())
 GAMED_CSV = FIXTURES / "parity" / INPUTS["gamed_csv"]
 MODELS = INPUTS["models"]

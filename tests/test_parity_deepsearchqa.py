@@ -14,8 +14,9 @@ from fakes import FakeGenerator
 
 from a2rl.llm.stops import stop_strings
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 
-ev = get_task("deepsearchqa").evaluator
+ev = load_evaluator(get_task("deepsearchqa"))
 PARITY = json.loads((FIXTURES / "parity" / "deepsearchqa.json").read_text())
 CASES = PARITY["cases"]
 

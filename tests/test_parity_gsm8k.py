@@ -10,24 +10,28 @@ import pytest
 from transformers import AutoTokenizer
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prompts import GSM8K_PAPER_FEWSHOT
 from conftest import FIXTURES
 from fakes import FakeGenerator
 
-EVAL = get_task("gsm8k").evaluator
+EVAL = load_evaluator(get_task("gsm8k"))
 PARITY = json.loads((FIXTURES / "parity" / "gsm8k.json").read_text())
 CASES = PARITY["cases"]
 
 # output → why a2rl's verdict differs from OpenCompass's
+DECIMAL = "numeric: OpenCompass compares a decimal reference as text"
 A2RL_DIFFERS = {
     "It buys 24*50=1,200 pencils.\nThe answer is 1,200": "comma-aware: OpenCompass reads 1,200 as 200",
     "The total is $1,000.\nThe answer is $1,000.": "comma-aware: OpenCompass reads $1,000 as 000",
     "It costs 1,215 - 15 = 1,200.\nThe answer is 1,200": "comma-aware: OpenCompass reads 1,200 as 200",
-    "Each piece is 10/4 = 2.50 meters.\nThe answer is 2.50": "numeric: OpenCompass compares a decimal reference as text",
-    "The answer is 3.50 pizzas": "numeric: OpenCompass compares a decimal reference as text",
+    "Each piece is 10/4 = 2.50 meters.\nThe answer is 2.50": DECIMAL,
+    "The answer is 3.50 pizzas": DECIMAL,
     "The answer is 12 apples, 3 of them red.": "the number after 'answer is', not the last one",
     "The answer is 42.\n\nThe rest is 3 more.": "the number after 'answer is', not the last one",
-    "So 12 in all.\nQuestion: Anna has 3 cats and 2 dogs.": "no cut at 'Question:' (a2rl stops generating at '\\n\\nQuestion:'): the last number is 2",
+    "So 12 in all.\nQuestion: Anna has 3 cats and 2 dogs.": (
+        "no cut at 'Question:' (a2rl stops generating at '\\n\\nQuestion:'): the last number is 2"
+    ),
 }
 
 

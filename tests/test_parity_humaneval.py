@@ -19,11 +19,12 @@ from transformers import AutoTokenizer
 
 from a2rl.tasklib.coderunner import run_many
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 from conftest import FIXTURES
 from fakes import FakeGenerator
 
 TASK = get_task("humaneval")
-EVAL = TASK.evaluator
+EVAL = load_evaluator(TASK)
 PARITY = json.loads((FIXTURES / "parity" / "humaneval.json").read_text())
 CASES = PARITY["cases"]
 

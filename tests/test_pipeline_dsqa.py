@@ -20,19 +20,21 @@ from a2rl.run.runsetup import agent_command
 from a2rl.run.sandbox import AgentSandbox, choose
 from a2rl.run.workspace import create_workspace, linked_files
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.envs import TASK_ENV_NAMES, load_task_env, replay
 from a2rl.tasklib.leaks import markers
 from a2rl.tasklib.taskdata import read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
 TASK = get_task("deepsearchqa")
-ev = TASK.evaluator
+ev = load_evaluator(TASK)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    return TASK.ensure_prepared(root, source=FIXTURES)
+    return ensure_prepared(TASK, root, source=FIXTURES)
 
 
 def test_env_exposes_the_protocol_with_the_graders_prompt(data):

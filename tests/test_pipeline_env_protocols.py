@@ -18,6 +18,8 @@ from transformers import AutoTokenizer  # noqa: E402
 from a2rl.reference.interactive import GraderLoop  # noqa: E402
 from a2rl.spec.generation import GenerationPreset, get_preset  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.envs import load_task_env  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl, write_jsonl  # noqa: E402
 from fakes import FakeGenerator  # noqa: E402
@@ -70,7 +72,7 @@ def route_and_grader(
         script=lambda prompt: replies[prompt], cut=True, tokenizer=tok, context=context, preset=preset
     )
     spec = get_task(task)
-    result = spec.evaluator.evaluate(grader, graded, {**spec.spec.eval, "protocol": protocol, **options})
+    result = load_evaluator(spec).evaluate(grader, graded, {**spec.spec.eval, "protocol": protocol, **options})
     return [p["prompt"] for p in pairs], [r["prompt"] for r in rows], grader.prompts, result
 
 
@@ -90,12 +92,12 @@ def test_alfworld_route_prompts_are_what_the_grader_sends(protocol, alfworld, to
     assert sent == sft == grpo and len(sft) == len(traj["actions"]) and result["score"] == 100.0
     head = {
         "paper": "Interact with a household to solve a task. Here are two examples.\n",
-        "a2rl": get_task("alfworld").evaluator.alf.HEADER,
+        "a2rl": load_evaluator(get_task("alfworld")).alf.HEADER,
     }[protocol]
     assert sft[0].startswith(head) and sft[1].endswith({"paper": "\n>", "a2rl": "\nAction:"}[protocol])
 
     full = sft
-    short = short_context(tok, sft, get_task("alfworld").evaluator.alf, protocol)
+    short = short_context(tok, sft, load_evaluator(get_task("alfworld")).alf, protocol)
     sft, grpo, sent, result = route_and_grader("alfworld", train, graded, traj, protocol, tok, short)
     assert sent == sft == grpo
     if protocol == "paper":  # the grader ends the episode at the prompt that no longer fits: nothing to train after
@@ -111,7 +113,7 @@ def webshop_graded(train: Path, tmp_path: Path, protocol: str) -> tuple[dict, Pa
     graded.mkdir()
     shutil.copy(train / "products.jsonl", graded)
     goal = read_jsonl(train / "goals.jsonl")[int(traj["episode"])]
-    write_jsonl(graded / get_task("webshop").evaluator.GOALS[protocol], [goal])
+    write_jsonl(graded / load_evaluator(get_task("webshop")).GOALS[protocol], [goal])
     return traj, graded
 
 
@@ -125,10 +127,10 @@ def test_webshop_route_prompts_are_what_the_grader_sends(protocol, webshop, tok,
         assert sft[0].startswith(tok.apply_chat_template([{"role": "system", "content": "x"}], tokenize=False)[:6])
         assert "Observation 1: WebShop [SEP] Instruction:" in sft[0]
     else:
-        assert sft[0].startswith(get_task("webshop").evaluator.ws.HEADER)
+        assert sft[0].startswith(load_evaluator(get_task("webshop")).ws.HEADER)
 
     full = sft
-    short = short_context(tok, sft, get_task("webshop").evaluator.ws, protocol)
+    short = short_context(tok, sft, load_evaluator(get_task("webshop")).ws, protocol)
     sft, grpo, sent, result = route_and_grader("webshop", train, graded, traj, protocol, tok, short)
     assert sent == sft == grpo
     if protocol == "paper":
@@ -178,7 +180,7 @@ def test_textworld_route_prompts_are_what_the_grader_sends(protocol, textworld, 
         shutil.copy(f, graded / "games")
     sft, grpo, sent, result = route_and_grader("textworld", train, graded, traj, protocol, tok, BIG)
     assert sent == sft == grpo and len(sft) == len(traj["actions"]) and result["score"] == 100.0
-    assert sft[0].startswith(get_task("textworld").evaluator.tw.HEADER)
+    assert sft[0].startswith(load_evaluator(get_task("textworld")).tw.HEADER)
     full, short = sft, len(tok(sft[-1], add_special_tokens=True)["input_ids"]) + 32 - 1  # the last one must shrink
     sft, grpo, sent, result = route_and_grader("textworld", train, graded, traj, protocol, tok, short)
     assert sent == sft == grpo and len(sft) == len(traj["actions"]) and len(sft[-1]) < len(full[-1])
@@ -191,8 +193,10 @@ def test_textworld_token_limit_is_the_graders():
 
 @pytest.fixture(scope="module")
 def deepsearchqa(tmp_path_factory):
-    return get_task("deepsearchqa").ensure_prepared(
-        tmp_path_factory.mktemp("data"), source=Path(__file__).parent / "fixtures" / "deepsearchqa"
+    return ensure_prepared(
+        get_task("deepsearchqa"),
+        tmp_path_factory.mktemp("data"),
+        source=Path(__file__).parent / "fixtures" / "deepsearchqa",
     )
 
 
@@ -224,7 +228,7 @@ def test_deepsearchqa_route_prompts_are_what_the_grader_sends(protocol, deepsear
 
 
 def test_deepsearchqa_token_limits_are_the_graders():
-    env = get_task("deepsearchqa").evaluator.dsqa
+    env = load_evaluator(get_task("deepsearchqa")).dsqa
     assert env.MAX_NEW_TOKENS["a2rl"] == get_task("deepsearchqa").spec.eval["max_new_tokens"]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.envs import TASK_ENV_NAMES, load_module, load_task_env, replay, score_actions
 from a2rl.tasklib.taskdata import read_jsonl
 
@@ -68,7 +69,7 @@ def webshop(tmp_path_factory) -> tuple[Path, Path]:
 def test_every_interactive_task_env_exposes_the_protocol(task, graders_env):
     module = load_task_env(get_task(task).folder / "env.py", f"protocol_{task}")
     assert all(callable(getattr(module, n)) for n in TASK_ENV_NAMES)
-    grader = getattr(get_task(task).evaluator, graders_env)  # the env module the task's evaluator plays
+    grader = getattr(load_evaluator(get_task(task)), graders_env)  # the env module the task's evaluator plays
     episode = "games/pick_and_place_simple-SprayBottle-None-Toilet-1/trial_1"  # alfworld: examples by type
     header = module.prompt_header("data", episode)
     assert header == grader.prompt_header("data", episode) and "Action:" in header
@@ -162,7 +163,7 @@ def grade(task, model: Path, heldout: Path, **options) -> dict:
     """The task's grader scoring function on its held-out split, with the grader's own generator."""
     from a2rl.llm.inference import Generator
 
-    return task.evaluator.evaluate(Generator.load(model), heldout, {**task.spec.eval, **options})
+    return load_evaluator(task).evaluate(Generator.load(model), heldout, {**task.spec.eval, **options})
 
 
 @pytest.mark.slow

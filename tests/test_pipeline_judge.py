@@ -23,13 +23,14 @@ from a2rl.llm.inference import Generator  # noqa: E402
 from a2rl.llm.judge import Completion  # noqa: E402
 from a2rl.tasklib.pairwise import compare_to_references  # noqa: E402
 from a2rl.spec.tasks import TaskData, get_task  # noqa: E402
+from a2rl.tasklib.prepare import ensure_prepared  # noqa: E402
 
 TASK = get_task("localjudge")
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> TaskData:
-    return TASK.ensure_prepared(tmp_path_factory.mktemp("data"))
+    return ensure_prepared(TASK, tmp_path_factory.mktemp("data"))
 
 
 class AlwaysA:

@@ -20,6 +20,7 @@ from a2rl.grading.daemon import evaluate_model  # noqa: E402
 from a2rl.llm.judge import ChatClient  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.stages import StageLog  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl  # noqa: E402
 
@@ -37,7 +38,7 @@ def shorter_wins(body: dict, headers: dict) -> tuple[int, dict]:
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    TASK.ensure_prepared(root, source=FIXTURES)
+    ensure_prepared(TASK, root, source=FIXTURES)
     return root
 
 

@@ -19,6 +19,8 @@ from transformers import AutoTokenizer  # noqa: E402
 from a2rl.reference import pipeline as P  # noqa: E402
 from a2rl.tasklib.pairwise import generate_answers  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.stages import StageLog  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl, write_jsonl  # noqa: E402
 from fakes import FakeGenerator  # noqa: E402
@@ -36,7 +38,7 @@ WRONG = {
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     return {
-        name: get_task(name).ensure_prepared(root, source=SOURCES.get(name))
+        name: ensure_prepared(get_task(name), root, source=SOURCES.get(name))
         for name in ("gsm8k", "humaneval", "alpacaeval")
     }
 
@@ -64,7 +66,7 @@ def test_sft_and_grpo_prompts_are_what_the_grader_sends(task, protocol, prepared
     items = rows[-N:]  # past gsm8k's exemplars
     reply = {p["prompt"]: p["completion"].removesuffix(tok.eos_token) for p in pairs[-N:]}
     grader = FakeGenerator(script=lambda prompt: reply[prompt], cut=True, tokenizer=tok)
-    result = get_task(task).evaluator.evaluate(
+    result = load_evaluator(get_task(task)).evaluate(
         grader,
         graded_as_heldout(task, data, items, tmp_path),
         {**get_task(task).spec.eval, **OPTIONS[task], "protocol": protocol},
@@ -118,7 +120,7 @@ def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(
     if task == "alpacaeval":
         generate_answers(grader, [r["instruction"] for r in rows], max_new_tokens=8, batch_size=8)
     else:
-        get_task(task).evaluator.evaluate(
+        load_evaluator(get_task(task)).evaluate(
             grader,
             graded_as_heldout(task, prepared[task], rows, tmp_path),
             {**get_task(task).spec.eval, **OPTIONS[task], "protocol": "paper"},
@@ -152,7 +154,7 @@ def test_the_protocol_comes_from_the_workspaces_run_meta(tmp_path, monkeypatch):
 )
 def test_a_short_run_under_paper_submits_models_paper_scores(task_name, options, tmp_path, tiny_model, monkeypatch):
     task = get_task(task_name)
-    data = task.ensure_prepared(tmp_path / "data", source=SOURCES.get(task_name))
+    data = ensure_prepared(task, tmp_path / "data", source=SOURCES.get(task_name))
     monkeypatch.setenv("WORKSPACE", str(tmp_path))
     (tmp_path / "run_meta.json").write_text(json.dumps({"protocol": "paper"}))  # what the run tells the agent
     out = tmp_path / "out"

@@ -23,6 +23,8 @@ from a2rl.reporting.metrics import typed  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
 from a2rl.spec.registry import HOME  # noqa: E402
 from a2rl.spec.tasks import TrainFormat, get_task, task_registry  # noqa: E402
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.stages import Stage, StageLog, collect_stage_log  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl  # noqa: E402
 from fakes import FakeClock  # noqa: E402
@@ -140,7 +142,7 @@ def test_rewards_are_the_graders_checks():
 
 
 def test_unit_test_reward_runs_the_visible_tests(tmp_path):
-    rows = read_jsonl(get_task("humaneval").ensure_prepared(tmp_path).train_dir / "train.jsonl")[:2]
+    rows = read_jsonl(ensure_prepared(get_task("humaneval"), tmp_path).train_dir / "train.jsonl")[:2]
     rewards = P.unit_test_reward(
         [r["canonical_solution"] for r in rows] + ["    return None\n"],
         [r["prompt"] for r in rows] + [rows[0]["prompt"]],
@@ -198,7 +200,7 @@ def scored(task_name: str, data_root: Path, model: Path, out: Path, protocol: st
 
     check_artifact(model, out, Limits(64, 1 << 30, 1 << 30)).close()  # raises for what the grader would refuse
     task = get_task(task_name)
-    return task.evaluator.evaluate(
+    return load_evaluator(task).evaluate(
         Generator.load(model), task.data(data_root).heldout_dir, {**task.spec.eval, **options, "protocol": protocol}
     )["score"]
 
@@ -210,7 +212,7 @@ def scored(task_name: str, data_root: Path, model: Path, out: Path, protocol: st
 )
 def test_sft_then_grpo_on_the_fixture_rows_submits_scorable_models(task_name, options, tmp_path, tiny_model):
     task = get_task(task_name)
-    data = task.ensure_prepared(tmp_path / "data", source=SOURCES.get(task_name))
+    data = ensure_prepared(task, tmp_path / "data", source=SOURCES.get(task_name))
     out = tmp_path / "out"
     run_pipeline(
         data.train_dir,
@@ -243,7 +245,7 @@ def test_sft_then_grpo_on_the_fixture_rows_submits_scorable_models(task_name, op
 
 @pytest.mark.slow
 def test_instruction_rows_get_sft_only(tmp_path, tiny_model):
-    data = get_task("alpacaeval").ensure_prepared(tmp_path / "data", source=SOURCES["alpacaeval"])
+    data = ensure_prepared(get_task("alpacaeval"), tmp_path / "data", source=SOURCES["alpacaeval"])
     out = tmp_path / "out"
     proc = run_pipeline(
         data.train_dir, tiny_model, out, "instruction_reference", "--sft-steps", "2", "--sft-batch-size", "2"
@@ -255,7 +257,7 @@ def test_instruction_rows_get_sft_only(tmp_path, tiny_model):
 
 @pytest.mark.slow
 def test_lora_run_submits_a_merged_model_that_learned(tmp_path, tiny_model):
-    data = get_task("arith").ensure_prepared(tmp_path / "data")
+    data = ensure_prepared(get_task("arith"), tmp_path / "data")
     out = tmp_path / "out"
     run_pipeline(
         data.train_dir, tiny_model, out, "qa_short", "--sft-steps", "150", "--grpo-steps", "0", "--lora-r", "16"
@@ -273,7 +275,7 @@ def test_one_sft_and_one_grpo_step_in_bf16_on_a_gpu(tmp_path, tiny_model):
     env = dict(
         os.environ,
         MODEL_PATH=str(tiny_model),
-        DATA_PATH=str(get_task("arith").ensure_prepared(tmp_path / "data").train_dir),
+        DATA_PATH=str(ensure_prepared(get_task("arith"), tmp_path / "data").train_dir),
         OUTPUT_DIR=str(tmp_path / "out"),
         CUDA_VISIBLE_DEVICES="0",
     )
@@ -313,7 +315,7 @@ def test_accelerate_launch_with_the_runs_gpus(tmp_path, tiny_model):
     env = dict(
         os.environ,
         MODEL_PATH=str(tiny_model),
-        DATA_PATH=str(get_task("arith").ensure_prepared(tmp_path / "data").train_dir),
+        DATA_PATH=str(ensure_prepared(get_task("arith"), tmp_path / "data").train_dir),
         OUTPUT_DIR=str(tmp_path / "out"),
         CUDA_VISIBLE_DEVICES=",".join(map(str, range(gpus))),
     )

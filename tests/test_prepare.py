@@ -10,6 +10,7 @@ import pytest
 
 from a2rl.errors import SpecError
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 
 ECHO = Path(__file__).parent / "fixtures" / "tasks" / "echo"
 
@@ -31,16 +32,16 @@ def edit(prepare_py: Path) -> None:
 
 def test_edited_prepare_script_prepares_again(tmp_path):
     task, prepare_py, root = copy_echo(tmp_path)
-    train = task.ensure_prepared(root).train_dir / "train.jsonl"
+    train = ensure_prepared(task, root).train_dir / "train.jsonl"
     first = task.prepared(root)
     mtime = train.stat().st_mtime_ns
 
-    task.ensure_prepared(root)  # unchanged script: the data stays
+    ensure_prepared(task, root)  # unchanged script: the data stays
     assert task.prepared(root) == first and train.stat().st_mtime_ns == mtime
 
     edit(prepare_py)
     assert task.prepared(root) is None  # stale, noticed without reloading the task
-    task.ensure_prepared(root)
+    ensure_prepared(task, root)
     again = task.prepared(root)
     assert again.prepared_at > first.prepared_at and again.prepare_fingerprint != first.prepare_fingerprint
     assert json.loads(train.read_text())["answer"] == "two" and again.checksums != first.checksums
@@ -49,28 +50,28 @@ def test_edited_prepare_script_prepares_again(tmp_path):
 
 def test_records_from_before_fingerprints_are_stale(tmp_path):
     task, _, root = copy_echo(tmp_path)
-    task.ensure_prepared(root)
+    ensure_prepared(task, root)
     record = root / "echo" / "prepared.json"
     old = json.loads(record.read_text())
     del old["prepare_fingerprint"]
     record.write_text(json.dumps({**old, "schema_version": 1}))
     assert task.prepared(root) is None
-    task.ensure_prepared(root)
+    ensure_prepared(task, root)
     assert task.prepared(root).prepared_at > old["prepared_at"]
 
 
 def test_stale_data_of_an_online_task_is_an_error_that_says_why(tmp_path):
     task, prepare_py, root = copy_echo(tmp_path, offline=False)
     with pytest.raises(SpecError, match="'echo' is not prepared under"):
-        task.ensure_prepared(root)
-    task.ensure_prepared(root, allow_network=True)
-    task.ensure_prepared(root)  # current: no network needed
+        ensure_prepared(task, root)
+    ensure_prepared(task, root, allow_network=True)
+    ensure_prepared(task, root)  # current: no network needed
     edit(prepare_py)
     with pytest.raises(
         SpecError, match="'echo' was prepared by another version of its prepare script.*a2rl prepare echo"
     ):
-        task.ensure_prepared(root)
-    task.ensure_prepared(root, allow_network=True)
+        ensure_prepared(task, root)
+    ensure_prepared(task, root, allow_network=True)
     assert task.prepared(root) is not None
 
 
@@ -89,7 +90,7 @@ def test_a_task_whose_engine_is_not_installed_names_the_extra(tmp_path):
     yaml = tmp_path / "tasks" / "echo" / "task.yaml"
     yaml.write_text(yaml.read_text() + "engines: [a2rl_no_such_engine]\n")
     with pytest.raises(SpecError) as e:
-        get_task("echo", [tmp_path / "tasks"]).ensure_prepared(root)
+        ensure_prepared(get_task("echo", [tmp_path / "tasks"]), root)
     assert e.value.lines == [
         "task 'echo' needs a2rl_no_such_engine (the `games` extra; Fast Downward and jericho "
         "compile from source: cmake and a C/C++ compiler): "

@@ -12,9 +12,11 @@ from fakes import FakeGenerator
 from test_task_alfworld import FakeAlfEnv, SOURCE
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 
 TASK = get_task("alfworld")
-alf = TASK.evaluator.alf
+EVAL = load_evaluator(TASK)
+alf = EVAL.alf
 KEYS = [f"react_{t}_{k}" for t in ("put", "clean", "heat", "cool", "puttwo", "examine") for k in (0, 1)]
 
 
@@ -59,7 +61,7 @@ def test_the_references_examples_hold_12_put_in_on_actions_of_127_and_a2rl_fixes
 def _evaluate(tmp_path, gen, protocol, max_steps=4) -> dict:
     _game(tmp_path / "games", "pick_two_obj_and_place-Apple-None-CounterTop-1", "pick_two_obj_and_place")
     CountingEnv.sent = []
-    return TASK.evaluator.evaluate(
+    return EVAL.evaluate(
         gen,
         tmp_path,
         {
@@ -110,4 +112,4 @@ def test_a2rl_plays_the_same_games_with_valid_examples(tmp_path):
 
 def test_an_unknown_protocol_is_a_one_line_error(tmp_path):
     with pytest.raises(ValueError, match="alfworld: unknown protocol 'x'"):
-        TASK.evaluator.evaluate(FakeGenerator(reply="x"), SOURCE / "valid_unseen", {"protocol": "x"})
+        EVAL.evaluate(FakeGenerator(reply="x"), SOURCE / "valid_unseen", {"protocol": "x"})

@@ -10,10 +10,11 @@ from fakes import FakeGenerator
 from test_judge import completion, stub_llm
 
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
 TASK = get_task("deepsearchqa")
-ev = TASK.evaluator
+ev = load_evaluator(TASK)
 ROWS = [{"problem": "Capital of Cagoren1?", "answer": "Fahalis1", "answer_type": "Single Answer"}]
 
 
@@ -66,7 +67,7 @@ def test_paper_sends_empty_answers_to_the_judge_with_its_prompt(tmp_path):
     (tmp_path / "heldout" / "test.jsonl").write_text(
         '{"problem": "Capital of Cagoren1?", "answer": "Fahalis1", "answer_type": "Single Answer"}\n'
     )
-    TASK.evaluator.search.build_index(
+    ev.search.build_index(
         [{"title": "t", "text": "Its capital city is Fahalis1.", "url": "u"}], tmp_path / "corpus.sqlite"
     )
     with stub_llm(lambda body, headers: (200, completion("Correct.\nbecause"))) as (url, seen):
@@ -87,7 +88,7 @@ def test_paper_sends_empty_answers_to_the_judge_with_its_prompt(tmp_path):
 
 def test_backends_by_name(monkeypatch, tmp_path):
     monkeypatch.delenv("SERPAPI_KEY", raising=False)
-    TASK.evaluator.search.build_index([{"title": "t", "text": "x"}], tmp_path / "c.sqlite")
+    ev.search.build_index([{"title": "t", "text": "x"}], tmp_path / "c.sqlite")
     make = ev.search.make_backend
     assert isinstance(make({"backend": "auto", "corpus": str(tmp_path / "c.sqlite")}), ev.search.LocalSearch)
     with pytest.raises(ValueError, match="SERPAPI_KEY"):

@@ -10,7 +10,7 @@ import re
 
 import pytest
 from fakes import FakeGenerator
-from test_task_webshop import FIXTURES, N_HELDOUT, PREP, TASK, _prepare, ws
+from test_task_webshop import EVAL, FIXTURES, N_HELDOUT, PREP, TASK, _prepare, ws
 
 
 def _tokenizer(text: str, add_special_tokens: bool = True) -> dict:
@@ -81,7 +81,7 @@ def _options(prepared, goal: dict, right: bool) -> list[str]:
 
 
 def _evaluate(prepared, gen, protocol="paper") -> dict:
-    return TASK.evaluator.evaluate(gen, prepared.heldout, {**TASK.spec.eval, "protocol": protocol})
+    return EVAL.evaluate(gen, prepared.heldout, {**TASK.spec.eval, "protocol": protocol})
 
 
 def test_paper_grades_synthetic_goals_with_the_references_prompt(prepared):

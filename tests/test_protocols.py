@@ -17,6 +17,7 @@ from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import SweepSpec
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.baselines import load_baseline
 from a2rl.store.results import write_result
 from conftest import FIXTURES, REPO, errors_of, write_sweep
@@ -90,7 +91,7 @@ def test_each_protocol_has_its_own_baseline_ledger_entries_result_and_row(two_pr
     sweep, runs = two_protocols
     grader = GradingDaemon(sweep)
     task = get_task("echo", [tmp_path / "tasks"])
-    data = task.ensure_prepared(sweep.data_root())
+    data = ensure_prepared(task, sweep.data_root())
     for protocol, run in runs.items():
         ws = create_workspace(
             sweep.workspace(run.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO

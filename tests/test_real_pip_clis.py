@@ -1,9 +1,9 @@
 """The real OpenHands CLI (pip, its own venv under $A2RL_AGENT_CLIS/venvs, tools/agents/install.sh openhands) in
-one sweep of two parallel runs against the scripted model server (tests/scripted_server.py), reached through its stack's real
-variables (LLM_MODEL, LLM_BASE_URL, LLM_API_KEY, read only with --override-with-envs): it trains and submits a
+one sweep of two parallel runs against the scripted model server (tests/scripted_server.py), reached through its stack's
+real variables (LLM_MODEL, LLM_BASE_URL, LLM_API_KEY, read only with --override-with-envs): it trains and submits a
 model that gets graded, its token totals are read from its conversation state (written when it ends), and the
-wrap-up signal reaches it before its run ends `timeout` with its last model auto-submitted. Plus the parser on its real output
-(tests/fixtures/transcripts/openhands-1.16.0)."""
+wrap-up signal reaches it before its run ends `timeout` with its last model auto-submitted. Plus the parser on its real
+output (tests/fixtures/transcripts/openhands-1.16.0)."""
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ import pytest
 
 from a2rl.run.workspace import agent_env, create_workspace
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES, REPO, a2rl, write_sweep
 
 
 def test_the_workspace_and_environment_name_the_protocol(tmp_path, tiny_model):
     task = get_task("echo", [FIXTURES / "tasks"])
-    data = task.ensure_prepared(tmp_path / "data")
+    data = ensure_prepared(task, tmp_path / "data")
     ws = create_workspace(
         tmp_path / "ws", task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO, protocol="a2rl"
     )

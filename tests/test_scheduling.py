@@ -18,7 +18,7 @@ from a2rl.records import now
 from a2rl.scheduling.base import Schedulers, Shape, make_scheduler
 from a2rl.scheduling.launcher import Launcher, open_sweep, pending_runs
 from a2rl.scheduling.monitor import collect, reap_lost
-from a2rl.scheduling.slurm import parse_assoc, parse_qos, parse_sacct, parse_squeue
+from a2rl.scheduling.slurm import parse_assoc, parse_qos, parse_sacct, parse_squeue, parse_tres_gpus
 from a2rl.store.results import RunResult, mark_lost
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import RunStatus, SweepDir
@@ -32,7 +32,7 @@ class CannedSlurm:
     """Answers squeue/sacct/sacctmgr from `self.squeue` etc. (set by the test) and counts every call."""
 
     def __init__(self) -> None:
-        self.squeue, self.sacct, self.assoc, self.qos = "", "", "", ""
+        self.squeue, self.sacct, self.assoc, self.qos, self.tres = "", "", "", "", ""
         self.config = "MaxArraySize             = 1001\n"  # scontrol show config
         self.sacctmgr_rc = 0
         self.calls: list[list[str]] = []
@@ -41,7 +41,7 @@ class CannedSlurm:
         self.calls.append(argv)
         out = {"squeue": self.squeue, "sacct": self.sacct, "scontrol": self.config}.get(argv[0])
         if argv[0] == "sacctmgr":
-            out = self.assoc if argv[4] == "assoc" else self.qos
+            out = self.assoc if argv[4] == "assoc" else self.tres if "GrpTRES" in argv[-1] else self.qos
             return subprocess.CompletedProcess(argv, self.sacctmgr_rc, out, "")
         if out is None:
             raise AssertionError(f"unexpected command {argv}")
@@ -70,6 +70,9 @@ def test_squeue_sacct_and_sacctmgr_outputs_parse():
     assert parse_assoc(assoc, "other") == ([50, 40], None)
     assert parse_qos("a2rl-test-qos|20||\n") == [20]
     assert parse_qos("normal|||\n") == []
+    # Name|GrpTRES|MaxTRESPU, as sacctmgr printed them on the test cluster
+    assert parse_tres_gpus("a2rl-test-gpuqos|gres/gpu=1|cpu=8,gres/gpu=2\n") == {"GrpTRES": 1, "MaxTRESPerUser": 2}
+    assert parse_tres_gpus("normal|||\n") == {}
 
 
 def slurm(runner: CannedSlurm, clock: FakeClock, spec=None):
@@ -368,6 +371,7 @@ def test_a_job_runs_in_the_interpreter_its_shape_names(tmp_path, kind):
 def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path):
     from a2rl.scheduling import capacity
     from a2rl.spec.tasks import get_task
+    from a2rl.tasklib.prepare import ensure_prepared
 
     spec_path = write_sweep(
         tmp_path,
@@ -393,12 +397,31 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
     assert lines[3] == "jobs: 5 runs as 3 array(s) of at most 2 tasks (MaxArraySize), 1 grader(s): 6 jobs at once"
     assert lines[4] == "queue limits: QOS a2rl-test-qos allows 20 queued jobs: all 6 fit at once"
 
-    get_task("echo", [Path(p) for p in spec.task_paths]).ensure_prepared(tmp_path / "data")  # 1 held-out example
+    ensure_prepared(get_task("echo", [Path(p) for p in spec.task_paths]), tmp_path / "data")  # 1 held-out example
     lines = capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)
-    # (5 x 10 + 1 baseline) evaluations x 1 example x 256 new tokens (echo's task.yaml sets none), 2B parameters
-    expected_s = 51 * 1 * capacity.DEFAULT_NEW_TOKENS * 2 / capacity.GPU_TOKENS_PER_S_1B
+    # (5 x 10 + 1 baseline) evaluations x 1 example x 256 new tokens (echo's task.yaml sets none), 2B parameters:
+    # the bench's 7,619 tokens/s on an H200 for 100M parameters is 381 for 2B
+    expected_s = 51 * 1 * capacity.DEFAULT_NEW_TOKENS / (1600 / 0.21 * 100e6 / 2e9)
     assert lines[1].endswith(f": {capacity.hours(expected_s)} GPU-hours of evaluation"), lines[1]
     assert "echo 1 examples x 256 new tokens" in lines[1]
+    assert "at tokens/s per GPU ~381 for tiny-llama (2B): 7619 tokens/s measured for 100M parameters" in lines[1]
+    assert "tools/bench/grading.py on an H200" in lines[1] and "set grader.tokens_per_s" in lines[1]
+    sized = spec.model_copy(update={"grader": spec.grader.model_copy(update={"tokens_per_s": 6.528})})
+    line = capacity.plan(sized, runs, {}, slurm(runner, FakeClock(), sized), 10)[1]  # the model's size not needed
+    # 51 x 256 tokens / 6.528 tokens/s = 2000 s on the grader's 1 GPU
+    assert line.endswith("at 6.528 tokens/s per grader job (grader.tokens_per_s): 0.56 GPU-hours of evaluation"), line
+    # GPU limits: 5 runs x 2 GPUs + up to 3 graders x 1 GPU = 13 at once
+    assert lines[5] == "GPU limits: none set on QOS a2rl-test-qos: 13 GPUs at once"
+    runner.tres = "a2rl-test-qos|cpu=64,gres/gpu=8|gres/gpu:h100=16,gres/gpu=20\n"
+    assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[5] == (
+        "GPU limits: QOS a2rl-test-qos GrpTRES gres/gpu=8, MaxTRESPerUser gres/gpu=16: the sweep asks for 13 GPUs "
+        "at once, 8 at most run together; the rest wait in the queue (reason QOSGrpGRES / QOSMaxGRESPerUser) until "
+        "GPUs free up"
+    )
+    runner.tres = "a2rl-test-qos|gres/gpu=16|\n"
+    assert capacity.gpu_line(slurm(runner, FakeClock(), spec), 13) == (
+        "GPU limits: QOS a2rl-test-qos GrpTRES gres/gpu=16: the sweep's 13 GPUs fit at once"
+    )
 
     runner.qos = "a2rl-test-qos|4||\n"
     assert capacity.plan(spec, runs, params, slurm(runner, FakeClock(), spec), 10)[4] == (
@@ -412,7 +435,12 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
     )
     runner.assoc, runner.qos = "root||||\n", ""
     assert capacity.queue_line(slurm(runner, FakeClock(), spec), 6).startswith("queue limits: none set for you")
+    no_qos = spec.model_copy(update={"resources": spec.resources.model_copy(update={"qos": None})})
+    assert capacity.gpu_line(slurm(runner, FakeClock(), no_qos), 13).startswith("GPU limits: not read (no QOS set")
     runner.sacctmgr_rc = 1  # no slurmdbd
     assert capacity.queue_line(slurm(runner, FakeClock(), spec), 6) == (
         "queue limits: unknown (sacctmgr is not there or did not answer)"
+    )
+    assert capacity.gpu_line(slurm(runner, FakeClock(), spec), 13) == (
+        "GPU limits: unknown (sacctmgr is not there or did not answer)"
     )

@@ -15,7 +15,7 @@ from a2rl.scheduling.base import make_scheduler
 from a2rl.scheduling.launcher import open_sweep, submit_runs
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
-from conftest import a2rl, slurm_available, write_sweep
+from conftest import a2rl, slurm_available, until, write_sweep
 
 if not slurm_available():
     pytest.skip("no Slurm cluster (start one with tools/slurm/up.sh, or run tools/test.sh)", allow_module_level=True)
@@ -161,7 +161,7 @@ def test_without_a_follower_the_topup_job_submits_deferred_runs(tmp_path, qos20)
     log = "".join(p.read_text() for p in sweep.jobs.glob("*/*/*_0_log.out"))
     assert sum(int(n) for n in re.findall(r"top-up: submitted (\d+) deferred run", log)) == 7  # by the top-up job
     (topup,) = yaml.safe_load(sweep.topup_jobs.read_text())["job_ids"]
-    assert not queued(topup)  # it ended once nothing was deferred
+    until(lambda: not queued(topup), 300, "the top-up job to end")  # it ends once the sweep is done (every 30 s)
 
 
 def test_the_capacity_plan_reads_the_qos_limit_and_maxarraysize_from_the_cluster(tmp_path, qos20):
@@ -173,3 +173,21 @@ def test_the_capacity_plan_reads_the_qos_limit_and_maxarraysize_from_the_cluster
         f"queue limits: QOS {qos20} allows 20 queued jobs: 26 do not fit at once; 7 runs wait (deferred) and a "
         "top-up job submits them as jobs end"
     ) in plan  # as the launch does (test_without_a_follower_the_topup_job_submits_deferred_runs: 18 of 25)
+
+
+def test_the_capacity_plan_reads_the_qos_gpu_limits(tmp_path):
+    """GrpTRES and MaxTRESPerUser (gres/gpu) of the sweep's QOS, read from the cluster's own sacctmgr: 2 runs x 1
+    GPU + 1 grader GPU under a QOS that lets 1 run."""
+    qos = "a2rl-test-gpuqos"
+    sacctmgr("add", "qos", qos, "GrpTRES=gres/gpu=1", "MaxTRESPerUser=gres/gpu=2")
+    try:
+        spec = write_sweep(
+            tmp_path, seeds=[0, 1], resources={"gpus": 1, "qos": qos}, **{**SLURM, "grader": {"gpus": 1}}
+        )
+        plan = a2rl("validate", str(spec), check=True).stdout
+    finally:
+        sacctmgr("delete", "qos", qos)
+    assert (
+        f"GPU limits: QOS {qos} GrpTRES gres/gpu=1, MaxTRESPerUser gres/gpu=2: the sweep asks for 3 GPUs at once, 1 "
+        "at most run together"
+    ) in plan, plan

@@ -21,6 +21,7 @@ from a2rl.scheduling.launcher import open_sweep
 from a2rl.run.api import GradingAPI
 from a2rl.run.submit import RunSubmitter
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.run.workspace import create_workspace
 from conftest import FIXTURES, REPO, write_sweep
 
@@ -33,7 +34,7 @@ def run(tmp_path, tiny_model):
     """A run's sweep, workspace and submitter, with a grader we drive by hand."""
     sweep, (spec,) = open_sweep(write_sweep(tmp_path), tmp_path / "sd")
     task = get_task("echo", [FIXTURES / "tasks"])
-    data = task.ensure_prepared(sweep.data_root())
+    data = ensure_prepared(task, sweep.data_root())
     ws = create_workspace(
         sweep.workspace(spec.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO
     )

@@ -13,9 +13,11 @@ from fakes import FakeGenerator
 
 from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 
 SOURCE = Path(__file__).parent / "fixtures" / "alfworld" / "json_2.1.1"  # two hand-written playable games
 TASK = get_task("alfworld")
+EVAL = load_evaluator(TASK)
 
 
 class FakeAlfEnv:
@@ -46,7 +48,7 @@ def prepared(tmp_path) -> SimpleNamespace:
 
 
 def test_prepare_splits_by_folder(prepared):
-    alf = TASK.evaluator.alf
+    alf = EVAL.alf
     train, held = alf.games(prepared.train / "games"), alf.games(prepared.heldout / "games")
     assert [g.parent.name for g in train] == ["pick_and_place_simple-SprayBottle-None-Toilet-422"]
     assert [g.parent.name for g in held] == ["pick_clean_then_place_in_recep-Lettuce-None-Fridge-11"]
@@ -61,12 +63,12 @@ def test_prepare_without_source_says_how_to_get_the_data(tmp_path):
 
 
 def test_few_shot_places_objects_with_move_x_to_y(prepared):
-    game = TASK.evaluator.alf.games(prepared.heldout / "games")[0]
-    header = TASK.evaluator.alf.a2rl_header(game)
+    game = EVAL.alf.games(prepared.heldout / "games")[0]
+    header = EVAL.alf.a2rl_header(game)
     actions = re.findall(r"^Action: (.*)$", header, re.M)
     placing = [a for a in actions if re.match(r"(put|move) ", a)]
     assert placing and all(re.fullmatch(r"move \w+ \d+ to \w+ \d+", a) for a in placing)
-    assert "move X to Y" in TASK.evaluator.alf.HEADER and "in/on" not in header
+    assert "move X to Y" in EVAL.alf.HEADER and "in/on" not in header
 
 
 @pytest.mark.parametrize(
@@ -75,11 +77,11 @@ def test_few_shot_places_objects_with_move_x_to_y(prepared):
 )
 def test_scoring_with_a_fake_env(prepared, completion, score):
     gen = FakeGenerator(completion)
-    result = TASK.evaluator.evaluate(
+    result = EVAL.evaluate(
         gen, prepared.heldout, {"max_steps": 4, "protocol": "a2rl", "env_factory": "test_task_alfworld:FakeAlfEnv"}
     )
     assert result["score"] == score and result["n"] == 1
     assert result["mean_steps"] == (1 if score else 4)
-    game = TASK.evaluator.alf.games(prepared.heldout / "games")[0]
-    assert gen.prompts[0].startswith(TASK.evaluator.alf.a2rl_header(game))
+    game = EVAL.alf.games(prepared.heldout / "games")[0]
+    assert gen.prompts[0].startswith(EVAL.alf.a2rl_header(game))
     assert gen.prompts[0].endswith("Your task is to: put some apple on countertop.\nAction:")

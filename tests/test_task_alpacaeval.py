@@ -15,16 +15,19 @@ from test_judge import completion, stub_llm
 
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 TASK = get_task("alpacaeval")
-lc_winrate = TASK.evaluator.length_controlled_winrate
+EVAL = load_evaluator(TASK)
+lc_winrate = EVAL.length_controlled_winrate
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    TASK.ensure_prepared(root, source=FIXTURES)
+    ensure_prepared(TASK, root, source=FIXTURES)
     return root
 
 
@@ -45,7 +48,7 @@ def test_lc_winrate_equals_the_raw_one_without_length_differences() -> None:
     lo, hi = -5.0, 5.0
     for _ in range(100):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if 300 / (1 + math.exp(-mid)) - 210 + TASK.evaluator.RIDGE * mid < 0 else (lo, mid)
+        lo, hi = (mid, hi) if 300 / (1 + math.exp(-mid)) - 210 + EVAL.RIDGE * mid < 0 else (lo, mid)
     assert lc == pytest.approx(100 / (1 + math.exp(-lo)), abs=1e-6) and lc == pytest.approx(70, abs=0.01)
     assert weights["length"] == 0
 

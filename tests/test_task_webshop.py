@@ -1,6 +1,7 @@
 """WebShop: prepare ports WebShop's product loading and human goals, read from fixtures in the upstream JSON
 formats (the download itself is replaced); the standard-library environment follows WebAgentTextEnv's text pages
-and goal.py's reward; the evaluator's protocol `a2rl` counts only reward 1 as a success (protocol `paper`: tests/test_protocol_webshop.py)."""
+and goal.py's reward; the evaluator's protocol `a2rl` counts only reward 1 as a success (protocol `paper`:
+tests/test_protocol_webshop.py)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ from fakes import FakeGenerator
 
 from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.evaluator import load_evaluator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webshop"  # a few rows of each upstream file, same format
 TASK = get_task("webshop")
 PREP = load_module(TASK.folder / "prepare.py", "a2rl_task_webshop_prepare")
-ws = TASK.evaluator.ws
+EVAL = load_evaluator(TASK)
+ws = EVAL.ws
 N_HELDOUT = 3  # of the fixture's 9 usable goals
 
 
@@ -479,7 +482,7 @@ def _wrong_options(catalogue, goal: dict) -> list[str]:
 
 def _evaluate(prepared, scripts: dict[str, list[str]]) -> tuple[dict, FakeGenerator]:
     gen = scripted(scripts)
-    return TASK.evaluator.evaluate(gen, prepared.heldout, {**TASK.spec.eval, "protocol": "a2rl"}), gen
+    return EVAL.evaluate(gen, prepared.heldout, {**TASK.spec.eval, "protocol": "a2rl"}), gen
 
 
 def test_replaying_winning_purchases_scores_100(prepared):

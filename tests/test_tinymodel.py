@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.cli.main import main
-from a2rl.spec.tinymodel import MARKER, build_tiny_model
+from a2rl.store.tinymodel import MARKER, build_tiny_model
 
 
 @pytest.fixture(scope="module")

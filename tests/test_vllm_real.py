@@ -24,6 +24,7 @@ from a2rl.grading.daemon import evaluate_model
 from a2rl.spec.generation import get_preset
 from a2rl.spec.sweep import vllm_python
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.envs import load_module
 
 pytestmark = pytest.mark.slow
@@ -102,11 +103,11 @@ def broken(base: Path, dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    get_task("arith").ensure_prepared(root)
-    get_task("gsm8k").ensure_prepared(root, source=FIXTURES / "gsm8k")
-    get_task("humaneval").ensure_prepared(root)
-    get_task("localjudge").ensure_prepared(root)
-    get_task("alpacaeval").ensure_prepared(root, source=FIXTURES / "alpacaeval")
+    ensure_prepared(get_task("arith"), root)
+    ensure_prepared(get_task("gsm8k"), root, source=FIXTURES / "gsm8k")
+    ensure_prepared(get_task("humaneval"), root)
+    ensure_prepared(get_task("localjudge"), root)
+    ensure_prepared(get_task("alpacaeval"), root, source=FIXTURES / "alpacaeval")
     tw = get_task("textworld")
     prep = load_module(tw.folder / "prepare.py", "a2rl_task_textworld_prepare_vllm")
     prep.N_TRAIN, prep.N_HELDOUT = 2, 2  # the fixture's games (tests/test_task_textgame.py)

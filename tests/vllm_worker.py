@@ -5,10 +5,11 @@ tests/test_vllm_real.py runs this file there once per module, so one engine serv
 
 JOBS.json: {"jobs": [{"task", "model", "tokenizer", "data_root", "options", "protocol", "task_paths"}...],
             "raw": {"model", "tokenizer", "prompts", "max_new_tokens", "top"} or null,
-            "cap": {"model", "tokenizer", "prompts", "max_new_tokens"} or null, "broken": DIR or null}. Each job is graded with evaluate_model on one grader Engine (backend vllm on the
-CPU), as the grading daemon does; "raw": the engine's greedy completions of the prompts (no stop) and their
-first-token top log-probabilities, to compare token by token with transformers; "cap": the same for prompts at
-the model's context, with what the context cap did (ContextCap.record); after each job, the engine's counts, how it got the weights (engine.last) and the
+            "cap": {"model", "tokenizer", "prompts", "max_new_tokens"} or null, "broken": DIR or null}.
+Each job is graded with evaluate_model on one grader Engine (backend vllm on the CPU), as the grading daemon does;
+"raw": the engine's greedy completions of the prompts (no stop) and their first-token top log-probabilities, to
+compare token by token with transformers; "cap": the same for prompts at the model's context, with what the context
+cap did (ContextCap.record); after each job, the engine's counts, how it got the weights (engine.last) and the
 process tree (the pids of vLLM's processes among this one's children, and the resident memory of it and all its
 children, psutil) are recorded. "broken": a checkpoint of the same layout whose weights cannot load, graded last:
 the failed reload must be counted and the dead engine shut down before the fresh start (which fails too).

@@ -1,4 +1,5 @@
-"""`a2rl cancel`: cancel a sweep's unfinished runs (or one run) and, for a whole sweep, its graders and driver servers."""
+"""`a2rl cancel`: cancel a sweep's unfinished runs (or one run) and, for a whole sweep, its graders and driver
+servers."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    from a2rl.spec.sizing import describe
+    from a2rl.store.modeldirs import describe
 
     try:
         path = Path(

@@ -1,5 +1,5 @@
-"""`a2rl launch sweep.yaml` (or `python -m a2rl.launch`): validate, freeze the sweep into its directory, and submit the grader(s)
-and every unfinished run through submitit (local processes, or Slurm). Returns at once unless `--wait`.
+"""`a2rl launch sweep.yaml` (or `python -m a2rl.launch`): validate, freeze the sweep into its directory, and submit the
+grader(s) and every unfinished run through submitit (local processes, or Slurm). Returns at once unless `--wait`.
 
 Launching an existing sweep again (its yaml or its directory) submits only what has not finished.
 """
@@ -18,7 +18,7 @@ from a2rl.run.sandbox import SandboxError
 from a2rl.scheduling.capacity import print_plan
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, read_target
 from a2rl.spec.grid import RunSpec
-from a2rl.spec.sizing import check_shapes
+from a2rl.store.modeldirs import check_shapes
 
 
 def print_runs(runs: list[RunSpec]) -> None:

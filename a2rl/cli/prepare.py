@@ -17,10 +17,11 @@ def run(args: argparse.Namespace) -> int:
     from a2rl.errors import SpecError
     from a2rl.spec.models import default_data_root
     from a2rl.spec.tasks import get_task
+    from a2rl.tasklib.prepare import ensure_prepared
 
     root = args.data_root or default_data_root()
     try:
-        data = get_task(args.task).ensure_prepared(root, allow_network=True, source=args.source)
+        data = ensure_prepared(get_task(args.task), root, allow_network=True, source=args.source)
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

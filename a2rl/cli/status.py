@@ -1,5 +1,5 @@
-"""`a2rl status`: one line per run: state (from the run's own files, checked against the scheduler), job, best score, tokens
-and cost so far (where the agent's transcript reports them)."""
+"""`a2rl status`: one line per run: state (from the run's own files, checked against the scheduler), job, best score,
+tokens and cost so far (where the agent's transcript reports them)."""
 
 from __future__ import annotations
 

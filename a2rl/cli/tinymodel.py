@@ -13,7 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from a2rl.spec.tinymodel import build_tiny_model
+    from a2rl.store.tinymodel import build_tiny_model
 
     print(build_tiny_model(args.out_dir, seed=args.seed))
     return 0

@@ -1,8 +1,9 @@
 """The server of a local model: the offline judge of judge-based tasks (a transformers model, OpenAI Chat
 Completions on loopback, inside the grader) and local driver LLMs (see server.py: transformers on CPU, or a vLLM
 server behind it, vllmclient.py), which answer every agent CLI in its own wire protocol (protocols.py:
-Anthropic Messages, OpenAI Responses and Chat Completions, Gemini), tool calls included (toolcalls.py). Decoding is always greedy; every response carries the served name (and a
-chat completion a weights fingerprint), so a verdict or a transcript says which model produced it.
+Anthropic Messages, OpenAI Responses and Chat Completions, Gemini), tool calls included (toolcalls.py). Decoding is
+always greedy; every response carries the served name (and a chat completion a weights fingerprint), so a verdict or a
+transcript says which model produced it.
 """
 
 from __future__ import annotations

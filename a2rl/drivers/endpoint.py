@@ -68,10 +68,11 @@ def wait_for_endpoint(sweep: SweepDir, name: str, timeout_s: float, poll_s: floa
         if endpoint is not None and endpoint.live() and answers(endpoint):
             return endpoint
         if time.monotonic() >= deadline:
+            note = f": {endpoint.note}" if endpoint is not None and endpoint.note else ""
             seen = (
                 "no endpoint was written"
                 if endpoint is None
-                else f"last endpoint {endpoint.base_url} ({endpoint.state}{': ' + endpoint.note if endpoint.note else ''})"
+                else f"last endpoint {endpoint.base_url} ({endpoint.state}{note})"
             )
             raise InfraError(
                 f"local driver {name!r}: no live server after {timeout_s:.0f} s ({seen}); see the driver "

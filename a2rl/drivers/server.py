@@ -36,7 +36,7 @@ import submitit
 
 from a2rl.spec.agents import cli_flags
 from a2rl.errors import InfraError
-from a2rl.spec.models import resolve_model
+from a2rl.store.modeldirs import resolve_model
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.store.verdicts import inspection_path
 from a2rl.records import now

@@ -2,8 +2,8 @@
 
 By default only what can score differently in two gradings of the same weights: judge tasks (an LLM judge's
 verdicts) and models whose generation preset samples (configs/generation/). Greedy decoding scored by rule or by a
-seeded environment has zero noise by construction; `--tasks` names tasks to calibrate anyway. `--best` also re-grades each run's
-best submission where its frozen weights were kept (grader.keep_artifacts). The scores go into one
+seeded environment has zero noise by construction; `--tasks` names tasks to calibrate anyway. `--best` also re-grades
+each run's best submission where its frozen weights were kept (grader.keep_artifacts). The scores go into one
 NoiseRecord per (task, base model, protocol) (store/noise.py), which the tables read to mark improvements within noise.
 """
 
@@ -15,10 +15,11 @@ from pathlib import Path
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.grading.trust import UntrustedArtifact, check_frozen
 from a2rl.records import now
-from a2rl.spec.models import resolve_model
+from a2rl.store.modeldirs import resolve_model
 from a2rl.store.noise import NoiseRecord, noise_path
 from a2rl.store.results import load_result
 from a2rl.store.sweepdir import SweepDir
+from a2rl.tasklib.prepare import ensure_prepared
 
 
 def calibrate(
@@ -40,7 +41,7 @@ def calibrate(
                 f"deterministic)"
             )
             continue
-        task.ensure_prepared(sweep.data_root())
+        ensure_prepared(task, sweep.data_root())
         base_dir = resolve_model(model_path)
         targets = {"baseline": base_dir}
         if best:

@@ -2,10 +2,11 @@
 split, and records each result in the ledger. It is its own process (its own job); several may serve one queue.
 
 It exits when every run of the sweep has its result and nothing is pending, or after an idle limit: that long
-with nothing to grade while no run of the sweep is at work or deferred. With `grader.workers: auto` the graders
-scale themselves through a GraderPool (the scheduler's side, scheduling/graders.py): one whose oldest unclaimed
-submission has waited `scale_wait_s` starts another grader job (up to `max_workers`), and one with nothing to
-claim for `scale_idle_s` leaves while another grader serves the queue, never the last.
+with nothing to grade while no run of the sweep is at work, queued or deferred (store/results.py any_at_work).
+With `grader.workers: auto` the graders scale themselves through a GraderPool (the scheduler's side,
+scheduling/graders.py): one whose oldest unclaimed submission has waited `scale_wait_s` starts another grader
+job (up to `max_workers`), and one with nothing to claim for `scale_idle_s` leaves while another grader serves
+the queue, never the last.
 
 It trusts nothing it reads from the shared file system: queue entries must carry the sweep's HMAC (the queue
 rejects others), the artifact must be a frozen copy directly under submissions/ whose files pass
@@ -38,6 +39,8 @@ from a2rl.store.results import FinishedRuns, ResultHook, no_hook, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, Part, Task, get_task
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.evaluator import evaluate as run_evaluator
 from a2rl.tasklib.leaks import markers, scan_files
 from a2rl.grading.lineage import copy_lineage, lineage
@@ -89,7 +92,7 @@ def evaluate_model(
     generator = engine.get(model_dir, tokenizer_dir, preset)
     cap = generator.context_cap = ContextCap()  # this evaluation's: the generator serves many
     score, details = run_evaluator(
-        task.evaluator, generator, task.data(data_root).part_dir(part), options, engine, task=task.name
+        load_evaluator(task), generator, task.data(data_root).part_dir(part), options, engine, task=task.name
     )
     if (bit := cap.record()) is not None:  # new tokens were capped at the model's context: the ledger says so
         details["context_cap"] = bit
@@ -236,7 +239,7 @@ class GradingDaemon:
                 if self.finished_runs.any_at_work():
                     idle_since = self.clock()
                 elif self.clock() - idle_since > self.settings.idle_timeout_s:
-                    self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work or deferred"
+                    self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work, queued or deferred"
                     return 0
                 if self.clock() - quiet_since > self.settings.scale_idle_s and self.leave_to_others():
                     return 0
@@ -355,7 +358,7 @@ class GradingDaemon:
             model = next(m for m in self.spec.model_entries if m.name == model_name)
             self._state, prev = "baseline", self._state
             task = self.task(task_name)
-            task.ensure_prepared(self.data_root)
+            ensure_prepared(task, self.data_root)
             preset = get_preset(model.generation)
             rec = ensure_baseline(
                 self.sweep,

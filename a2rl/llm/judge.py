@@ -29,7 +29,7 @@ from urllib.request import Request, urlopen
 from a2rl.errors import InfraError, format_validation_error
 from a2rl.llm.backends import CPU_SETTINGS, Engine
 from a2rl.llm.chat import Messages, chat_prompt
-from a2rl.spec.models import resolve_model
+from a2rl.store.modeldirs import resolve_model
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 

@@ -476,7 +476,8 @@ def first_line_reward(completions: list[str], answer: list[str], **kwargs) -> li
 
 
 def final_number_reward(completions: list[str], answer: list[str], **kwargs) -> list[float]:
-    """a2rl: 1 when the number the GSM8K grader reads from the completion (cut where its generation stops) is the answer's."""
+    """a2rl: 1 when the number the GSM8K grader reads from the completion (cut where its generation stops) is the
+    answer's."""
     return [
         float((got := extract_number(cut_at_stop(c, GSM8K_STOP))) is not None and got == extract_number(a))
         for c, a in zip(completions, answer)

@@ -1,8 +1,8 @@
 """A run's process metrics (the paper's), per submission and per run, computed only from what the sweep recorded:
 result, ledger, code snapshots and transcript. Training types come from the TRL classes in each snapshot's code;
 a run whose code/ shows no trainer (the reference `pipeline` trains from the installed package) takes them from
-the agent's stage log (store/stages.py), labelled self-reported; failure types are the paper's, by heuristics; leaks are held-out data (canary or items) found in the transcript,
-the code or (by the grader) a submission."""
+the agent's stage log (store/stages.py), labelled self-reported; failure types are the paper's, by heuristics; leaks are
+held-out data (canary or items) found in the transcript, the code or (by the grader) a submission."""
 
 from __future__ import annotations
 

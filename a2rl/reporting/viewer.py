@@ -1,8 +1,8 @@
 """A run's trajectory viewer, runs/<id>/report/viewer/index.html: the agent's turns in order (from its stack's
-transcript parser, recording/turns.py, numbered as the inspector's evidence cites them), the submissions at their budget-clock positions with scores and
-validity, the code diff between consecutive snapshots, the reference agent's stage records, the inspector's
-verdicts beside the turns they cite, and the score, budget and token curves. Filter by kind, search, jump to a
-submission.
+transcript parser, recording/turns.py, numbered as the inspector's evidence cites them), the submissions at their
+budget-clock positions with scores and validity, the code diff between consecutive snapshots, the reference agent's
+stage records, the inspector's verdicts beside the turns they cite, and the score, budget and token curves. Filter by
+kind, search, jump to a submission.
 
 Plain files, no network: it opens from a shared file system. A 12-hour transcript (tens of MB) stays usable
 because the page holds only the run's summary; the turns are in chunk files (turns-NNNN.js) and each diff in

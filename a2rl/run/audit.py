@@ -30,6 +30,7 @@ from a2rl.run.runsetup import agent_command, agent_environment, set_up
 from a2rl.run.sandbox import AgentSandbox, choose, python_prefixes
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.sweepdir import SweepDir
 
 CANARY_VAR = "A2RL_AUDIT_CANARY"
@@ -169,7 +170,7 @@ def _probe(sweep: SweepDir, run: RunSpec, choice, canary: str, port: int) -> lis
     heldout, prepare = [], []
     for name in spec.tasks:
         t = get_task(name, task_paths)
-        data = t.ensure_prepared(sweep.data_root())
+        data = ensure_prepared(t, sweep.data_root())
         split = data.heldout_dir
         heldout.append([name, str(next((p for p in sorted(split.rglob("*")) if p.is_file()), split))])
         if t.spec.split is not None:  # feedback: split's final part, which no answer to the agent draws on

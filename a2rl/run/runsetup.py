@@ -13,10 +13,11 @@ from a2rl.run.sandbox import AgentSandbox, with_link_targets
 from a2rl.run.workspace import Workspace, agent_env, create_workspace, linked_files
 from a2rl.spec.agents import AgentStack, agent_registry
 from a2rl.spec.grid import RunSpec
-from a2rl.spec.models import resolve_model
+from a2rl.store.modeldirs import resolve_model
 from a2rl.spec.registry import HOME
 from a2rl.spec.sweep import agent_python
 from a2rl.spec.tasks import Task, get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.sweepdir import SweepDir
 
 
@@ -34,7 +35,7 @@ def set_up(sweep: SweepDir, run: RunSpec, root: Path) -> RunSetup:
     """The task with its data prepared, the base model (built if built-in), the workspace at `root`, the stack."""
     spec = sweep.spec
     task = get_task(run.task, [Path(p) for p in spec.task_paths])
-    data = task.ensure_prepared(sweep.data_root())
+    data = ensure_prepared(task, sweep.data_root())
     model_dir = resolve_model(run.model.path)
     ws = create_workspace(
         root,

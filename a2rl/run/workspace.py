@@ -29,7 +29,13 @@ from typing import Any
 from a2rl.records import Record
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol, Task, TaskData
 
-INSTRUCTIONS = """\
+# one line in the instructions, so that an agent can copy it whole
+CURL_SUBMIT = (
+    """curl -s -X POST $GRADING_SERVER_URL/submit -H "Authorization: Bearer $GRADING_TOKEN" """
+    """-H 'Content-Type: application/json' -d '{{"model_path": "<dir>"}}'"""
+)
+INSTRUCTIONS = (
+    """\
 # Instructions
 
 You have {budget} of wall time (time spent waiting for grading is not counted, up to a cap) to improve the
@@ -42,7 +48,9 @@ and run_meta.json's `chat_template_kwargs`.{feedback}
 - Work in `$WORKSPACE/code`. Save each model you want scored as a directory under `$OUTPUT_DIR` with full
   weights in safetensors (`model.save_pretrained(dir)`; merge LoRA adapters first) and the tokenizer.
 - Submit it with `a2rl submit $OUTPUT_DIR/<dir>` or
-  `curl -s -X POST $GRADING_SERVER_URL/submit -H "Authorization: Bearer $GRADING_TOKEN" -H 'Content-Type: application/json' -d '{{"model_path": "<dir>"}}'`
+  `"""
+    + CURL_SUBMIT
+    + """`
   (every request needs the token, as that header or as `?token=$GRADING_TOKEN`).
   The call blocks until the model is scored and returns its score, the baseline and your best so far.
   One submission at a time: another one sent while it waits is refused (HTTP 429). A submission holds at most
@@ -52,6 +60,7 @@ and run_meta.json's `chat_template_kwargs`.{feedback}
   the budget in total); keeping submissions in flight while you work does not stop the clock.
 - Your best submission counts. Submitting the base model unchanged scores the baseline.
 """
+)
 
 
 class RunMeta(Record):

@@ -4,19 +4,22 @@
   resources.cpus, so GPU-hours = runs x job time x gpus (CPU-hours likewise): what the runs reserve, the most
   they use;
 - grading: an estimate, stated so it can be argued with: (runs x expected submissions per run + one baseline
-  per task x model x protocol) evaluations x held-out examples x new tokens per example, generated at
-  GPU_TOKENS_PER_S_1B tokens/s per grader GPU for a 1B-parameter model (a batched bf16 engine on a
-  data-centre GPU), or CPU_TOKENS_PER_S_1B per grader CPU, in proportion to 1B / the model's parameters;
-  held-out examples are counted in the prepared data (lines of its .jsonl files, within the task's `limit`),
-  unknown where the task is not prepared yet; the grader jobs themselves hold their GPUs for their whole time;
+  per task x model x protocol) evaluations x held-out examples x new tokens per example (max_new_tokens: every
+  example is counted at its cap), at a rate measured by tools/bench/grading.py (GPU_RATE on GPUs, CPU_RATE per
+  core on CPU) for its model, in inverse proportion to the parameter count (generation reads every weight per
+  token), or at the sweep's grader.tokens_per_s; held-out examples are counted in the prepared data (lines of
+  its .jsonl files, within the task's `limit`), unknown where the task is not prepared yet; the grader jobs
+  themselves hold their GPUs for their whole time;
 - jobs: one array per resource shape split at MaxArraySize, the graders, local driver servers, the top-up job;
 - QOS: the fewest queued jobs the user's QOS and association allow (sacctmgr, as the launch reads them), or
-  "unknown" where sacctmgr is not there or does not answer.
+  "unknown" where sacctmgr is not there or does not answer; and the QOS's GPU limits (GrpTRES, MaxTRESPerUser
+  gres/gpu) against the GPUs the sweep's jobs ask for at once.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from a2rl.drivers.endpoint import drivers_used
@@ -27,8 +30,31 @@ from a2rl.spec.models import default_data_root
 from a2rl.spec.sweep import SweepSpec
 from a2rl.spec.tasks import get_task
 
-GPU_TOKENS_PER_S_1B = 2000.0  # per grader GPU, 1B parameters
-CPU_TOKENS_PER_S_1B = 20.0  # per grader CPU core, 1B parameters (fp32, transformers)
+
+@dataclass(frozen=True)
+class Rate:
+    """New tokens/s one device (a GPU, or a CPU core) generated for a model of `params` parameters, and where
+    that was measured."""
+
+    tokens_per_s: float
+    params: float
+    source: str
+
+    def at(self, params: int) -> float:
+        return self.tokens_per_s * self.params / params
+
+
+# tools/bench/grading.py's raw generation: arith's 200 held-out prompts x 8 new tokens (1,600) by its default
+# 100M-parameter model, in one batch (docs/development.md "GPU check", the slower of two runs; docs/grading.md
+# "Speed" for the CPU)
+GPU_RATE = Rate(
+    1600 / 0.21, 100e6, "tools/bench/grading.py on an H200: transformers bf16, 100M parameters, 1,600 tokens in 0.21 s"
+)
+CPU_RATE = Rate(
+    320 / 2.66 / 2,
+    100e6,
+    "tools/bench/grading.py on 2 CPU cores: transformers fp32, 100M parameters, 320 tokens in 2.66 s",
+)
 DEFAULT_NEW_TOKENS = 256  # per held-out example where neither the task nor grader.task_options says
 
 
@@ -100,6 +126,8 @@ def plan(
         f"jobs at once"
     )
     lines.append(queue_line(scheduler, len(runs) + services))
+    gpus = len(runs) * r.gpus + g.most_workers * g.gpus + sum(spec.local_drivers[d].gpus for d in drivers)
+    lines.append(gpu_line(scheduler, gpus))
     return lines
 
 
@@ -109,20 +137,32 @@ def _grading(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], per_r
     head = f"grading (estimate): {len(runs)} runs x {per_run} submissions + {baselines} baseline(s)"
     examples = {t: heldout_examples(spec, t) for t in spec.tasks}
     unknown = sorted({f"task {t} is not prepared" for t, n in examples.items() if n is None})
-    unknown += sorted({f"model {m} is not built" for m in (x.name for x in spec.model_entries) if m not in params})
+    if g.tokens_per_s is None:
+        unknown += sorted({f"model {m} is not built" for m in (x.name for x in spec.model_entries) if m not in params})
     if unknown:
         return f"{head}: unknown ({'; '.join(unknown)})"
-    per_token = (GPU_TOKENS_PER_S_1B * g.gpus if g.gpus else CPU_TOKENS_PER_S_1B * g.cpus) * 1e9
+    units, unit = (g.gpus, "GPU") if g.gpus else (g.cpus, "CPU")
+    rate = GPU_RATE if g.gpus else CPU_RATE
+
+    def job_rate(model: str) -> float:  # new tokens/s of one grader job (its devices together)
+        return g.tokens_per_s or rate.at(params[model]) * units
+
     # baselines cost about what an average run's submission does
-    one_each = sum(examples[run.task] * new_tokens(spec, run.task) * params[run.model.name] / per_token for run in runs)
+    one_each = sum(examples[run.task] * new_tokens(spec, run.task) / job_rate(run.model.name) for run in runs)
     seconds = one_each * (per_run + baselines / max(1, len(runs)))
-    unit = "GPU" if g.gpus else "CPU"
     sizes = ", ".join(f"{t} {examples[t]} examples x {new_tokens(spec, t)} new tokens" for t in spec.tasks)
-    rate = GPU_TOKENS_PER_S_1B if g.gpus else CPU_TOKENS_PER_S_1B
-    return (
-        f"{head}; {sizes}; at ~{rate:g} tokens/s per {unit} for 1B parameters: "
-        f"{hours(seconds * (g.gpus or g.cpus))} {unit}-hours of evaluation"
-    )
+    if g.tokens_per_s is not None:
+        at = f"at {g.tokens_per_s:g} tokens/s per grader job (grader.tokens_per_s)"
+    else:
+        models = ", ".join(
+            f"~{rate.at(params[m.name]):.3g} for {m.name} ({params[m.name] / 1e9:.2g}B)" for m in spec.model_entries
+        )
+        at = (
+            f"at tokens/s per {unit} {models}: {rate.tokens_per_s:.0f} tokens/s measured for "
+            f"{rate.params / 1e6:.0f}M parameters ({rate.source}), scaled by parameter count; "
+            f"set grader.tokens_per_s to use your own"
+        )
+    return f"{head}; {sizes}; {at}: {hours(seconds * units)} {unit}-hours of evaluation"
 
 
 def queue_line(scheduler: Scheduler, jobs: int) -> str:
@@ -145,6 +185,29 @@ def queue_line(scheduler: Scheduler, jobs: int) -> str:
     return (  # the top-up job takes a place of its own
         f"queue limits: {name} allows {least} queued jobs{now_}: {jobs} do not fit at once; {jobs + 1 - room} runs "
         f"wait (deferred) and a top-up job submits them as jobs end"
+    )
+
+
+def gpu_line(scheduler: Scheduler, gpus: int) -> str:
+    """Whether the GPU limits of the user's QOS (GrpTRES: every user of the QOS together; MaxTRESPerUser) let
+    the sweep's jobs hold their GPUs at once (runs, the most graders, local driver servers)."""
+    if not isinstance(scheduler, SlurmScheduler):
+        return f"GPU limits: none (the {scheduler.kind} executor)"
+    qos = scheduler.limits()[0]
+    if qos is None:
+        return "GPU limits: not read (no QOS set by the sweep, its cluster profile or your association's default)"
+    limits = scheduler.gpu_limits()
+    if limits is None:
+        return "GPU limits: unknown (sacctmgr is not there or did not answer)"
+    if not limits:
+        return f"GPU limits: none set on QOS {qos}: {gpus} GPUs at once"
+    set_ = ", ".join(f"{k} gres/gpu={n}" for k, n in limits.items())
+    least = min(limits.values())
+    if gpus <= least:
+        return f"GPU limits: QOS {qos} {set_}: the sweep's {gpus} GPUs fit at once"
+    return (
+        f"GPU limits: QOS {qos} {set_}: the sweep asks for {gpus} GPUs at once, {least} at most run together; "
+        f"the rest wait in the queue (reason QOSGrpGRES / QOSMaxGRESPerUser) until GPUs free up"
     )
 
 

@@ -1,5 +1,7 @@
 """Grader jobs: the one way the launcher, the top-up job and the graders themselves (workers: auto) submit one,
-and the pool a grader job carries to count its peers and start another (grading/daemon.py's GraderPool)."""
+the pool a grader job carries to count its peers and start another (grading/daemon.py's GraderPool), and the
+replacement of a dead last grader (killed, its node lost) by whoever watches the sweep: the follower
+(`--wait`) and the top-up job."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from filelock import FileLock
 from a2rl.grading.daemon import GraderJob
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.scheduling.base import Scheduler, Schedulers, Shape
-from a2rl.scheduling.monitor import jobs_alive
-from a2rl.spec.sizing import grader_mem_gb, model_params
+from a2rl.scheduling.monitor import SweepState, jobs_alive
+from a2rl.spec.sizing import grader_mem_gb
+from a2rl.store.modeldirs import model_params
 from a2rl.spec.sweep import grader_python
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import SweepDir
@@ -62,3 +65,19 @@ class PoolOfJobs:
             if alive >= sweep.spec.grader.most_workers or alive > len(sweep.serving_graders()):
                 return None
             return submit_grader(sweep, schedulers[self.kind], alive)
+
+
+def replace_dead_grader(sweep: SweepDir, schedulers: Schedulers, kind: str, st: SweepState) -> str | None:
+    """Start one grader job where work remains (a run without its result, or a submission pending; `st` as
+    collect() read it, lost runs reaped) and the scheduler has no grader job of the sweep queued or running
+    (nor one it cannot rule out); its id, else None. A grader leaves only when no run is at work, queued or
+    deferred, so none alive with work left means one died. Asked again under the graders' lock, so a follower
+    and the top-up job looking at once start one between them (QueueFull when a limit refuses it)."""
+    if st.finished == st.total and not st.pending_submissions:
+        return None
+    if jobs_alive(sweep.grader_jobs, schedulers):
+        return None
+    with FileLock(str(sweep.graders / "scale.lock"), timeout=sweep.spec.grader.lock_timeout_s):
+        if jobs_alive(sweep.grader_jobs, schedulers):  # read again: another watcher may have just started one
+            return None
+        return submit_grader(sweep, schedulers[kind], 0)

@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from a2rl.spec.agents import agent_registry
 from a2rl.errors import SpecError
-from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, make_scheduler, resolve_kind
+from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, resolve_kind
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
 from a2rl.inspector.inspection import inspect_at_end
@@ -34,11 +34,12 @@ from a2rl.store.services import record_service_job
 from a2rl.records import now
 from a2rl.store.results import load_result
 from a2rl.spec.grid import RunSpec, expand
-from a2rl.scheduling.graders import submit_grader
-from a2rl.spec.sizing import check_shapes
+from a2rl.scheduling.graders import replace_dead_grader, submit_grader
+from a2rl.store.modeldirs import check_shapes
 from a2rl.spec.sweep import SweepSpec, load_sweep, local_driver_name
 from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 
 DEFAULT_SWEEPS = Path("a2rl-sweeps")
 SUBMIT_LOCK_TIMEOUT_S = 600
@@ -119,23 +120,35 @@ def run_job(sweep_dir: str, run_id: str) -> str:
 
 
 class TopUpJob(submitit.helpers.Checkpointable):
-    """A small service job that submits the sweep's deferred runs as room frees up, so they are submitted when
-    nobody follows the sweep; it ends once none is left (requeued at its time limit until then)."""
+    """A small service job that watches the sweep when nobody follows it: it submits deferred runs as room frees
+    up, marks runs whose job is gone lost (as the follower does) and replaces a dead last grader; it ends once
+    every run has its result and nothing is pending (requeued at its time limit until then)."""
 
     def __init__(self, sweep_dir: str, kind: str, folder: str, every_s: float = 30.0):
         self.sweep_dir, self.kind, self.folder, self.every_s = sweep_dir, kind, folder, every_s
 
     def __call__(self) -> int:
         sweep = SweepDir(Path(self.sweep_dir))
-        scheduler = make_scheduler(self.kind, sweep.spec, Path(self.folder))
-        while deferred_runs(sweep):
+        schedulers = Schedulers(sweep.spec, Path(self.folder))
+        while True:
             time.sleep(self.every_s)
             try:
-                if ids := top_up(sweep, scheduler):
-                    print(f"top-up: submitted {len(ids)} deferred run(s)", flush=True)
+                if self.round(sweep, schedulers):
+                    return 0
             except Exception as e:  # a scheduler hiccup: try again next round
                 print(f"top-up: failed: {e}", file=sys.stderr, flush=True)
-        return 0
+
+    def round(self, sweep: SweepDir, schedulers: Schedulers) -> bool:
+        """One look at the sweep; True once it is done."""
+        st = collect(sweep, schedulers)
+        reap_lost(sweep, st)
+        if st.finished == st.total and not st.pending_submissions:
+            return True
+        if ids := top_up(sweep, schedulers[self.kind]):
+            print(f"top-up: submitted {len(ids)} deferred run(s)", flush=True)
+        if job_id := replace_dead_grader(sweep, schedulers, self.kind, st):
+            print(f"top-up: no grader was alive with work left; started grader job {job_id}", flush=True)
+        return False
 
 
 @dataclass
@@ -195,12 +208,12 @@ class Launcher:
 
     def prepare(self) -> None:
         """Offline preparation the runs share: task data, built-in models."""
-        from a2rl.spec.models import resolve_model
+        from a2rl.store.modeldirs import resolve_model
 
         data_root = self.sweep.data_root()
         for name in self.spec.tasks:
             print(f"preparing task {name} in {data_root} ...", flush=True)
-            get_task(name, [Path(p) for p in self.spec.task_paths]).ensure_prepared(data_root)
+            ensure_prepared(get_task(name, [Path(p) for p in self.spec.task_paths]), data_root)
         for m in self.spec.model_entries:
             print(f"model {m.name}: {resolve_model(m.path)}", flush=True)
         self.params = check_shapes(self.spec)  # refuse a grader or run shape that cannot hold a model
@@ -262,18 +275,13 @@ class Launcher:
                 if rec.status == "failed" and key not in warned:
                     warned.add(key)
                     print(f"\nERROR: baseline for {key} failed: {rec.error}", flush=True)
-            if (
-                st.graders_alive == 0
-                and st.pending_submissions
-                and "grader" not in warned
-                and not any(jobs_alive(self.sweep.grader_jobs, self.schedulers))
-            ):
-                warned.add("grader")
-                print(
-                    f"\nWARNING: {st.pending_submissions} submission(s) queued but no grader is running; "
-                    f"relaunch the sweep to start one",
-                    flush=True,
-                )
+            try:
+                if job_id := replace_dead_grader(self.sweep, self.schedulers, self.kind, st):
+                    print(f"\nno grader was alive with work left: started grader job {job_id}", flush=True)
+            except Exception as e:  # a limit, the graders' lock held, a scheduler hiccup: the next poll tries again
+                if "grader" not in warned:
+                    warned.add("grader")
+                    print(f"\nWARNING: no grader is alive and none could be started now ({e})", flush=True)
             line = st.line(time.monotonic() - t0)
             if tty:
                 print("\r" + line.ljust(len(last)), end="", flush=True)

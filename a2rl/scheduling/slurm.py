@@ -66,6 +66,20 @@ def parse_qos(text: str) -> list[int]:
     return [n for line in text.splitlines() for n in _ints(line.split("|")[1:])]
 
 
+def parse_tres_gpus(text: str) -> dict[str, int]:
+    """`sacctmgr -n -P show qos where name=Q format=Name,GrpTRES,MaxTRESPU` → the limits on GPUs it sets:
+    {"GrpTRES": n, "MaxTRESPerUser": n}, each the fewest of its gres/gpu entries (typed ones, gres/gpu:a100=2,
+    included)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = (line.strip().split("|") + ["", ""])[1:3]
+        for name, tres in zip(("GrpTRES", "MaxTRESPerUser"), fields):
+            gpus = [int(m) for m in re.findall(r"gres/gpu(?::[^=,]+)?=(\d+)", tres)]
+            if gpus:
+                out[name] = min([*gpus, out.get(name, gpus[0])])
+    return out
+
+
 class SlurmScheduler(Scheduler):
     kind = "slurm"
 
@@ -231,6 +245,17 @@ class SlurmScheduler(Scheduler):
                 qos_limits = parse_qos(q.stdout) if q.returncode == 0 else []
             self._limits = (qos, min(qos_limits, default=None), min(assoc, default=None))
         return self._limits
+
+    def gpu_limits(self) -> dict[str, int] | None:
+        """The GPU limits (GrpTRES, MaxTRESPerUser gres/gpu) of the sweep's QOS (or the user's default): {} where
+        it sets none, None where there is no QOS or sacctmgr does not answer."""
+        qos = self.limits()[0]
+        if qos is None:
+            return None
+        q = self.runner(
+            ["sacctmgr", "-n", "-P", "show", "qos", "where", f"name={qos}", "format=Name,GrpTRES,MaxTRESPU"]
+        )
+        return parse_tres_gpus(q.stdout) if q.returncode == 0 else None
 
     def capacity(self) -> int | None:
         """Room under the QOS limit (counting the user's jobs in that QOS; a shared cluster's other jobs do not

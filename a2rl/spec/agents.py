@@ -55,8 +55,8 @@ class AgentStack(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    # argv; placeholders: {python} (the agents' interpreter, the sweep's agent_python), {workspace}, {driver}, {seed} (the run's),
-    # {stack_dir} (this YAML's folder), {prompt} (the kick-off prompt pointing at the instructions file),
+    # argv; placeholders: {python} (the agents' interpreter, the sweep's agent_python), {workspace}, {driver}, {seed}
+    # (the run's), {stack_dir} (this YAML's folder), {prompt} (the kick-off prompt pointing at the instructions file),
     # {cli_dir} (the folder `cli` was found in: a pip stack's venv bin/, whose python runs a module of it)
     command: list[str]
     cli: str | None = None  # the installed program that shows the stack is there; None: command[0]

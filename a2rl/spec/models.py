@@ -1,11 +1,10 @@
-"""Base models: a local directory, or `builtin:NAME` for models a2rl builds offline (the tiny test model)."""
+"""Base models as a sweep names them: a local directory, or `builtin:NAME` for models a2rl builds offline (the tiny
+test model; store/modeldirs.py resolves and builds them)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from a2rl.spec.roots import CACHE_FIX, guarded
 
 CACHE = Path(os.environ.get("A2RL_CACHE", Path.home() / ".cache" / "a2rl"))
 BUILTIN_PREFIX = "builtin:"
@@ -31,13 +30,3 @@ def check_model_ref(path: str) -> str | None:
     if not any(p.glob("*.safetensors")):
         return f"model directory {path!r} holds no *.safetensors weights"
     return None
-
-
-def resolve_model(path: str) -> Path:
-    """The directory of a model, building a built-in one first if needed (offline, idempotent)."""
-    if path.startswith(BUILTIN_PREFIX):
-        from a2rl.spec.tinymodel import build_tiny_model  # heavy imports only when a model must be built
-
-        with guarded(CACHE, "model cache", CACHE_FIX):
-            return build_tiny_model(builtin_dir(path.removeprefix(BUILTIN_PREFIX)))
-    return Path(path).resolve()

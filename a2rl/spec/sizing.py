@@ -1,5 +1,6 @@
-"""Memory a model needs, from its safetensors headers (parameters x dtype), and the launch check that refuses a
-grader or run shape that cannot hold it. The default grader memory follows the model size.
+"""Memory a model needs from its parameter count (x dtype), and the shape problems for which the launch refuses a
+grader or run shape that cannot hold it (store/modeldirs.py counts the parameters and raises them). The default
+grader memory follows the model size.
 
 The estimates are deliberately simple and stated here, so a refusal can be argued with:
 - on GPUs (bf16): weights x 1.2 (activations, a minimal KV cache) within gpus x gpu_mem_gb, and for the grader
@@ -15,11 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from a2rl.errors import SpecError
-from a2rl.spec.models import resolve_model
-from a2rl.weights import parameter_count
 from a2rl.spec.sweep import SweepSpec
 
 GIB = 1 << 30
@@ -38,11 +35,6 @@ def memory_need(params: int, gpus: int) -> Need:
         weights = params * 2 / GIB
         return Need(gpu_gb=weights * 1.2, host_gb=8 + weights)
     return Need(gpu_gb=0.0, host_gb=CPU_RUNTIME_GB + params * 4 / GIB * 1.2)
-
-
-def model_params(spec: SweepSpec) -> dict[str, int]:
-    """Model name -> parameters, building built-in models first."""
-    return {m.name: parameter_count(resolve_model(m.path)) for m in spec.model_entries}
 
 
 def grader_mem_gb(spec: SweepSpec, params: dict[str, int]) -> float:
@@ -88,20 +80,3 @@ def shape_problems(spec: SweepSpec, params: dict[str, int]) -> list[str]:
                 f"{r.mem_gb:g}: raise resources.mem_gb, or give the runs GPUs (resources.gpus)"
             )
     return problems
-
-
-def check_shapes(spec: SweepSpec) -> dict[str, int]:
-    """Raise SpecError when a shape cannot hold a model; returns the parameter counts."""
-    params = model_params(spec)
-    if problems := shape_problems(spec, params):
-        raise SpecError(problems)
-    return params
-
-
-def describe(model_dir: Path) -> str:
-    p = parameter_count(model_dir)
-    gpu, cpu = memory_need(p, 1), memory_need(p, 0)
-    return (
-        f"{p / 1e9:.3f}B parameters: GPU {gpu.gpu_gb:.1f} GiB (bf16) + host {gpu.host_gb:.1f} GiB; "
-        f"CPU-only host {cpu.host_gb:.1f} GiB (fp32)"
-    )

@@ -104,6 +104,9 @@ class GraderSettings(_Strict):
     poll_s: float = Field(0.2, gt=0)
     idle_timeout_s: float = Field(3600, gt=0)  # a daemon with nothing to do, and no run at work, this long exits
     max_attempts: int = Field(3, ge=1)  # a submission that kills its grader this often is recorded invalid
+    # new tokens/s one grader job generates, as you measured it: the capacity plan's grading rate (default: our
+    # bench's figure scaled by the model's size, scheduling/capacity.py)
+    tokens_per_s: float | None = Field(None, gt=0)
     max_wait_s: float = Field(6 * 3600, gt=0)  # how long a blocking submit waits for its score
     # overrides the task's generation batch size; unset on a GPU (transformers): chosen from free memory
     batch_size: int | None = Field(None, ge=1)

@@ -3,6 +3,8 @@
 Prepared data lives under a data root, split in two: `train/` (copied into workspaces) and `heldout/`
 (read only by the grader, never linked from a workspace). `heldout/CANARY` holds a random string written with
 the data: found in a transcript, code or a submission, it shows held-out data reached the agent (tasklib/leaks.py).
+This module describes a task and reads the records of its data; tasklib/prepare.py runs the prepare script and
+tasklib/evaluator.py loads the evaluator.
 """
 
 from __future__ import annotations
@@ -10,23 +12,15 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
-import random
-import secrets
-import shutil
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from a2rl.errors import SpecError
-from a2rl.records import Record, RecordError, now, sha256_file
+from a2rl.records import Record, RecordError
 from a2rl.spec.registry import HOME, PACKAGE, Registry
-from a2rl.spec.roots import DATA_FIX, guarded
 
 
 CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, never every file there
@@ -150,10 +144,6 @@ class Task:
     def description(self) -> str:
         return (self.folder / self.spec.description).read_text()
 
-    @cached_property
-    def evaluator(self) -> ModuleType:
-        return _load_module(self.folder / self.spec.evaluator, f"a2rl_task_{self.name}_evaluator")
-
     def check_engines(self) -> None:
         missing = [m for m in self.spec.engines if importlib.util.find_spec(m) is None]
         if missing:
@@ -212,118 +202,6 @@ class Task:
             if k.startswith("heldout/") and k not in (f"heldout/{CANARY}", "heldout/SEED")
         }
         return hashlib.sha256(json.dumps(split, sort_keys=True).encode()).hexdigest()
-
-    def ensure_prepared(self, data_root: Path, *, allow_network: bool = False, source: Path | None = None) -> TaskData:
-        """Prepare once; racing preparers serialise on a lock and the loser finds the work done.
-
-        `source` is a directory holding the upstream files in their published format; given, prepare reads
-        them instead of downloading (how tests and air-gapped sites prepare). Data that another version of the
-        prepare script wrote is prepared again, replacing it. A data root it cannot write is a RootError."""
-        self.check_engines()
-        with guarded(Path(data_root), "data root", DATA_FIX):
-            return self._ensure_prepared(data_root, allow_network=allow_network, source=source)
-
-    def _ensure_prepared(self, data_root: Path, *, allow_network: bool, source: Path | None) -> TaskData:
-        if self.prepared(data_root):
-            return self._ensure_parts(data_root)
-        base = Path(data_root) / self.name
-        if not (self.spec.offline or allow_network or source):
-            state = (
-                "was prepared by another version of its prepare script"
-                if (base / "prepared.json").exists()
-                else "is not prepared"
-            )
-            raise SpecError(
-                [
-                    f"task {self.name!r} {state} under {data_root}: run `a2rl prepare {self.name} "
-                    f"--data-root {data_root}` (with --source if you prepared it from one) on a machine with internet "
-                    "access (a login node)"
-                ]
-            )
-        base.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(base) + ".lock"):
-            if self.prepared(data_root):
-                return self._ensure_parts(data_root, locked=True)
-            tmp = base / f".prepare-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            (tmp / "train").mkdir(parents=True)
-            (tmp / "heldout").mkdir(mode=0o700)
-            # Taken before the script runs: an edit meanwhile leaves the data stale, never falsely current.
-            fingerprint = self.prepare_fingerprint()
-            module = _load_module(self.folder / self.spec.prepare, f"a2rl_task_{self.name}_prepare")
-            module.prepare(tmp / "train", tmp / "heldout", **({"source": Path(source)} if source else {}))
-            missing = [f for f in [*self.spec.train_files, *self.spec.train_links] if not (tmp / "train" / f).exists()]
-            if missing:
-                raise SpecError([f"task {self.name!r}: prepare did not write train file(s) {missing}"])
-            (tmp / "heldout" / CANARY).write_text(f"a2rl-canary-{secrets.token_hex(16)}\n")
-            shutil.rmtree(base / PARTS_DIR, ignore_errors=True)  # a split of the data being replaced
-            for part in ("train", "heldout"):
-                shutil.rmtree(base / part, ignore_errors=True)
-                os.replace(tmp / part, base / part)
-            tmp.rmdir()
-            sums = {
-                str(p.relative_to(base)): sha256_file(p)
-                for part in ("train", "heldout")
-                for p in sorted((base / part).rglob("*"))
-                if p.is_file()
-            }
-            PreparedData(task=self.name, prepared_at=now(), prepare_fingerprint=fingerprint, checksums=sums).dump(
-                base / "prepared.json"
-            )
-            return self._ensure_parts(data_root, locked=True)
-
-    def _ensure_parts(self, data_root: Path, *, locked: bool = False) -> TaskData:
-        """Divide the held-out items into the feedback and final parts, once per prepared split (task.yaml
-        `split`), with a seed drawn from the OS's secret source and kept in heldout-parts/SEED: the same parts
-        for every run and grader of this data root, and none an agent can rebuild from public code."""
-        data = self.data(data_root)
-        split = self.spec.split
-        if split is None:
-            return data
-        src = data.heldout_dir / split.file
-        want = dict(file=split.file, feedback=split.feedback, final=split.final)
-        try:
-            rec = SplitRecord.load_or_none(data.parts_dir / "split.json")
-        except RecordError:  # another version's record: divide again
-            rec = None
-        if rec is not None and rec.model_dump(include=set(want)) == want and rec.file_sha256 == sha256_file(src):
-            return data
-        if not locked:
-            with FileLock(str(Path(data_root) / self.name) + ".lock"):
-                return self._ensure_parts(data_root, locked=True)
-        rows = [line for line in src.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if split.feedback + split.final > len(rows):
-            raise SpecError(
-                [
-                    f"task {self.name!r}: split wants {split.feedback} feedback + {split.final} final items but "
-                    f"{split.file} holds {len(rows)}"
-                ]
-            )
-        seed = secrets.randbits(64)
-        order = list(range(len(rows)))
-        random.Random(seed).shuffle(order)
-        tmp = data.parts_dir.parent / f".parts-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(mode=0o700)
-        (tmp / "SEED").write_text(f"{seed}\n")
-        cut = {"feedback": order[: split.feedback], "final": order[split.feedback : split.feedback + split.final]}
-        for part, picked in cut.items():
-            # a copy of heldout/ (the canary and any other file an evaluator reads) with this part's items only
-            shutil.copytree(data.heldout_dir, tmp / part, ignore=shutil.ignore_patterns("SEED"))
-            (tmp / part / split.file).write_text("".join(rows[i] + "\n" for i in sorted(picked)), encoding="utf-8")
-        SplitRecord(**want, file_sha256=sha256_file(src)).dump(tmp / "split.json")
-        shutil.rmtree(data.parts_dir, ignore_errors=True)
-        os.replace(tmp, data.parts_dir)
-        return data
-
-
-def _load_module(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise SpecError([f"{path}: no such task module"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def task_registry(extra_dirs: list[Path] = ()) -> Registry[TaskSpec]:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal
 
 from filelock import FileLock
 
-from a2rl.spec.models import resolve_model
+from a2rl.store.modeldirs import resolve_model
 from a2rl.weights import weights_hash
 from a2rl.records import RecordError, now
 from a2rl.store.integrity import SignedRecord, create_key, read_key
@@ -76,10 +76,10 @@ def ensure_baseline(
     """The sweep's baseline record for (task, model, protocol), computing it at most once across graders.
 
     The optional shared cache (grader.baseline_cache) is keyed by weights hash, evaluator version, protocol and
-    held-out split (Task.heldout_id), so other sweeps reuse it; the sweep's own copy is keyed by the names the run reports use. A grader that
-    starts retries a failed baseline once (`retry_failed`), so fixing the cause and relaunching is enough.
-    Under `feedback: split` it scores the base model on both parts (the shared cache is then not used: each
-    data root divides its items with its own secret seed).
+    held-out split (Task.heldout_id), so other sweeps reuse it; the sweep's own copy is keyed by the names the run
+    reports use. A grader that starts retries a failed baseline once (`retry_failed`), so fixing the cause and
+    relaunching is enough. Under `feedback: split` it scores the base model on both parts (the shared cache is then not
+    used: each data root divides its items with its own secret seed).
     """
     part = task.feedback_part(protocol)
     own = baseline_path(sweep, task.name, model_name, protocol)

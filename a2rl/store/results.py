@@ -231,14 +231,19 @@ class FinishedRuns:
 
     def any_at_work(self) -> bool:
         """Whether an unfinished run is at work now (its job running or finishing, with a fresh heartbeat) or
-        deferred (the top-up job submits it when the queue has room): a service counts its idle time only while
-        none is, so a run that trains for hours before it submits, or waits for room, still finds its grader."""
+        will be: deferred (the top-up job submits it when the queue has room), submitted (its job queued, not
+        started) or interrupted (its requeued job not started yet). A service counts its idle time only while
+        none is, so a run that trains for hours before it submits, or waits for a node or for room, still finds
+        its grader. A queued job cancelled outside a2rl keeps it until the follower, the top-up job or `a2rl
+        status` marks that run lost (they ask the scheduler; services read only the store)."""
         for run_id in self.run_ids:
             if run_id in self:
                 continue
             status = self.sweep.status(run_id)
             if status is not None and (
-                status.state == "deferred" or status.state in ("running", "finishing") and not status.stale()
+                status.state in ("deferred", "submitted", "interrupted")
+                or status.state in ("running", "finishing")
+                and not status.stale()
             ):
                 return True
         return False

@@ -10,7 +10,8 @@ from a2rl.llm.stops import cut_at_stop
 
 
 # ---------------------------------------------------------------- GSM8K
-GSM8K_STOP = "\n\nQuestion:"  # a2rl: where the model starts a question of its own (a blank line alone cut multi-paragraph answers)
+# a2rl: where the model starts a question of its own (a blank line alone cut multi-paragraph answers)
+GSM8K_STOP = "\n\nQuestion:"
 _CALCULATOR = re.compile(r"<<[^>]*>>")  # GSM8K's calculator annotations, e.g. "<<48/2=24>>"
 # Thousands separators only in groups of three, so a list "5,6" reads as two numbers.
 _NUMBER = re.compile(r"(-?)\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")

@@ -307,14 +307,24 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
     }
 
 
-def load_module(path: str | Path, name: str) -> ModuleType:
-    """Import a task's file by path under `name`: once per path (another path under the same name, as when one
-    process plays several tasks' workspaces, replaces it)."""
+def load_module(path: str | Path, name: str, *, fresh: bool = False) -> ModuleType:
+    """Import a task's file by path under `name` (a2rl's one loader of task code: evaluators, prepare scripts, env
+    wrappers): once per path, unless `fresh` (another path under the same name, as when one process plays several
+    tasks' workspaces, replaces it); `fresh` executes it anew (a task's prepare script and evaluator, so a
+    long-lived grader runs the code on disk). A missing file is a FileNotFoundError; a file that fails to run
+    leaves nothing registered under `name`."""
+    path = Path(path)
     loaded = sys.modules.get(name)
-    if loaded is None or Path(loaded.__file__ or "").resolve() != Path(path).resolve():
+    if fresh or loaded is None or Path(loaded.__file__ or "").resolve() != path.resolve():
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such task module")
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None, path
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # before exec, so dataclasses in it can resolve their module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
     return sys.modules[name]

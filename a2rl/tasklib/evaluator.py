@@ -1,16 +1,22 @@
 """The evaluator contract: what a task's evaluator module (task.yaml `evaluator`, evaluator.py by default) defines
-and what the grader hands it. Task code imports only a2rl.tasklib and a2rl.llm."""
+and what the grader hands it, and how the grader loads and calls it. Task code imports only a2rl.tasklib and
+a2rl.llm."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
+
+from a2rl.errors import SpecError
+from a2rl.tasklib.envs import load_module
 
 if TYPE_CHECKING:
     from a2rl.llm.backends import Engine
     from a2rl.spec.generation import GenerationPreset
+    from a2rl.spec.tasks import Task
 
 
 class Policy(Protocol):
@@ -53,6 +59,14 @@ class EngineEvaluator(Protocol):
     def evaluate(
         self, generator: Policy, heldout_dir: Path, options: dict[str, Any], *, engine: Engine
     ) -> dict[str, Any]: ...
+
+
+def load_evaluator(task: Task) -> ModuleType:
+    """The task's evaluator module, executed anew (a long-lived grader runs the code on disk)."""
+    path = task.folder / task.spec.evaluator
+    if not path.is_file():
+        raise SpecError([f"{path}: no such task module"])
+    return load_module(path, f"a2rl_task_{task.name}_evaluator", fresh=True)
 
 
 def evaluate(

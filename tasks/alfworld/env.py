@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 try:  # the grader, or an agent environment with a2rl installed
     from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout
-except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
+except ImportError:  # the agent's workspace: prepare ships a2rl/tasklib/envs.py next to this file as react.py
     from react import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout  # type: ignore[no-redef]
 
 HEADER = (

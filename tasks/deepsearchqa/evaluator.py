@@ -64,13 +64,17 @@ PAPER_STOP, PAPER_ACTION, PAPER_ANSWERS = (
 )
 PLACEHOLDER, PAPER_SYSTEM = dsqa.PLACEHOLDER, dsqa.PAPER_SYSTEM
 PAPER_JUDGE_SYSTEM = "You are a strict answer evaluator."
-PAPER_JUDGE_USER = """You are an answer evaluator. Compare the predicted answer to the gold answer.
-        Question answer type: {answer_type}
-        Gold answer: {gold}
-        Predicted answer: {predicted}
-        For "Single Answer": The predicted answer is correct if it contains the same key information as the gold answer.
-        For "Set Answer": The predicted answer is correct if it contains ALL items from the gold answer (order doesn't matter, minor wording variations are OK).
-        Reply with ONLY "correct" or "incorrect". No explanation."""  # indented as the reference's f-string is
+PAPER_JUDGE_USER = (  # indented as the reference's f-string is
+    "You are an answer evaluator. Compare the predicted answer to the gold answer.\n"
+    "        Question answer type: {answer_type}\n"
+    "        Gold answer: {gold}\n"
+    "        Predicted answer: {predicted}\n"
+    '        For "Single Answer": The predicted answer is correct if it contains the same key information as the gold '
+    "answer.\n"
+    '        For "Set Answer": The predicted answer is correct if it contains ALL items from the gold answer (order '
+    "doesn't matter, minor wording variations are OK).\n"
+    '        Reply with ONLY "correct" or "incorrect". No explanation.'
+)
 
 
 def paper_react(generator, rows: list[dict[str, str]], backend, *, max_steps: int, batch_size: int) -> list[str]:

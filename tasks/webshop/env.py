@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 try:  # the grader, or an agent environment with a2rl installed
     from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout
-except ImportError:  # the agent's workspace: prepare ships a2rl/envs.py next to this file as react.py
+except ImportError:  # the agent's workspace: prepare ships a2rl/tasklib/envs.py next to this file as react.py
     from react import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout  # type: ignore[no-redef]
 
 HEADER = (
@@ -599,7 +599,7 @@ def _shop(data_dir: str) -> tuple[Catalogue, list[dict]]:
 
 
 def train_episodes(data_dir: str | Path) -> list[str]:
-    """The common protocol (a2rl/envs.py): a training episode is a goal's index in goals.jsonl."""
+    """The common protocol (a2rl/tasklib/envs.py): a training episode is a goal's index in goals.jsonl."""
     return [str(i) for i in range(len(_shop(str(data_dir))[1]))]
 
 

@@ -20,10 +20,10 @@ page does not admit (our BM25 search lists other products than upstream's Lucene
 the purchase, is dropped. Prepare prints one line counting what it wrote and dropped. The real file has not been
 downloaded from this machine: only a made-up fixture in its format has been converted.
 
-train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and any other asking a graded instruction), env.py
-and react.py (the environment and the grader's ReAct loop) and trajectories.jsonl: per training goal, its human
-demonstrations that replay (source "human", won or not as replayed), else a scripted expert's episode (source
-"scripted_expert"); no trajectory for a training goal whose instruction is a graded goal's (human or synthetic).
+train/: products.jsonl (the shop), goals.jsonl (every human goal but the graded ones and any other asking a graded
+instruction), env.py and react.py (the environment and the grader's ReAct loop) and trajectories.jsonl: per training
+goal, its human demonstrations that replay (source "human", won or not as replayed), else a scripted expert's episode
+(source "scripted_expert"); no trajectory for a training goal whose instruction is a graded goal's (human or synthetic).
 heldout/: products.jsonl, goals.jsonl (human goals 0–99, protocol `a2rl`) and synthetic_goals.jsonl (synthetic goals
 0–99, protocol `paper`).
 """

@@ -24,6 +24,7 @@ from grading import build_model  # noqa: E402
 from a2rl.grading.daemon import evaluate_model  # noqa: E402
 from a2rl.llm.backends import CPU_SETTINGS, Engine  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
+from a2rl.tasklib.prepare import ensure_prepared
 
 
 def main() -> None:
@@ -37,7 +38,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = build_model(Path(tmp) / "model", args.layers, args.hidden)
         data_root = Path(tmp) / "data"
-        task.ensure_prepared(data_root)
+        ensure_prepared(task, data_root)
         engine = Engine(CPU_SETTINGS)
 
         def seconds(part: str) -> float:

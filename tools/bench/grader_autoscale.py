@@ -29,7 +29,7 @@ def burst(tmp: Path, workers: int | str, args: argparse.Namespace) -> str:
     from a2rl.run.submit import RunSubmitter
     from a2rl.run.workspace import Workspace
     from a2rl.scheduling.launcher import Launcher, open_sweep
-    from a2rl.spec.models import resolve_model
+    from a2rl.store.modeldirs import resolve_model
     from a2rl.store.services import ServiceJobs
 
     sys.path.insert(0, str(FIXTURES / "agents"))

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def build_model(dest: Path, layers: int, hidden: int) -> Path:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from a2rl.spec.tinymodel import build_tiny_model
+    from a2rl.store.tinymodel import build_tiny_model
 
     tiny = build_tiny_model(dest.parent / "tiny")
     tok = AutoTokenizer.from_pretrained(tiny)
@@ -80,13 +80,14 @@ def measure(args: argparse.Namespace, backend: str) -> dict:
     from a2rl.weights import parameter_count, weights_hash
     from a2rl.spec.sweep import GraderSettings
     from a2rl.spec.tasks import get_task
+    from a2rl.tasklib.prepare import ensure_prepared
 
     work = Path(tempfile.mkdtemp(prefix="a2rl-bench-grading-"))
     try:
         base = build_model(work / "base", args.layers, args.hidden)
         task = get_task("arith")
         data_root = work / "data"
-        task.ensure_prepared(data_root)
+        ensure_prepared(task, data_root)
         gpus = visible_gpus() if args.gpus is None else args.gpus
         settings = resolve_settings(GraderSettings(backend=backend, gpus=gpus, max_model_len=512))
         preset = get_preset()

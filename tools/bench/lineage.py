@@ -35,7 +35,7 @@ SEVEN_B_GB = 7e9 * 2 / 1e9
 
 def write_pair(dest: Path, gb: float) -> tuple[Path, Path]:
     """Base and submission directories of `gb` GB each: shards of 4096 x 4096 bf16 matrices."""
-    from a2rl.spec.models import resolve_model
+    from a2rl.store.modeldirs import resolve_model
 
     tiny = resolve_model("builtin:tiny-llama")
     base, sub = dest / "base", dest / "sub"
@@ -115,13 +115,14 @@ def train(out: Path, model: Path, data: Path, *args: str) -> Path:
 
 def calibrate(runs: Path, steps: list[int]) -> None:
     from a2rl.grading.lineage import COSINE_MIN, lineage, tensor_distances
-    from a2rl.spec.models import resolve_model
+    from a2rl.store.modeldirs import resolve_model
     from a2rl.spec.tasks import get_task
-    from a2rl.spec.tinymodel import build_tiny_model
+    from a2rl.tasklib.prepare import ensure_prepared
+    from a2rl.store.tinymodel import build_tiny_model
 
     base = resolve_model("builtin:tiny-llama")
     other = build_tiny_model(runs / "seed1", seed=1)
-    data = get_task("arith").ensure_prepared(runs / "data").train_dir
+    data = ensure_prepared(get_task("arith"), runs / "data").train_dir
     derived, foreign = {}, {}
     for n in steps:
         derived[f"full SFT {n} steps"] = train(

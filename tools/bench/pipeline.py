@@ -31,8 +31,9 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from a2rl.reference import pipeline as P
-    from a2rl.spec.models import resolve_model
+    from a2rl.store.modeldirs import resolve_model
     from a2rl.spec.tasks import get_task
+    from a2rl.tasklib.prepare import ensure_prepared
     from a2rl.store.stages import StageLog
     from a2rl.tasklib.taskdata import read_jsonl
 
@@ -40,7 +41,7 @@ def main() -> int:
     model = resolve_model("builtin:tiny-llama")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
-        rows = read_jsonl(get_task("arith").ensure_prepared(Path(tmp) / "data").train_dir / "train.jsonl")
+        rows = read_jsonl(ensure_prepared(get_task("arith"), Path(tmp) / "data").train_dir / "train.jsonl")
         fmt = P.STATIC_FORMATS["qa_short"].routes["paper"]  # arith: both protocols prompt alike
         args = P.with_defaults(
             P.parse_args(["--sft-steps", str(opts.sft_steps), "--grpo-steps", str(opts.grpo_steps), "--no-schedule"]),

@@ -36,7 +36,7 @@ def main() -> int:
     import yaml
 
     from a2rl.scheduling.launcher import open_sweep
-    from a2rl.spec.models import resolve_model
+    from a2rl.store.modeldirs import resolve_model
 
     spec = tmp / "bench.yaml"
     spec.write_text(

@@ -176,7 +176,8 @@ def main() -> None:
     print(f"transcript     {log.stat().st_size / 1e6:.1f} MB, {a.subs} submissions")
     print(
         f"page build     {build_s:.2f} s: index.html {page.stat().st_size / 1e3:.0f} kB, "
-        f"{sum(f.name.startswith('turns-') for f in files)} chunk files, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB in all"
+        f"{sum(f.name.startswith('turns-') for f in files)} chunk files, "
+        f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB in all"
     )
     empty = root / "empty.html"
     empty.write_text("<!DOCTYPE html><html><body>empty</body></html>")

@@ -1,6 +1,7 @@
-"""(Not alfworld.py: that name would shadow the alfworld package.) Parity fixture for alfworld's `paper` protocol, from the reference's own evaluation: RD-Agent's
-rdagent/scenarios/rl/autorl_bench/benchmarks/alfworld/eval.py, ALFWorldEvaluator.run_eval run unchanged (its
-base_config.yaml, react_prompts.json, AlfredTWEnv game filter, prompt and alfworld_run loop) on ALFWorld 0.4.2.
+"""(Not alfworld.py: that name would shadow the alfworld package.) Parity fixture for alfworld's `paper` protocol, from
+the reference's own evaluation: RD-Agent's rdagent/scenarios/rl/autorl_bench/benchmarks/alfworld/eval.py,
+ALFWorldEvaluator.run_eval run unchanged (its base_config.yaml, react_prompts.json, AlfredTWEnv game filter, prompt and
+alfworld_run loop) on ALFWorld 0.4.2.
 
 ALFWorld's game data (alfworld-download, GitHub releases) is not reachable here, so the games are written by this
 script: small ALFRED PDDL problems over the domain and grammar that the alfworld package ships (alfworld/data),
@@ -216,8 +217,9 @@ def main() -> None:
     write_fixture(
         "alfworld",
         {
-            "upstream": f"microsoft/RD-Agent {commit.strip() or '?'}: {EVAL} (ALFWorldEvaluator.run_eval, alfworld_run) "
-            f"on alfworld {_version('alfworld')}, textworld {_version('textworld')}; stand-ins: vLLM "
+            "upstream": f"microsoft/RD-Agent {commit.strip() or '?'}: {EVAL} "
+            f"(ALFWorldEvaluator.run_eval, alfworld_run) on alfworld {_version('alfworld')}, "
+            f"textworld {_version('textworld')}; stand-ins: vLLM "
             "(scripted completions cut at its stop), the data location, BaseEvaluator.get_default_result",
             "kept": kept,
             "score": result["score"],

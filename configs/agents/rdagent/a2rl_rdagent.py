@@ -35,9 +35,21 @@ def _record(kwargs, response, start_time, end_time) -> None:
     if usage is None:
         return
     details = getattr(usage, "prompt_tokens_details", None)
-    print("\n" + json.dumps({"usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                                "prompt_tokens_details": {"cached_tokens": getattr(details, "cached_tokens", 0) or 0}},
-                      "response_cost": kwargs.get("response_cost")}), file=sys.stdout, flush=True)
+    print(
+        "\n"
+        + json.dumps(
+            {
+                "usage": {
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "prompt_tokens_details": {"cached_tokens": getattr(details, "cached_tokens", 0) or 0},
+                },
+                "response_cost": kwargs.get("response_cost"),
+            }
+        ),
+        file=sys.stdout,
+        flush=True,
+    )
 
 
 litellm.success_callback.append(_record)
