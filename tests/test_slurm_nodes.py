@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.store.queue import Lease
-from a2rl.store.results import RunResult
+from a2rl.store.results import RunResult, load_result
 from a2rl.store.sweepdir import SweepDir
 from conftest import REPO, a2rl, slurm_available, until, write_sweep
 
@@ -248,6 +248,7 @@ def test_grader_and_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_
     for r in sweep.runs():
         result = result_with_all_scores(sweep, r.run_id)
         assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0]
+        assert load_result(sweep, r.run_id).scores == result.scores  # signed: it verifies (None otherwise)
         assert sweep.status(r.run_id).attempt == 1
     assert len(graded_once(sweep)) == 6
     retaken = sweep.ledger.get(cut_off)
@@ -323,8 +324,9 @@ def test_the_shared_file_system_full_for_half_a_minute_loses_nothing(tmp_path):
             (grader,) = json.loads((sweep.graders / "jobs.json").read_text())["job_ids"]  # it did not die
             assert {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()} == jobs
             for r in sweep.runs():
-                result = result_with_all_scores(sweep, r.run_id)  # signed: it verifies
+                result = result_with_all_scores(sweep, r.run_id)
                 assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0], result
+                assert load_result(sweep, r.run_id).scores == result.scores  # signed: it verifies (None otherwise)
             assert [e.status for e in graded_once(sweep)] == ["scored"] * 6
             for path in sd.rglob("*.json"):
                 json.loads(path.read_text())  # whole, every one
