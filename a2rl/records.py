@@ -7,18 +7,22 @@ instead of guessing. Writes go to a temp file in the same directory and are rena
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Callable, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 R = TypeVar("R", bound="Record")
+T = TypeVar("T")
+log = logging.getLogger("a2rl.records")
 
 
 class RecordError(Exception):
@@ -174,3 +178,56 @@ def sha256_file(path: Path) -> str:
 
 def now() -> float:
     return time.time()
+
+
+class StorageFull(OSError):
+    """The sweep directory's file system stayed full (or over quota) longer than a writer waits for room."""
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether `e` (or what it was raised from) says the file system has no space or quota left: the
+    infrastructure's trouble, waited out and retried, never a submission's fault."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+FULL_RETRY_S = 5.0  # a full shared file system is freed by someone else: check for room this often
+
+
+def while_full(
+    write: Callable[[], T],
+    what: str,
+    give_up_s: float = 3600.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """`write()`, again every FULL_RETRY_S while it fails for lack of space (each write is atomic or redone
+    from the start, so a retry never finds half of an earlier try); a warning line when it starts waiting and
+    one a minute after that. StorageFull after `give_up_s`."""
+    started = warned = None
+    while True:
+        try:
+            result = write()
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            t = clock()
+            started = t if started is None else started
+            if t - started >= give_up_s:
+                raise StorageFull(
+                    e.errno, f"{what}: the file system stayed full for {give_up_s:g} s ({e.strerror})"
+                ) from None
+            if warned is None or t - warned >= 60:
+                log.warning(
+                    "%s: no space left on the file system (%s); retrying every %g s", what, e.strerror, FULL_RETRY_S
+                )
+                warned = t
+            sleep(FULL_RETRY_S)
+            continue
+        if started is not None:
+            log.info("%s: written after waiting %.0f s for space", what, clock() - started)
+        return result

@@ -1,8 +1,8 @@
 """Against the real two-node cluster (tools/slurm/up.sh --nodes 2; tools/test.sh starts it): each node a slurmd
 in its own network namespace with its own hostname and node-local TMPDIR, the sweep directory shared. A run
-requeued onto the other node, and the sweep's infrastructure failing under it (chaos): a run's job killed; the
---wait follower killed, slurmctld restarted and a node's slurmd stopped for a minute, in one sweep (to keep
-the suite's time)."""
+requeued onto the other node, and the sweep's infrastructure failing under it (chaos): a run's job killed; a
+grader job killed mid-evaluation, the --wait follower killed, slurmctld restarted and a node's slurmd stopped
+for a minute, in one sweep (to keep the suite's time)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.store.results import RunResult
+from a2rl.store.queue import Lease
+from a2rl.store.results import RunResult, load_result
 from a2rl.store.sweepdir import SweepDir
 from conftest import REPO, a2rl, slurm_available, until, write_sweep
 
@@ -186,27 +187,50 @@ def node_sh(action: str, node: str) -> None:
     subprocess.run(["bash", str(REPO / "tools/slurm/node.sh"), action, node], check=True, timeout=60, env=DAEMON_ENV)
 
 
+def kill_grader_mid_evaluation(sweep: SweepDir, hold: Path) -> tuple[str, str]:
+    """kill -9 of the grader job that is evaluating a submission: with `hold` present the echo evaluator marks
+    that it started (`hold`.PID) and never returns (tests/fixtures/tasks/echo/evaluator.py); `hold` goes at
+    once, so the other grader's evaluations run on. Returns the killed holder and the submission it leased."""
+    hold.write_text("")
+    started = until(lambda: list(hold.parent.glob(f"{hold.name}.*")), 120, "a grader mid-evaluation")
+    hold.unlink()
+    (pid,) = (int(p.suffix[1:]) for p in started)
+    (lease,) = (
+        lease
+        for f in (sweep.root / "queue" / "leases").glob("*.json")
+        if (lease := Lease.load(f)).holder.endswith(f":{pid}") and lease.expires_at > 0
+    )
+    env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+    kill_job(env["SLURM_JOB_ID"])
+    return lease.holder, lease.submission_id
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="restarts slurmctld and a slurmd: needs root")
-def test_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_minute_lose_nothing(tmp_path, sd):
-    """One sweep through three infrastructure failures, in turn: the --wait follower killed (-9), slurmctld
-    restarted, the slurmd of a node with a run on it stopped for a minute (the run ends meanwhile). A
-    relaunch follows again without submitting anything; the runs finish in their first jobs, every
-    submission graded once."""
+def test_grader_and_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_minute_lose_nothing(tmp_path, sd):
+    """One sweep of two graders through four infrastructure failures, in turn: one grader job killed (-9) in the
+    middle of an evaluation, the --wait follower killed (-9), slurmctld restarted, the slurmd of a node with a
+    run on it stopped for a minute (the run ends meanwhile). The other grader takes the dead one's lease once it
+    expires (lease_s) and grades that submission; a relaunch follows again without submitting any run; the runs
+    finish in their first jobs, every submission graded once. (Two graders: the one left takes over; a dead
+    last grader is the relaunch's to replace.)"""
     spec = write_sweep(
         tmp_path,
         agents=[{"name": "submitter", "args": {"count": 3, "delay": 10}}],
         seeds=[0, 1],
         resources={"mem_gb": 1},
-        **SLURM,
+        **{**SLURM, "grader": {**SLURM["grader"], "workers": 2}},
     )
+    hold = tmp_path / "hold"  # the graders inherit the follower's environment (sbatch --export=ALL)
     follower = subprocess.Popen(
         [sys.executable, "-m", "a2rl", "launch", str(spec), "--sweep-dir", str(sd), "--wait"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=REPO,
+        env={**os.environ, "A2RL_TEST_HOLD_GRADING": str(hold)},
     )
     sweep = SweepDir(sd)
     until(lambda: sd.is_dir() and sweep.ledger.all_entries(), 180, "a first score")
+    dead, cut_off = kill_grader_mid_evaluation(sweep, hold)
     follower.send_signal(signal.SIGKILL)
     follower.wait(timeout=30)
     jobs = {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()}
@@ -224,5 +248,94 @@ def test_follower_killed_slurmctld_restarted_and_a_slurmd_down_for_a_minute_lose
     for r in sweep.runs():
         result = result_with_all_scores(sweep, r.run_id)
         assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0]
+        assert load_result(sweep, r.run_id).scores == result.scores  # signed: it verifies (None otherwise)
         assert sweep.status(r.run_id).attempt == 1
     assert len(graded_once(sweep)) == 6
+    retaken = sweep.ledger.get(cut_off)
+    assert retaken.status == "scored" and retaken.attempt == 2 and retaken.grader != dead
+
+
+@contextlib.contextmanager
+def small_file_system(where: Path, size_mb: int):
+    """A tmpfs of `size_mb` at `where`: the nodes' slurmds live in their own network namespaces but share this
+    mount namespace (tools/slurm/node.sh), so both nodes see it as the shared file system."""
+    where.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"cannot mount a small tmpfs for the sweep directory: {e.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True, timeout=60)
+
+
+def fill(fs: Path) -> Path:
+    """A ballast file that takes every free byte of `fs`."""
+    ballast = fs / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        for chunk in (1 << 16, 512):  # then the last partial pages
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+    return ballast
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the sweep directory: needs root")
+def test_the_shared_file_system_full_for_half_a_minute_loses_nothing(tmp_path):
+    """The sweep directory's file system (a 64 MB tmpfs both nodes see) fills up mid-sweep for 25 s, then has
+    room again: the writes that met it waited for room and were done then (records.while_full), so the sweep
+    ends as an undisturbed one does: every run ok with its three scores, every submission graded once, every
+    record whole, no temporary file left, and the logs say it in a line, not a traceback."""
+    with small_file_system(tmp_path / "fs", 64) as fs:
+        sd, out = fs / "sd", tmp_path / "follower.out"
+        spec = write_sweep(
+            tmp_path,
+            agents=[{"name": "submitter", "args": {"count": 3, "delay": 10}}],
+            seeds=[0, 1],
+            resources={"mem_gb": 1},
+            **SLURM,
+        )
+        with open(out, "w") as f:  # the user follows the sweep with --wait throughout
+            follower = subprocess.Popen(
+                [sys.executable, "-m", "a2rl", "launch", str(spec), "--sweep-dir", str(sd), "--wait"],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        try:
+            sweep = SweepDir(sd)
+            until(lambda: sd.is_dir() and sweep.ledger.all_entries(), 180, "a first score")
+            jobs = {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()}
+            ballast = fill(fs)
+            time.sleep(25)
+            ballast.unlink()
+            assert follower.wait(timeout=600) == 0, out.read_text()
+            assert "Traceback" not in out.read_text(), out.read_text()
+            (grader,) = json.loads((sweep.graders / "jobs.json").read_text())["job_ids"]  # it did not die
+            assert {r.run_id: sweep.status(r.run_id).job_id for r in sweep.runs()} == jobs
+            for r in sweep.runs():
+                result = result_with_all_scores(sweep, r.run_id)
+                assert result.status == "ok" and result.scores == [10.0, 20.0, 30.0], result
+                assert load_result(sweep, r.run_id).scores == result.scores  # signed: it verifies (None otherwise)
+            assert [e.status for e in graded_once(sweep)] == ["scored"] * 6
+            for path in sd.rglob("*.json"):
+                json.loads(path.read_text())  # whole, every one
+            assert not [p for p in sd.rglob("*") if p.name.endswith((".tmp", ".partial")) or ".blob." in p.name]
+            logs = "".join(p.read_text(errors="replace") for p in (sd / "jobs").rglob("*.err"))
+            assert "for space" in logs, logs  # a write met the full file system, waited, and was done
+            assert "Traceback" not in logs, logs
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+            if sd.is_dir():
+                a2rl("cancel", str(sd), timeout=300)

@@ -34,7 +34,7 @@ from a2rl.store.baselines import BaselineRecord, ensure_baseline
 from a2rl.errors import InfraError
 from a2rl.store.ledger import LedgerEntry
 from a2rl.weights import weights_hash
-from a2rl.records import now
+from a2rl.records import disk_full, now, while_full
 from a2rl.store.results import FinishedRuns, ResultHook, no_hook, refresh_result
 from a2rl.store.queue import Claim, holder_id
 from a2rl.store.sweepdir import HEARTBEAT_S, GraderBeat, SweepDir
@@ -213,7 +213,10 @@ class GradingDaemon:
                 # the lock only when there is something to claim: an idle grader lists pending/ and no more
                 try:
                     claim = (
-                        self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has)
+                        while_full(
+                            lambda: self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has),
+                            "claiming a submission",
+                        )
                         if self.queue.pending_ids()
                         else None
                     )
@@ -303,7 +306,12 @@ class GradingDaemon:
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            self._beat()
+            try:
+                self._beat()
+            except OSError as e:  # no room for it now: the next one tells the others this grader lives
+                if not disk_full(e):
+                    raise
+                log.warning("heartbeat not written: %s", e.strerror)
 
     def _beat(self) -> None:
         GraderBeat(
@@ -411,7 +419,7 @@ class GradingDaemon:
                 result = self._score(entry.artifact, run.model.name, task, fields, t0)
         except InfraError as e:
             log.error("cannot grade %s now (%s); retrying in %.0f s", entry.submission_id, e, INFRA_RETRY_S)
-            self.queue.release(entry.submission_id, self.holder)
+            while_full(lambda: self.queue.release(entry.submission_id, self.holder), f"releasing {entry.submission_id}")
             self._note = f"infrastructure error: {e}"
             self._stop.wait(INFRA_RETRY_S)
             return None
@@ -419,7 +427,8 @@ class GradingDaemon:
             renewing.set()
             renewer.join()
             self._state = "idle"
-        if self.ledger.record(result):
+        # a full file system: the score waits for room (its lease may expire meanwhile: the first record wins)
+        if while_full(lambda: self.ledger.record(result), f"recording the score of {entry.submission_id}"):
             self.graded += 1
             self.refresh(entry.run_id)
             log.info(
@@ -433,6 +442,9 @@ class GradingDaemon:
             self.queue.finish(entry.submission_id)
         except Timeout as e:  # recorded: the next claim retires it
             self._held(e)
+        except OSError as e:  # no room to move it to done/: recorded, the next claim retires it
+            if not disk_full(e):
+                raise
         # under `feedback: split` every frozen copy waits for the run's final scoring (`score_final` deletes them)
         if entry.artifact and not self.settings.keep_artifacts and fields["part"] != "feedback":
             try:
@@ -444,7 +456,7 @@ class GradingDaemon:
     def refresh(self, run_id: str) -> None:
         """Fold what was graded after the run's result was written (by its job, or by reaping a lost run) into it."""
         try:
-            refreshed = refresh_result(self.sweep, run_id)
+            refreshed = while_full(lambda: refresh_result(self.sweep, run_id), f"updating the result of {run_id}")
         except Timeout as e:  # the next score of the run folds this one in too
             self._held(e)
             return
@@ -527,6 +539,8 @@ class GradingDaemon:
         except InfraError:
             raise
         except Exception as e:  # the submission's fault (unloadable weights...): invalid, not a crash
+            if disk_full(e):  # the grader's file system, not the submission
+                raise InfraError(f"no space left to evaluate it: {e}") from e
             return LedgerEntry(
                 **fields,
                 graded_at=now(),
@@ -607,11 +621,17 @@ class GradingDaemon:
             self._stop.wait(INFRA_RETRY_S)
             return None
         except Exception as e:  # its weights are gone or do not load: the run has no final score, and says why
+            if disk_full(e):
+                log.error(
+                    "cannot score the final part of %s now (no space: %s); retrying in %.0f s", run_id, e, INFRA_RETRY_S
+                )
+                self._stop.wait(INFRA_RETRY_S)
+                return None
             update = dict(status="invalid", score=None, error=f"final part not scored: {type(e).__name__}: {e}")
         finally:
             self._state = "idle"
         final = pick.model_copy(update={**fields, **update, "graded_at": now(), "eval_seconds": now() - t0})
-        if self.ledger.record_final(final):
+        if while_full(lambda: self.ledger.record_final(final), f"recording the final part of {run_id}"):
             log.info("final part of %s (%s, %s): %s", run_id, pick.submission_id, rule, final.score)
         self._final_settled.add(run_id)
         if not self.settings.keep_artifacts:  # before the result shows the final: then nothing is left to do
@@ -643,6 +663,11 @@ class GradingDaemon:
                 renewed = self.queue.renew(sid, self.holder, self.settings.lease_s)
             except Timeout as e:  # try again next time; the lease outlives a few missed renewals
                 self._held(e)
+                continue
+            except OSError as e:
+                if not disk_full(e):
+                    raise
+                log.warning("lease on %s not renewed: %s", sid, e.strerror)
                 continue
             if not renewed:
                 log.warning("lost the lease on %s; another grader may grade it too (first result wins)", sid)

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 from pydantic import BaseModel
 
 from a2rl.recording import nofollow
-from a2rl.records import Record, atomic_write_text, now
+from a2rl.records import Record, atomic_write_text, disk_full, now
 from a2rl.spec.sweep import RecordingSettings
 
 MB = 1 << 20
@@ -126,7 +126,9 @@ def collect(
                     total += size
             except Skip as e:
                 skip(rel, size, str(e))
-            except OSError as e:  # changed by the agent meanwhile
+            except OSError as e:  # changed by the agent meanwhile; a full sweep file system is not the file's fault
+                if disk_full(e):
+                    raise
                 skip(rel, size, f"changed while read ({e.strerror})")
             finally:
                 os.close(fd)
@@ -141,8 +143,12 @@ def _store_blob(sweep_root: Path, data: bytes) -> str:
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".blob.")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            os.unlink(tmp)
+            raise
         os.replace(tmp, dest)  # same content under the same name: a concurrent writer's copy is as good
     return sha
 

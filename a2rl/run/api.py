@@ -21,6 +21,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from a2rl.httpjson import BadRequest, JSONRequestHandler, running
+from a2rl.records import StorageFull
 from a2rl.run.artifacts import MalformedPath
 from a2rl.run.budget import Budget, BudgetExhausted, WaitInFlight
 from a2rl.run.submit import RunSubmitter
@@ -90,6 +91,8 @@ class GradingAPI:
                     raise BadRequest(403, str(e)) from None
                 except WaitInFlight as e:
                     raise BadRequest(429, str(e)) from None
+                except StorageFull as e:  # waited an hour for room: nothing enqueued, the agent may try again
+                    raise BadRequest(503, f"{e.strerror}; nothing was submitted, try again later") from None
                 api.on_submit(result)
                 self.send_json(200, result)
 

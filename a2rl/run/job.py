@@ -42,7 +42,7 @@ from a2rl.spec.clusters import SIGNAL_DELAY_S
 from a2rl.spec.generation import get_preset
 from a2rl.recording.archive import archive_workspace
 from a2rl.recording.transcripts import cli_failure, parse_usage, transcript_files
-from a2rl.records import atomic_write_text, now
+from a2rl.records import atomic_write_text, disk_full, now, while_full
 from a2rl.run.environment import job_identity, record_environment
 from a2rl.store.results import AgentUsage, ResultHook, RunResult, load_result, no_hook, refresh_result, write_result
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
@@ -88,7 +88,9 @@ class AgentRun:
 
     # ---------------------------------------------------------------- status
     def beat(self) -> None:
-        RunStatus(
+        """The run's status now; on a full file system it waits for room (a stale heartbeat is only a late one:
+        the follower judges a run by its job, not its heartbeat's age)."""
+        status = RunStatus(
             run_id=self.run.run_id,
             state=self.state,
             job_id=self.job_id,
@@ -99,7 +101,8 @@ class AgentRun:
             agent_seconds=self.agent_seconds(),
             uncharged_seconds=self.uncharged_seconds(),
             setup_seconds=self.setup_by_attempt(),
-        ).dump(self.dir / "status.json")
+        )
+        while_full(lambda: status.dump(self.dir / "status.json"), f"{self.run.run_id}: its status")
 
     def agent_seconds(self) -> float:
         return self.budget.used() if self.budget is not None else self.used_before
@@ -116,8 +119,13 @@ class AgentRun:
             self.beat()
 
     def _log(self, msg: str) -> None:
-        with open(self.dir / "agent.log", "a", errors="backslashreplace") as f:  # any file name the agent chose
-            f.write(f"[a2rl {time.strftime('%H:%M:%S')}] {msg}\n")
+        try:
+            with open(self.dir / "agent.log", "a", errors="backslashreplace") as f:  # any file name the agent chose
+                f.write(f"[a2rl {time.strftime('%H:%M:%S')}] {msg}\n")
+        except OSError as e:  # the job's own log has it then
+            if not disk_full(e):
+                raise
+            log.warning("not in agent.log (%s): %s", e.strerror, msg)
 
     # ---------------------------------------------------------------- signals
     def install_signal_handlers(self) -> None:
@@ -166,7 +174,7 @@ class AgentRun:
         )
         if why != "graded":
             self._log(f"stopped waiting for scores ({why}); the grader adds them to the result when they land")
-        if (refreshed := refresh_result(self.sweep, run_id)) is not None:
+        if (refreshed := while_full(lambda: refresh_result(self.sweep, run_id), f"{run_id}: its result")) is not None:
             result = refreshed
             self.on_result(self.sweep, run_id, result)
         self._last_beat(beater, "finished")
@@ -336,8 +344,11 @@ class AgentRun:
         cap_mb = self.sweep.spec.recording.resume_max_mb
         try:
             copied, skipped = save_for_resume(Workspace(ws), self.sweep.resume_dir(self.run.run_id), cap_mb * 2**20)
-        except Exception:
-            log.exception("saving the workspace of %s for resuming failed", self.run.run_id)
+        except Exception as e:
+            if disk_full(e):
+                log.error("the workspace of %s was not saved for resuming: %s", self.run.run_id, e)
+            else:
+                log.exception("saving the workspace of %s for resuming failed", self.run.run_id)
             return
         self._log(
             f"workspace saved for resuming: {copied / 2**20:.1f} MiB of code/, output/ and home/"
@@ -361,8 +372,11 @@ class AgentRun:
                 f"workspace archived to {self.dir / 'workspace'}: {len(archive.files)} files, "
                 f"{archive.total_bytes / 2**20:.1f} MiB ({len(archive.skipped)} skipped, see manifest.json)"
             )
-        except Exception:
-            log.exception("archiving the workspace of %s failed", self.run.run_id)
+        except Exception as e:
+            if disk_full(e):
+                self._log(f"workspace not archived: {e}")
+            else:
+                log.exception("archiving the workspace of %s failed", self.run.run_id)
 
     def _connect_local_driver(self, name: str, stack: AgentStack) -> tuple[str, dict[str, str], list[tuple[str, int]]]:
         """Wait for the sweep's server of this driver (set-up, before the budget starts); the driver string, the
@@ -485,20 +499,23 @@ class AgentRun:
                 self.stack.transcript, self.stack.cli_name, self._log_text(), usage, status=status, exit_code=exit_code
             )
         setup = self.setup_by_attempt()
-        return write_result(
-            self.sweep,
-            self.run.run_id,
-            status=status,
-            failure_reason=reason,
-            agent_exit_code=exit_code,
-            agent_seconds=self.agent_seconds(),
-            started_at=self.started_at,
-            ended_at=now(),
-            usage=usage,
-            setup_seconds=round(sum(setup), 3),
-            uncharged_seconds=round(self.uncharged_seconds(), 1),
-            setup_seconds_by_attempt=setup,
-            **self.recorded,
+        return while_full(
+            lambda: write_result(
+                self.sweep,
+                self.run.run_id,
+                status=status,
+                failure_reason=reason,
+                agent_exit_code=exit_code,
+                agent_seconds=self.agent_seconds(),
+                started_at=self.started_at,
+                ended_at=now(),
+                usage=usage,
+                setup_seconds=round(sum(setup), 3),
+                uncharged_seconds=round(self.uncharged_seconds(), 1),
+                setup_seconds_by_attempt=setup,
+                **self.recorded,
+            ),
+            f"{self.run.run_id}: its result",
         )
 
 

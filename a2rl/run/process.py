@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from a2rl.records import disk_full
+
 MARKER = "A2RL_RUN_TOKEN"
 
 
@@ -47,6 +49,7 @@ class AgentProcess:
         self.log = open(log, "ab", buffering=0)
         self.log_left = None if log_cap is None else max(0, log_cap - self.log.tell())
         self.log_cut = False
+        self.log_dropped = 0  # bytes not written for lack of space, noted in the log once there is room
 
         def child() -> None:
             _ignore_time_limit_signal()
@@ -69,15 +72,29 @@ class AgentProcess:
         assert self.proc.stdout is not None
         while chunk := self.proc.stdout.read1(65536):
             if self.log_left is None or len(chunk) <= self.log_left:
-                self.log.write(chunk)
+                self._write(chunk)
                 self.log_left = None if self.log_left is None else self.log_left - len(chunk)
             elif not self.log_cut:  # past the cap: a marker once, then keep draining so the agent never blocks
-                self.log.write(
+                self._write(
                     chunk[: self.log_left]
                     + f"\n[a2rl] agent.log cut here: the agent's output passed "
                     f"limits.agent_log_mb ({cap} bytes); the rest is dropped\n".encode()
                 )
                 self.log_left, self.log_cut = 0, True
+
+    def _write(self, data: bytes) -> None:
+        """To the log; on a full file system the output is dropped (and counted), never the copy stopped: an
+        agent whose pipe is no longer drained blocks on its next print."""
+        try:
+            if self.log_dropped:
+                note = f"\n[a2rl] {self.log_dropped} bytes of the agent's output dropped here: no space left\n"
+                self.log.write(note.encode())
+                self.log_dropped = 0
+            self.log_dropped += len(data) - (self.log.write(data) or 0)
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            self.log_dropped += len(data)
 
     def _close_log(self) -> None:
         self._copier.join(timeout=5.0)  # a stray of an unsandboxed agent may hold the pipe: do not wait on it

@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from a2rl.records import disk_full
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.run.budget import Budget
 from a2rl.run.artifacts import (
@@ -121,6 +122,8 @@ class RunSubmitter:
             )
             return None
         except Exception as e:
+            if disk_full(e):  # the queue waits for room and records it then
+                raise
             log.exception("code snapshot for %s failed", sid)
             return f"code snapshot failed: {type(e).__name__}: {e}"
 

@@ -28,7 +28,7 @@ from typing import Callable
 
 from filelock import FileLock
 
-from a2rl.records import Record, RecordError, atomic_write_text, now
+from a2rl.records import Record, RecordError, StorageFull, atomic_write_text, now, while_full
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.queue")
@@ -92,18 +92,20 @@ class SubmissionQueue:
         """Enqueue a submission. `artifact_for(submission_id)` freezes the artifact (outside the lock) and
         returns its path, then `record(submission_id, seq)` records the code behind it and returns why it
         could not (kept in the entry, so a missing record is never silent); the entry becomes visible to
-        graders only after both. `at_submit`: the run's budget_used_s, tokens and cost_usd at this moment."""
-        with self._lock:
-            seq = self.count(run_id) + 1
-            atomic_write_text(self.seq / run_id, str(seq))
+        graders only after both. `at_submit`: the run's budget_used_s, tokens and cost_usd at this moment.
+        A full file system is waited out at each step (records.while_full: the same submission id throughout,
+        nothing enqueued until the entry is written); StorageFull when it stays full."""
+        seq = while_full(lambda: self._next_seq(run_id), f"{run_id}: numbering a submission")
         sid = f"{run_id}.{seq:04d}"
         artifact = None
         if error is None:
             try:
-                artifact = artifact_for(sid)
+                artifact = while_full(lambda: artifact_for(sid), f"{sid}: copying the model into the sweep")
+            except StorageFull:
+                raise
             except Exception as e:  # a failed snapshot is the agent's invalid submission, not our crash
                 error = f"could not snapshot the model directory: {e}"
-        snapshot_error = record(sid, seq)
+        snapshot_error = while_full(lambda: record(sid, seq), f"{sid}: recording its code")
         entry = QueueEntry(
             submission_id=sid,
             run_id=run_id,
@@ -115,8 +117,15 @@ class SubmissionQueue:
             snapshot_error=snapshot_error,
             **at_submit,
         ).sign(self.key)
-        entry.dump(self.pending / f"{sid}.json")  # atomic rename: graders never see half an entry
+        # atomic rename: graders never see half an entry
+        while_full(lambda: entry.dump(self.pending / f"{sid}.json"), f"{sid}: enqueueing")
         return entry
+
+    def _next_seq(self, run_id: str) -> int:
+        with self._lock:
+            seq = self.count(run_id) + 1
+            atomic_write_text(self.seq / run_id, str(seq))
+            return seq
 
     def claim(self, holder: str, lease_s: float, is_recorded: Callable[[str], bool]) -> Claim | None:
         """The oldest pending entry that is neither recorded nor under a live lease, now leased to `holder`."""
