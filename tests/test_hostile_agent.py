@@ -79,7 +79,8 @@ def hostile_sweep(tmp_path: Path, *launch_args: str, **fields) -> tuple[SweepDir
         "tag": tag,
     }
     fields = {"limits": LIMITS, "recording": RECORDING, **fields}
-    path = write_sweep(tmp_path, agents=[{"name": "hostile", "args": args}, "saver"], budget=60, **fields)
+    # the hostile run is stopped for its workspace ~25 s in (2 busy cores); the saver runs to the budget's end
+    path = write_sweep(tmp_path, agents=[{"name": "hostile", "args": args}, "saver"], budget=45, **fields)
     env = {**os.environ, "HOME": str(home), "A2RL_TEST_SECRET": "launcher-secret"}
     proc = subprocess.run(
         [sys.executable, "-m", "a2rl", "launch", str(path), "--sweep-dir", str(sd), "--wait", *launch_args],

@@ -30,12 +30,13 @@ def openhands_sweep(tmp_path_factory):
     server_model = ModelPerDriver({"gpt-5.4": ScriptedModel(plan), "gpt-4o": ScriptedModel(PLAN_WRAP_UP)})
     with pytest.MonkeyPatch.context() as mp, scripted_server([], model=server_model) as (url, _, _):
         key = use_real_cli(mp, "openhands", "LLM_BASE_URL", url + "/v1")
-        # the grader's idle limit is far shorter than the runs: it must stay while they are at work, so the
-        # auto-submission finds it
+        # the wrap-up run reaches its wait ~20 s in (full suite, 2 busy cores); the signal comes 4 s (5%) before
+        # the end. The grader's idle limit is far shorter than the runs: it must stay while they are at work, so
+        # the auto-submission finds it
         sweep = launch(
             tmp_path_factory.mktemp("openhands"),
             network="full",
-            budget=150,
+            budget=80,
             agents=[
                 {"name": "openhands", "drivers": ["openai/gpt-5.4"]},
                 {"name": "openhands", "label": "openhands-wrap-up", "drivers": ["openai/gpt-4o"]},

@@ -29,12 +29,13 @@ def rdagent_sweep(tmp_path_factory):
     server_model = ModelPerDriver({"gpt-5.4": RDAgentModel(), "gpt-4o": RDAgentModel(WRAP_UP_THEN_HANG)})
     with pytest.MonkeyPatch.context() as mp, scripted_server([], model=server_model) as (url, _, _):
         key = use_real_cli(mp, "rdagent", "OPENAI_API_BASE", url + "/v1")
-        # the grader's idle limit is far shorter than the runs: it must stay while they are at work, so the
-        # auto-submission finds it
+        # the wrap-up run's second loop reaches its wait 21-48 s in (2 busy cores, load 1-3); the signal comes
+        # 5 s (5%) before the end. The grader's idle limit is far shorter than the runs: it must stay while they are
+        # at work, so the auto-submission finds it
         sweep = launch(
             tmp_path_factory.mktemp("rdagent"),
             network="full",
-            budget=120,
+            budget=100,
             agents=[
                 {"name": "rdagent", "args": {"loop_n": 1}, "drivers": ["openai/gpt-5.4"]},
                 {"name": "rdagent", "label": "rdagent-wrap-up", "drivers": ["openai/gpt-4o"]},
