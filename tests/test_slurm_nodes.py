@@ -86,9 +86,9 @@ def sd(tmp_path):
 
 
 def test_requeue_moves_a_run_to_the_other_node_with_its_workspace_and_budget(tmp_path, sd):
-    """The saver submits v0 and saves v1 on node A. A drained and the job requeued, it restarts on node B, whose
-    scratch lacks the workspace: restored from resume/, v0 is not submitted again, the budget (used and
-    uncharged time) continues, and v1 is auto-submitted at its end."""
+    """The saver submits v0 and saves v1 on node A. A drained and the job requeued (Slurm's restart count 1), it
+    restarts on node B, whose scratch lacks the workspace: restored from resume/, v0 is not submitted again, the
+    budget (used and uncharged time) continues, and v1 is auto-submitted at its end."""
     spec = write_sweep(tmp_path, agents=["saver"], budget=40, resources={"mem_gb": 1}, **SLURM)
     a2rl("launch", str(spec), "--sweep-dir", str(sd), check=True)
     sweep = SweepDir(sd)
@@ -109,6 +109,7 @@ def test_requeue_moves_a_run_to_the_other_node_with_its_workspace_and_budget(tmp
         scontrol("update", f"nodename={first.host}", "state=resume")
     second = json.loads((sweep.run_dir(run.run_id) / "env-2.json").read_text())
     assert first.host in nodes() and second["host"] in nodes() and second["host"] != first.host
+    assert second["slurm"]["SLURM_RESTART_COUNT"] == "1"
     assert sweep.status(run.run_id).attempt == 2
     assert "workspace restored from" in log.read_text()  # the other node's scratch did not have it
     assert stopped.uncharged_seconds > 0  # attempt 1 waited for v0's score
@@ -116,6 +117,11 @@ def test_requeue_moves_a_run_to_the_other_node_with_its_workspace_and_budget(tmp
     assert result.uncharged_seconds >= round(stopped.uncharged_seconds, 1)  # carried, not restarted
     assert [(e.seq, e.score) for e in graded_once(sweep)] == [(1, 10.0), (2, 25.0)]  # v0 once, v1 auto
     assert not sweep.resume_dir(run.run_id).exists()
+    left = [
+        int(n)
+        for n in re.findall(r"^\[a2rl [\d:]+\] attempt \d .*\(budget left (\d+) s of 40 s\)$", log.read_text(), re.M)
+    ]
+    assert len(left) == 2 and left[1] < left[0]  # the clock resumed from what attempt 1 used, it did not restart
 
 
 def kill_job(job_id: str) -> None:
