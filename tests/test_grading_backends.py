@@ -120,6 +120,7 @@ def test_vllm_engine_reused_for_same_architecture_new_for_another(tmp_path, tiny
         "tensor_parallel_size": 2,
         "gpu_memory_utilization": 0.85,
         "max_model_len": 4096,
+        "enforce_eager": False,
         "dtype": "bfloat16",
         "trust_remote_code": False,
         "seed": 0,
@@ -140,6 +141,20 @@ def test_vllm_engine_reused_for_same_architecture_new_for_another(tmp_path, tiny
     assert len(recording_vllm) == 2 and recording_vllm[1].kwargs["model"] == str(other)
     assert (engine.starts, engine.reloads) == (2, 1) and engine.last == "started"
     assert recording_vllm[0].calls[-1] == ("shutdown",)  # the old engine shut down before the new one
+
+
+def test_grader_enforce_eager_reaches_vllm_and_the_grading_key_only_when_set(tiny_model, recording_vllm, monkeypatch):
+    from a2rl.llm import backends
+    from a2rl.llm.backends import resolve_settings
+    from a2rl.spec.sweep import GraderSettings
+
+    monkeypatch.setattr(backends, "vllm_installed", lambda: True)
+    plain = resolve_settings(GraderSettings(backend="vllm"))
+    eager = resolve_settings(GraderSettings(backend="vllm", enforce_eager=True))
+    assert "enforce_eager" not in plain.record()  # grading keys from before the option stay valid
+    assert eager.record() == {**plain.record(), "enforce_eager": True}
+    Engine(eager).get(tiny_model, tiny_model, get_preset())
+    assert recording_vllm[0].kwargs["enforce_eager"] is True
 
 
 def test_vllm_engine_new_for_another_dtype_tokenizer_or_preset(tmp_path, tiny_model, recording_vllm):

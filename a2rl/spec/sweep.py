@@ -98,6 +98,9 @@ class GraderSettings(_Strict):
     backend: Literal["auto", "transformers", "vllm"] = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # the share of each GPU vLLM may take
     max_model_len: int | None = Field(None, ge=1)  # vLLM's context length; default: the model's
+    # vLLM without torch.compile or CUDA graphs: an engine starts in seconds, not a minute or more, and generates
+    # slower (worth it where engines start often or held-out sets are small, e.g. on the CPU)
+    enforce_eager: bool = False
     # the grader job's interpreter; default: with backend vllm the vLLM environment (vllm_python), else the launcher's
     python: str | None = None
     lease_s: float = Field(120, gt=0)  # a claim not renewed for this long is graded again
