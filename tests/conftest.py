@@ -101,6 +101,15 @@ def tiny_model() -> Path:
     return resolve_model("builtin:tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def hello_model(tiny_model, tmp_path_factory) -> Path:
+    """The tiny model trained to say HELLO (tests/test_local_driver_protocols.py): trained once for the session,
+    served read-only by the local driver (transformers) and by `vllm serve` (tests/test_vllm_real.py)."""
+    from test_local_driver_protocols import HELLO, tuned_model
+
+    return tuned_model(tiny_model, HELLO, tmp_path_factory.mktemp("talking"), steps=40)
+
+
 # The demo sweep's reference agent on a shorter schedule (configs/sweeps/demo.yaml's grid, task, model, machinery):
 # enough to beat the untrained model's 0 on arith on every seed (tests/test_offline_levels.py trains as long)
 DEMO_SHORT = {"sft_steps": 150, "grpo_steps": 4}

@@ -277,11 +277,10 @@ HELLO = "Hello from the tiny model."
 
 
 @pytest.fixture(scope="module")
-def talking_driver(tiny_model, tmp_path_factory) -> Iterator[str]:
+def talking_driver(hello_model) -> Iterator[str]:
     """The local driver server, shared by the CLIs' turns, serving the tiny model trained to say HELLO (the
     untrained one writes only newlines, which Gemini CLI refuses as an empty response)."""
-    model = tuned_model(tiny_model, HELLO, tmp_path_factory.mktemp("talking"), steps=40)
-    with serve_local_model(model, api_key="k", model_id="tiny", fit_prompt=True, max_output=16) as url:
+    with serve_local_model(hello_model, api_key="k", model_id="tiny", fit_prompt=True, max_output=16) as url:
         yield url
 
 

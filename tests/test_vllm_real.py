@@ -251,17 +251,15 @@ def test_the_judge_path_ran_on_the_vllm_engine(graded):
 
 
 @pytest.fixture(scope="module")
-def vllm_driver(tiny_model, tmp_path_factory):
+def vllm_driver(hello_model, tmp_path_factory):
     """`vllm serve` (vLLM's OpenAI-compatible server, the CPU build, in the vLLM environment) behind our protocol
     server, as a `backend: vllm` local driver's job runs them, serving the tiny model trained to say HELLO."""
     from a2rl.drivers.server import _serve
     from a2rl.spec.sweep import LocalDriver
-    from test_local_driver_protocols import HELLO, tuned_model
 
     python = require_vllm()
-    model = tuned_model(tiny_model, HELLO, tmp_path_factory.mktemp("talking"), steps=40)
     spec = LocalDriver(
-        model=str(model),
+        model=str(hello_model),
         backend="vllm",
         python=str(python),
         args={"max_model_len": 512, "enforce_eager": True},  # no torch.compile: starts a minute sooner here
@@ -271,7 +269,7 @@ def vllm_driver(tiny_model, tmp_path_factory):
     saved = dict(os.environ)
     os.environ.update(VLLM_CPU_KVCACHE_SPACE=vllm_env()["VLLM_CPU_KVCACHE_SPACE"])
     try:
-        with _serve(spec, model, "tiny", "k", "127.0.0.1", log) as port:
+        with _serve(spec, hello_model, "tiny", "k", "127.0.0.1", log) as port:
             yield f"http://127.0.0.1:{port}/v1", log
     finally:
         os.environ.clear()
