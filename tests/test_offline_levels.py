@@ -50,6 +50,9 @@ def test_offline_tasks_of_every_level_in_one_sweep(tmp_path):
     assert results["arith", "pipeline"].best > results["arith", "pipeline"].baseline
     tw = results["textworld", "pipeline"]
     assert tw.baseline == 0.0 and tw.best > 0.0, tw  # held-out games won after training, none before
+    # the interactive route: SFT on the expert trajectories, then GRPO on its own rollouts in the real games
+    log = (sweep.run_dir(tw.run_id) / "agent.log").read_text()
+    assert "interactive task: 48 trajectories" in log and "policy rollouts on " in log, log[-3000:]
     assert results["localjudge", "pipeline"].submissions == 1  # SFT only: no rule reward stands in for a judge
     table = a2rl("aggregate", str(sweep.root), check=True).stdout
     assert all(t in table for t in ("arith", "localjudge", "textworld"))
