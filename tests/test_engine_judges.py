@@ -160,6 +160,7 @@ def test_deepsearchqa_paper_judges_on_the_vllm_engine(tiny_model, small_root, co
     assert judged[2] == {"max_tokens": 3, "temperature": 0.0, "stop": []} and len(judged[1]) == len(rows)
 
 
+@pytest.mark.slow  # 5-10 s: the paper loop generates its 256 tokens a step, twice, on the CPU
 def test_deepsearchqa_judges_with_the_real_tiny_model_on_transformers(tiny_model, small_root, corpus):
     heldout = small_root / "deepsearchqa" / "heldout" / "test.jsonl"
     heldout.write_text("".join(heldout.read_text().splitlines(keepends=True)[:2]))  # the paper loop is slow on CPU
