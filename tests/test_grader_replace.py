@@ -86,19 +86,25 @@ def grader_ids(sweep) -> list[str]:
     return json.loads(sweep.grader_jobs.read_text())["job_ids"]
 
 
-def test_two_watchers_looking_at_once_start_exactly_one_grader(tmp_path, tiny_model):
-    sweep, _, cluster = sweep_with_dead_grader(tmp_path)
+def two_watchers_at_once(sweep, backend: str, make_schedulers) -> list[str | None]:
+    """What replace_dead_grader returns to two watchers (the follower and the top-up job) looking at once."""
     started: list[str | None] = []
 
     def watch():
-        s = schedulers(cluster, submit_s=0.3)
-        started.append(replace_dead_grader(sweep, s, "local", collect(sweep, s)))
+        s = make_schedulers()
+        started.append(replace_dead_grader(sweep, s, backend, collect(sweep, s)))
 
     watchers = [threading.Thread(target=watch) for _ in range(2)]
     for w in watchers:
         w.start()
     for w in watchers:
         w.join()
+    return started
+
+
+def test_two_watchers_looking_at_once_start_exactly_one_grader(tmp_path, tiny_model):
+    sweep, _, cluster = sweep_with_dead_grader(tmp_path)
+    started = two_watchers_at_once(sweep, "local", lambda: schedulers(cluster, submit_s=0.3))
     assert sorted(started, key=str) == ["100", None]
     assert [type(f) for f in cluster.submitted] == [GraderJob]
     assert grader_ids(sweep) == ["1", "100"]
@@ -215,19 +221,10 @@ def test_grader_replace_slurm(tmp_path, tiny_model):
     RunStatus(run_id=run.run_id, state="submitted", heartbeat_at=now()).dump(sweep.run_dir(run.run_id) / "status.json")
     first = submit_grader(sweep, Schedulers(sweep.spec, folder)["slurm"], 0)
     subprocess.run(["scancel", first], check=True, timeout=60)
-    started: list[str | None] = []
     try:
         until(lambda: not squeue(first), 60, "the cancelled grader to leave the queue")
-
-        def watch():
-            s = Schedulers(sweep.spec, folder)  # each its own cache, as the follower and the top-up job have
-            started.append(replace_dead_grader(sweep, s, "slurm", collect(sweep, s)))
-
-        watchers = [threading.Thread(target=watch) for _ in range(2)]
-        for w in watchers:
-            w.start()
-        for w in watchers:
-            w.join()
+        # each its own cache, as the follower and the top-up job have
+        started = two_watchers_at_once(sweep, "slurm", lambda: Schedulers(sweep.spec, folder))
         (new,) = [j for j in started if j is not None]
         assert started.count(None) == 1 and squeue(new) == [new]
         assert grader_ids(sweep) == [first, new]
