@@ -22,7 +22,7 @@ import pytest
 from pydantic import ValidationError
 
 import a2rl.grading.daemon as daemon_module
-import a2rl.spec.tasks as tasks_module
+import a2rl.tasklib.prepare as prepare_module
 from a2rl.grading.daemon import GradingDaemon, select_final
 from a2rl.llm.backends import CPU_SETTINGS, Engine
 from a2rl.records import now
@@ -264,7 +264,7 @@ def test_best_of_n_on_the_feedback_part_overstates_what_the_final_part_shows(tmp
     """A scripted agent submits 8 perturbed copies of the base per run: its best feedback score exceeds its final
     score on average over 6 seeds (measured); a real improvement (more skill) shows on both parts. The secret
     seeds are fixed here so the measured figures do not vary between runs of the test."""
-    monkeypatch.setattr(tasks_module.secrets, "randbits", lambda k: 20261126)
+    monkeypatch.setattr(prepare_module.secrets, "randbits", lambda k: 20261126)
     s = Sweep(tmp_path, tiny_model, monkeypatch, seeds=6)
     gaps = []
     for n, run_id in enumerate(s.submitters):
