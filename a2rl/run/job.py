@@ -34,7 +34,8 @@ from a2rl.spec.agents import AgentStack, mode_text
 from a2rl.run.caps import RunCaps
 from a2rl.run.process import AgentProcess
 from a2rl.run.runsetup import RunSetup, agent_command, agent_environment, set_up
-from a2rl.run.sandbox import AgentSandbox, choose
+from a2rl.run.isolation import choose
+from a2rl.run.sandbox import AgentSandbox
 from a2rl.store.baselines import baseline_path
 from a2rl.run.budget import Budget
 from a2rl.drivers.endpoint import wait_for_endpoint
@@ -239,7 +240,7 @@ class AgentRun:
             meta.last_submit_time = now()
             meta.dump(ws.meta_path)
 
-        choice = choose(spec.isolation)
+        choice = choose(spec.isolation, spec.network)
         self._log(f"isolation: {choice.mode} ({choice.reason}); network: {spec.network}")
         caps = RunCaps(
             spec.limits,
