@@ -435,7 +435,7 @@ class AgentRun:
             caps.note(f"relay_connections: {what}")
             self._log(f"cap hit: relay refused {what}")
         else:
-            self._log(f"network: refused {what} (not in allow_hosts)")
+            self._log(f"network: refused {what}")
 
     def _warn(self, ws: Workspace, message: str) -> None:
         (ws.root / "WRAP_UP").write_text(message + "\n")

@@ -23,9 +23,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Callable
 
 from a2rl.run.isolation import APPTAINER_EXEC, APPTAINER_NO_NET, Choice, find_bwrap, system_links
+from a2rl.siteproxy import passthrough_env
 
 ISOLATIONS = ("auto", "bwrap", "apptainer", "none")
 NETWORKS = ("full", "api", "none")
@@ -221,7 +223,8 @@ class AgentSandbox:
     """The host side of one agent's sandbox: the chosen isolation, the unix sockets that are its only way out
     when its network is not the host's, and its command line. `forwards` are the host:port services the agent
     must reach (its grading API first, a local driver's server): each appears on the sandbox's loopback at
-    the same port. Under `network: api`, HTTPS_PROXY leads to a proxy that relays only to `allow_hosts`."""
+    the same port. Under `network: api`, HTTPS_PROXY leads to a proxy that relays only to `allow_hosts` (through
+    the site's proxy that `environ` names, if any); on the host's network the agent gets the site's proxy."""
 
     def __init__(
         self,
@@ -233,8 +236,9 @@ class AgentSandbox:
         on_refused: Callable[[str], None] = lambda target: None,
         max_connections: int = 64,
         limit: Callable[[list[str]], list[str]] = lambda argv: argv,
+        environ: Mapping[str, str] = os.environ,
     ):
-        self.choice, self.network = choice, network
+        self.choice, self.network, self.environ = choice, network, environ
         self.forwards, self.allow_hosts, self.on_refused = forwards, allow_hosts, on_refused
         self.max_connections, self.limit = max_connections, limit
         self.sockets: dict[str, Path] = {}
@@ -249,7 +253,8 @@ class AgentSandbox:
         return self.choice.mode != "none" and self.network != "full"
 
     def __enter__(self) -> "AgentSandbox":
-        if not self.relayed:
+        if not self.relayed:  # the host's network: the site's proxy, if any, but never for a2rl's own services
+            self.env = passthrough_env(self.environ, sorted({host for host, _ in self.forwards}))
             return self
         from a2rl.run.relay import ConnectProxy, UnixToTCP
 
@@ -262,7 +267,9 @@ class AgentSandbox:
         if self.network == "api":
             self.sockets["proxy"] = Path(self._dir) / "proxy.sock"
             self._servers.append(
-                ConnectProxy(str(self.sockets["proxy"]), self.allow_hosts, self.on_refused, self.max_connections)
+                ConnectProxy(
+                    str(self.sockets["proxy"]), self.allow_hosts, self.on_refused, self.max_connections, self.environ
+                )
             )
             self.relays[PROXY_PORT] = "proxy"
             proxy = f"http://127.0.0.1:{PROXY_PORT}"
