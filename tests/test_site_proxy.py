@@ -305,3 +305,63 @@ def test_loopback_and_direct_never_go_through_a_proxy(monkeypatch):
             urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/x", timeout=10)
     finally:
         server.shutdown()
+
+
+PROXIED_AGENT = """
+import json, os, socket, ssl, urllib.request
+from pathlib import Path
+here = Path(__file__).resolve().parent  # the stack's folder, bound read-only: the stand-in's certificate
+ctx = ssl.create_default_context(cafile=str(here / "cert.pem"))
+api, other = (here / "targets").read_text().split()
+def get(url):  # urllib as agents use it: HTTPS_PROXY from the run's environment
+    try:
+        return json.load(urllib.request.urlopen(url, timeout=20, context=ctx))["served"]
+    except Exception as e:
+        return "ERR " + str(e)[:200]
+def direct(hostport):
+    host, port = hostport.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        return "connected"
+    except OSError as e:
+        return "ERR " + type(e).__name__
+found = {"api": get(f"https://{api}/v1/models"), "other": get(f"https://{other}/v1/models"),
+         "api_direct": direct(api), "proxy": os.environ.get("HTTPS_PROXY")}
+(Path(os.environ["OUTPUT_DIR"]) / "proxy.json").write_text(json.dumps(found))
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow  # a whole sweep
+def test_a_sweeps_agent_reaches_its_api_through_the_site_proxy(site, tmp_path):
+    """`a2rl launch --wait` inside the namespace, the site's proxy in the launching shell, `network: api` with the
+    stand-in API in allow_hosts: the run's agent reaches it (relay → tinyproxy), and not the other server."""
+    from a2rl.store.sweepdir import SweepDir
+    from conftest import write_sweep
+
+    stacks = tmp_path / "agents"
+    stacks.mkdir()
+    (stacks / "proxied.yaml").write_text('name: proxied\ncommand: ["{python}", "{stack_dir}/proxied.py"]\n')
+    (stacks / "proxied.py").write_text(PROXIED_AGENT)
+    (stacks / "targets").write_text(f"{site['api']} {site['other']}\n")
+    shutil.copy(site["cert"], stacks / "cert.pem")
+    path = write_sweep(
+        tmp_path, agents=["proxied"], agent_paths=[str(stacks)], network="api", allow_hosts=[site["api"]], budget=30
+    )
+    env = {**{k: v for k, v in os.environ.items() if "proxy" not in k.lower()}}
+    env.update(HTTPS_PROXY=site["proxy"], NO_PROXY="localhost,127.0.0.1")
+    before = len(site["seen"]["api"])
+    p = subprocess.run(
+        ["ip", "netns", "exec", site["ns"], sys.executable, "-m", "a2rl", "launch", str(path), "--sweep-dir",
+         str(tmp_path / "sd"), "--wait"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    sweep = SweepDir(tmp_path / "sd")
+    (run,) = sweep.runs()
+    found = json.loads((sweep.workspace(run.run_id) / "output" / "proxy.json").read_text())
+    assert found["api"] == "api" and found["proxy"] == "http://127.0.0.1:3128"  # the relay, not the site proxy
+    assert "403" in found["other"] and found["api_direct"].startswith("ERR")
+    assert site["seen"]["api"][before:] == ["/v1/models"] and site["seen"]["other"] == []
+    log = (sweep.run_dir(run.run_id) / "agent.log").read_text()
+    assert f"network: refused CONNECT {site['other']} (not in allow_hosts)" in log
