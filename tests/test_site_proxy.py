@@ -365,3 +365,65 @@ def test_a_sweeps_agent_reaches_its_api_through_the_site_proxy(site, tmp_path):
     assert site["seen"]["api"][before:] == ["/v1/models"] and site["seen"]["other"] == []
     log = (sweep.run_dir(run.run_id) / "agent.log").read_text()
     assert f"network: refused CONNECT {site['other']} (not in allow_hosts)" in log
+
+
+class _LoggingProxy:
+    """A proxy that notes each request line (CONNECT host:port) and refuses it."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            with c:
+                self.lines.append(c.recv(4096).split(b"\r\n")[0].decode("latin-1"))
+                c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+CLI_CALLS = {  # argv after the CLI's name, its variables, files in its HOME: pointed at https://<name>.stand-in.test
+    "claude": (["-p", "hi", "--max-turns", "1"], {"ANTHROPIC_BASE_URL": "https://claude.stand-in.test",
+               "ANTHROPIC_API_KEY": "x", "IS_SANDBOX": "1"}, {}),
+    "codex": (["exec", "--skip-git-repo-check", "-c", 'model_providers.loc={name="loc",base_url='
+               '"https://codex.stand-in.test/v1",env_key="OPENAI_API_KEY",wire_api="responses"}', "-c",
+               "model_provider=loc", "-m", "m", "hi"], {"OPENAI_API_KEY": "x"}, {}),
+    "gemini": (["-p", "hi", "--model", "gemini-2.5-flash", "--yolo"], {"GEMINI_API_KEY": "x",
+               "GOOGLE_GEMINI_BASE_URL": "https://gemini.stand-in.test", "GEMINI_CLI_TRUST_WORKSPACE": "true"},
+               {".gemini/settings.json": '{"security": {"auth": {"selectedType": "gemini-api-key"}}}'}),
+    "opencode": (["run", "-m", "loc/m", "hi"], {}, {"opencode.json": json.dumps({"provider": {"loc": {
+                 "npm": "@ai-sdk/openai-compatible", "name": "loc", "models": {"m": {"name": "m"}},
+                 "options": {"baseURL": "https://opencode.stand-in.test/v1", "apiKey": "x"}}}})}),
+}  # fmt: skip
+
+
+@pytest.mark.slow  # four real CLIs start
+def test_the_agent_clis_send_their_api_calls_through_https_proxy(tmp_path):
+    """What the agent's environment carries (the relay under `network: api`, the site's proxy under `full`)
+    reaches each real CLI: its API call is a CONNECT to its base URL's host through HTTPS_PROXY."""
+    from conftest import until
+    from test_real_clis import clis_prefix
+
+    proxy = _LoggingProxy()
+    for name, (args, env, files) in CLI_CALLS.items():
+        cli = clis_prefix() / "node_modules" / ".bin" / name
+        assert cli.exists(), f"{cli} is not installed: run tools/agents/install.sh {name}"
+        home = tmp_path / name
+        for rel, text in files.items():
+            (home / rel).parent.mkdir(parents=True, exist_ok=True)
+            (home / rel).write_text(text)
+        home.mkdir(exist_ok=True)
+        base = {"PATH": os.environ["PATH"], "HOME": str(home), "HTTPS_PROXY": proxy.url, "NO_PROXY": "127.0.0.1"}
+        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        p = subprocess.Popen([str(cli), *args], cwd=home, env={**base, **env}, start_new_session=True, **quiet)
+        try:
+            until(lambda: f"CONNECT {name}.stand-in.test:443 HTTP/1.1" in proxy.lines, 120, f"{name}'s CONNECT")
+        finally:
+            os.killpg(p.pid, 9)
+            p.wait()
+    proxy.listener.close()
