@@ -430,12 +430,11 @@ class AgentRun:
         return "ok", code
 
     def _refused(self, what: str, caps: RunCaps) -> None:
-        """A relay turned a connection away: a host not in allow_hosts, or one past the cap."""
-        if "limits.relay_connections" in what:
-            caps.note(f"relay_connections: {what}")
-            self._log(f"cap hit: relay refused {what}")
-        else:
-            self._log(f"network: refused {what}")
+        """A relay turned a connection away: not in allow_hosts, refused by the site proxy, or past the cap."""
+        if "limits.relay_connections" not in what:
+            return self._log(f"network: refused {what}")
+        caps.note(f"relay_connections: {what}")
+        self._log(f"cap hit: relay refused {what}")
 
     def _warn(self, ws: Workspace, message: str) -> None:
         (ws.root / "WRAP_UP").write_text(message + "\n")
