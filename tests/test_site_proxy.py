@@ -201,11 +201,11 @@ AGENT_RUNNER = """
     assert p.returncode == 0, p.stderr
     print(json.dumps({"agent": json.loads(p.stdout), "refused": refused, "no_proxy": box.env.get("NO_PROXY")}))
 """
-AGENT = """
+PROBES = """
 import json, os, socket, urllib.request
-def get(url):  # urllib as agents use it: HTTPS_PROXY and NO_PROXY from the environment
+def get(url, context=None):  # urllib as agents use it: HTTPS_PROXY and NO_PROXY from the environment
     try:
-        return json.load(urllib.request.urlopen(url, timeout=20))["served"]
+        return json.load(urllib.request.urlopen(url, timeout=20, context=context))["served"]
     except Exception as e:
         return "ERR " + str(e)[:200]
 def direct(hostport):
@@ -215,11 +215,16 @@ def direct(hostport):
         return "connected"
     except OSError as e:
         return "ERR " + type(e).__name__
+"""
+AGENT = (
+    PROBES
+    + """
 proxy = os.environ["PROXY"].rsplit("/", 1)[1]
 print(json.dumps({"api": get("https://" + os.environ["API"] + "/v1/models"),
                   "other": get("https://" + os.environ["OTHER"] + "/v1/models"),
                   "api_direct": direct(os.environ["API"]), "proxy_direct": direct(proxy)}))
 """
+)
 
 
 @needs_bwrap
@@ -308,28 +313,19 @@ def test_loopback_and_direct_never_go_through_a_proxy(monkeypatch):
         server.shutdown()
 
 
-PROXIED_AGENT = """
-import json, os, socket, ssl, urllib.request
+PROXIED_AGENT = (
+    PROBES
+    + """
+import ssl
 from pathlib import Path
 here = Path(__file__).resolve().parent  # the stack's folder, bound read-only: the stand-in's certificate
 ctx = ssl.create_default_context(cafile=str(here / "cert.pem"))
 api, other = (here / "targets").read_text().split()
-def get(url):  # urllib as agents use it: HTTPS_PROXY from the run's environment
-    try:
-        return json.load(urllib.request.urlopen(url, timeout=20, context=ctx))["served"]
-    except Exception as e:
-        return "ERR " + str(e)[:200]
-def direct(hostport):
-    host, port = hostport.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-        return "connected"
-    except OSError as e:
-        return "ERR " + type(e).__name__
-found = {"api": get(f"https://{api}/v1/models"), "other": get(f"https://{other}/v1/models"),
+found = {"api": get(f"https://{api}/v1/models", ctx), "other": get(f"https://{other}/v1/models", ctx),
          "api_direct": direct(api), "proxy": os.environ.get("HTTPS_PROXY")}
 (Path(os.environ["OUTPUT_DIR"]) / "proxy.json").write_text(json.dumps(found))
 """
+)
 
 
 @needs_bwrap
