@@ -12,7 +12,7 @@ from pathlib import Path
 
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.scheduling.base import JobState, Schedulers
-from a2rl.records import RecordError, now
+from a2rl.records import RecordError
 from a2rl.store.results import RunResult, load_result, mark_lost
 from a2rl.store.services import ServiceJobs, service_jobs
 from a2rl.spec.grid import RunSpec
@@ -147,7 +147,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
                 and status.state not in ("submitted", "deferred")
                 and status.stale()
             ):
-                gone = f"no heartbeat for {now() - status.heartbeat_at:.0f} s (job died or node lost)"
+                gone = f"no heartbeat for over {STALE_S:.0f} s (job died or node lost)"
             if gone is not None:
                 st.lost[run.run_id] = f"job ended without a result: {gone}"
             elif running:
@@ -181,7 +181,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             st.problems.append(str(e))
             continue
         st.graders.append(beat)
-        if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
+        if beat.serving():
             st.graders_alive += 1
     if st.graders_alive:  # under feedback: split a run is over once a grader has scored its final part
         for run_id, result in list(st.ended.items()):

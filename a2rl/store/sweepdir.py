@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from a2rl import __version__
+from a2rl.store.freshness import heartbeat_stale
 from a2rl.store.integrity import create_key, read_key
 from a2rl.store.ledger import Ledger
 from a2rl.records import Record, RecordError, atomic_write_text, now
@@ -71,7 +72,8 @@ class RunStatus(Record):
         return self.state == "finishing" and not self.stale()
 
     def stale(self) -> bool:
-        return now() - self.heartbeat_at > STALE_S
+        """No heartbeat for STALE_S on the reader's clock (store/freshness.py: never another node's clock)."""
+        return heartbeat_stale(("run", self.run_id), self.heartbeat_at, self.host, STALE_S)
 
 
 class GraderBeat(Record):
@@ -88,6 +90,11 @@ class GraderBeat(Record):
     starts: int = 0
     reloads: int = 0
     reload_failures: int = 0
+
+    def serving(self) -> bool:
+        """Not `exited`, and heart-beating as this reader's clock sees it (store/freshness.py)."""
+        silent = heartbeat_stale(("grader", self.holder), self.heartbeat_at, self.host, STALE_S)
+        return self.state != "exited" and not silent
 
 
 class SweepDir:
@@ -139,7 +146,7 @@ class SweepDir:
                 beat = GraderBeat.load(path)
             except RecordError:
                 continue
-            if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
+            if beat.serving():
                 beats.append(beat)
         return beats
 
