@@ -27,6 +27,7 @@ from a2rl import __version__
 from a2rl.store.freshness import heartbeat_stale
 from a2rl.store.integrity import create_key, read_key
 from a2rl.store.ledger import Ledger
+from a2rl.store.retries import RETRIES, retried
 from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
@@ -114,6 +115,7 @@ class SweepDir:
         self.drivers = self.root / "drivers"
         self.jobs = self.root / "jobs"
         self._runs = self.root / "runs"
+        RETRIES.bind(self.root)  # this process's retried reads are counted where `a2rl status` finds them
 
     def exists(self) -> bool:
         return self.frozen_path.exists()
@@ -135,7 +137,8 @@ class SweepDir:
         return self._runs / run_id
 
     def status(self, run_id: str) -> RunStatus | None:
-        return RunStatus.load_or_none(self.run_dir(run_id) / "status.json")
+        """The run's status; a torn or stale read is retried (store/retries.py)."""
+        return retried(lambda: RunStatus.load_or_none(self.run_dir(run_id) / "status.json"), "status")
 
     def serving_graders(self) -> list[GraderBeat]:
         """The graders whose heartbeat is fresh and does not say `exited` (a damaged heartbeat is left to the
