@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import submitit
 from filelock import Timeout
@@ -35,13 +36,15 @@ from a2rl.grading.grader import GraderPool
 from a2rl.grading.record import Recording, claim_fields, ledger_entry
 from a2rl.grading.scaling import Scaling
 from a2rl.grading.stages import Scoring
-from a2rl.records import disk_full, now, while_full
+from a2rl.records import RecordError, disk_full, now, while_full
+from a2rl.store.retries import RETRIES, transient
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.queue import Claim
 from a2rl.store.results import ResultHook, no_hook
 from a2rl.store.sweepdir import SweepDir
 
 log = logging.getLogger("a2rl.grader")
+T = TypeVar("T")
 
 
 class GradingDaemon(Scaling, Scoring, Recording, FinalPart):
@@ -63,16 +66,20 @@ class GradingDaemon(Scaling, Scoring, Recording, FinalPart):
                 self.refresh(run.run_id)
             idle_since = quiet_since = self.clock()
             while True:
-                seen = self.queue.pending_stamp()
+                seen = self._survive(self.queue.pending_stamp, (0, 0, 0), "queue")
                 # the lock only when there is something to claim: an idle grader lists pending/ and no more
                 try:
-                    claim = (
-                        while_full(
-                            lambda: self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has),
-                            "claiming a submission",
-                        )
-                        if self.queue.pending_ids()
-                        else None
+                    claim = self._survive(
+                        lambda: (
+                            while_full(
+                                lambda: self.queue.claim(self.holder, self.settings.lease_s, self.ledger.has),
+                                "claiming a submission",
+                            )
+                            if self.queue.pending_ids()
+                            else None
+                        ),
+                        None,
+                        "queue",
                     )
                 except Timeout as e:
                     self._held(e)
@@ -86,23 +93,38 @@ class GradingDaemon(Scaling, Scoring, Recording, FinalPart):
                     self.score_final(due)
                     idle_since = self.clock()
                     continue
-                if self.sweep_finished():
+                if self._survive(self.sweep_finished, False, "sweep state"):
                     self._note = "every run has finished"
                     return 0
                 self.scale_up()
-                if self.finished_runs.any_at_work():
+                if self._survive(self.finished_runs.any_at_work, True, "status"):
                     idle_since = self.clock()
                 elif self.clock() - idle_since > self.settings.idle_timeout_s:
                     self._note = f"idle for {self.settings.idle_timeout_s:g} s with no run at work, queued or deferred"
                     return 0
                 if self.clock() - quiet_since > self.settings.scale_idle_s and self.leave_to_others():
                     return 0
-                self.queue.wait_for_change(seen, self.settings.poll_s, sleep=self.sleep, clock=self.clock)
+                if self._survive(lambda: self._wait_for_change(seen), None, "queue") is None:
+                    self.sleep(self.settings.poll_s)
         finally:
             self._state = "exited"
             self._stop.set()
             self._beat()
             log.info("grader %s exits (%s), graded %d", self.holder, self._note, self.graded)
+
+    def _wait_for_change(self, seen: tuple[int, int, int]) -> bool:
+        return self.queue.wait_for_change(seen, self.settings.poll_s, sleep=self.sleep, clock=self.clock)
+
+    def _survive(self, read: Callable[[], T], default: T, what: str) -> T:
+        """A read of the shared sweep directory; one that came torn, stale or not at all is counted and `default`
+        stands until the next poll reads again: no read error ends a grader."""
+        try:
+            return read()
+        except (RecordError, OSError) as e:
+            if not transient(e) or isinstance(e, OSError) and disk_full(e):
+                raise
+            RETRIES.note(what, e)
+            return default
 
     def sweep_finished(self) -> bool:
         """Every run has its result, nothing is pending, and no job still waits to complete its result (a run
@@ -155,9 +177,9 @@ class GradingDaemon(Scaling, Scoring, Recording, FinalPart):
             except Timeout as e:  # try again next time; the lease outlives a few missed renewals
                 self._held(e)
                 continue
-            except OSError as e:
+            except OSError as e:  # a full disk, or the shared file system failing for a moment: next time
                 if not disk_full(e):
-                    raise
+                    RETRIES.note("lease", e)
                 log.warning("lease on %s not renewed: %s", sid, e.strerror)
                 continue
             if not renewed:

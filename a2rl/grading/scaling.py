@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from filelock import FileLock, Timeout
+from filelock import Timeout
 
+from a2rl.store.locks import sweep_lock
 from a2rl.grading.grader import Grader
 from a2rl.records import now
 from a2rl.store.sweepdir import HEARTBEAT_S
@@ -24,7 +25,7 @@ class Scaling(Grader):
         wait_s = self.settings.scale_wait_s
         if self._scaled_at is not None and self.clock() - self._scaled_at < wait_s:
             return
-        if (waited := self.queue.oldest_wait(now())) < wait_s:
+        if (waited := self.queue.oldest_wait(now(), self.settings.lease_s)) < wait_s:
             return
         self._scaled_at = self.clock()
         try:
@@ -44,7 +45,7 @@ class Scaling(Grader):
             return False
         self._leave_checked_at = self.clock()
         try:
-            with FileLock(str(self.sweep.graders / "leave.lock"), timeout=self.settings.lock_timeout_s):
+            with sweep_lock(self.sweep.graders / "leave.lock", timeout=self.settings.lock_timeout_s):
                 serving = [b for b in self.sweep.serving_graders() if b.holder != self.holder]
                 if not serving or self.pool.alive() < 2:
                     return False

@@ -239,6 +239,7 @@ class SubmissionQueue:
         if src.exists():
             os.replace(src, self.done / f"{sid}.json")
         (self.leases / f"{sid}.json").unlink(missing_ok=True)
+        self.watch.forget(self._key(sid))
 
     def entry(self, sid: str) -> QueueEntry | None:
         for d in (self.pending, self.done):
@@ -287,15 +288,15 @@ class SubmissionQueue:
     def pending_ids(self) -> list[str]:
         return sorted(p.stem for p in self.pending.glob("*.json"))
 
-    def oldest_wait(self, t: float) -> float:
-        """How long at `t` the oldest pending entry that no live lease holds has waited (0: none waits), by
-        its file's mtime (an entry is written once, when submitted): no lock and no verification, a hint for
-        starting another grader, never for grading."""
+    def oldest_wait(self, t: float, lease_s: float) -> float:
+        """How long at `t` the oldest pending entry that no live lease holds (on this reader's clock) has waited
+        (0: none waits), by its file's mtime (an entry is written once, when submitted): no lock and no
+        verification, a hint for starting another grader, never for grading (a clock off by a minute starts one
+        a minute early or late)."""
         oldest = t
         for path in self.pending.glob("*.json"):
             try:
-                lease = Lease.load_or_none(self.leases / path.name)
-                if lease is None or lease.expires_at <= t:
+                if not self._lease_state(path.stem, lease_s)[1]:
                     oldest = min(oldest, path.stat().st_mtime)
             except (RecordError, OSError):  # retired or rewritten meanwhile
                 continue

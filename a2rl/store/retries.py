@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from filelock import Timeout
+
 from a2rl.records import Record, RecordError, missing
 
 log = logging.getLogger("a2rl.retries")
@@ -37,8 +39,8 @@ def transient(e: BaseException) -> bool:
     """A read that may succeed if tried again: the file would not open or read (ESTALE, vanished, EIO) or did
     not parse (torn); not a record of the wrong version or shape, nor one that does not verify."""
     if isinstance(e, RecordError):
-        return isinstance(e.__cause__, (OSError, ValueError))
-    return isinstance(e, OSError)
+        return isinstance(e.__cause__, (OSError, ValueError)) and not isinstance(e.__cause__, Timeout)
+    return isinstance(e, OSError) and not isinstance(e, Timeout)  # a held lock is not a read: its caller waits
 
 
 def gone(e: BaseException) -> bool:
