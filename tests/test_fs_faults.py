@@ -5,11 +5,30 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
+import os
+import time
+from pathlib import Path
 
 import pytest
 
+import a2rl.scheduling.launcher as launcher_mod
+import a2rl.store.queue as queue_mod
+import a2rl.store.retries as retries_mod
+from a2rl import records
+from a2rl.records import RecordError
+from a2rl.scheduling.base import Schedulers
+from a2rl.scheduling.launcher import Launcher, open_sweep
+from a2rl.store import freshness, integrity
+from a2rl.store.freshness import Watch
+from a2rl.store.integrity import KEY_FILE, create_key, read_key
 from a2rl.store.locks import LocksUnsupported, sweep_lock
-from a2rl.store.queue import SubmissionQueue
+from a2rl.store.queue import Lease, SubmissionQueue
+from a2rl.store.results import load_result, mark_lost
+from a2rl.store.retries import RETRIES, read_retries
+from a2rl.store.sweepdir import STALE_S, RunStatus
+from conftest import write_sweep
+from fakes import FakeClock
 
 
 @pytest.mark.parametrize("code", [errno.ENOSYS, errno.ENOLCK])
@@ -41,3 +60,206 @@ def test_sweep_lock_excludes_and_times_out(tmp_path):
                 pass
     with sweep_lock(tmp_path / "x.lock", timeout=0.1):  # released: free again
         pass
+
+
+# ------------------------------------------------------------------ leases on the reader's clock
+LEASE_S, POLL_S = 30.0, 1.0
+
+
+class Node:
+    """One node's view of a queue on local disk: its own wall clock (`offset_s` from this machine's) for what it
+    writes, and its own monotonic clock (a FakeClock) for what it judges."""
+
+    def __init__(self, root, offset_s: float, clock: FakeClock):
+        self.queue = SubmissionQueue(root, key=b"k" * 32, watch=Watch(clock))
+        self.offset_s = offset_s
+
+    def __call__(self, monkeypatch, fn, *args):
+        with monkeypatch.context() as m:
+            m.setattr(queue_mod, "now", lambda: time.time() + self.offset_s)
+            return fn(*args)
+
+
+@pytest.fixture(params=[+1, -1], ids=["holder-ahead", "holder-behind"])
+def nodes(tmp_path, monkeypatch, request):
+    clock = FakeClock()
+    monkeypatch.setattr(retries_mod, "time", clock)  # retries back off on virtual time
+    hours = request.param * 3 * 3600
+    a, b = Node(tmp_path / "q", hours, clock), Node(tmp_path / "q", -hours, clock)
+    sid = a.queue.submit("r1", "/m", lambda sid: None, error="x").submission_id
+    return a, b, clock, sid
+
+
+def test_clocks_hours_apart_neither_steal_a_live_lease_nor_keep_a_dead_one(nodes, monkeypatch):
+    a, b, clock, sid = nodes  # a's wall clock 3 h ahead of this machine's and b's 3 h behind, or the reverse
+    recorded = lambda s: False  # noqa: E731
+    assert a(monkeypatch, a.queue.claim, "A", LEASE_S, recorded).entry.submission_id == sid
+    last_renewal = clock.now
+    for step in range(int(4 * LEASE_S / POLL_S)):  # four lease lengths, a renewing every lease_s / 3
+        if step % int(LEASE_S / 3 / POLL_S) == 0:
+            assert a(monkeypatch, a.queue.renew, sid, "A", LEASE_S)
+            last_renewal = clock.now
+        assert b(monkeypatch, b.queue.claim, "B", LEASE_S, recorded) is None, f"stolen at t+{clock.now:.0f}"
+        clock.advance(POLL_S)
+    # a dies: b takes the lease once it has seen it unrenewed for lease_s, within one poll after that
+    while (claim := b(monkeypatch, b.queue.claim, "B", LEASE_S, recorded)) is None:
+        clock.advance(POLL_S)
+        assert clock.now - last_renewal <= LEASE_S + 2 * POLL_S, "a dead lease kept past lease_s + one poll"
+    assert LEASE_S <= clock.now - last_renewal <= LEASE_S + POLL_S
+    assert claim.lease.attempt == 2 and claim.lease.holder == "B"
+    assert not a(monkeypatch, a.queue.renew, sid, "A", LEASE_S)  # a, back, learns it lost the lease
+
+
+def test_a_lease_that_stays_unreadable_expires_after_lease_s_of_the_readers_time(nodes, monkeypatch):
+    a, b, clock, sid = nodes
+    recorded = lambda s: False  # noqa: E731
+    a(monkeypatch, a.queue.claim, "A", LEASE_S, recorded)
+    lease = a.queue.leases / f"{sid}.json"
+    lease.write_text(lease.read_text()[:40])  # torn: half a JSON object, as a stale page reads
+    before = RETRIES.counts["lease"]
+    while (claim := b.queue.claim("B", LEASE_S, recorded)) is None:
+        clock.advance(POLL_S)
+        assert clock.now < 1000.0 + LEASE_S + 2 * POLL_S, "an unreadable lease kept past lease_s + one poll"
+    assert clock.now >= 1000.0 + LEASE_S  # unreadable is not free: it waited the lease out
+    assert claim.lease.holder == "B" and RETRIES.counts["lease"] > before
+
+
+def test_a_lease_written_by_an_older_a2rl_is_read(tmp_path):
+    q = SubmissionQueue(tmp_path / "q", key=b"k" * 32)
+    old = {"submission_id": "r1.0001", "holder": "g", "claimed_at": 1.0, "expires_at": 0.0, "attempt": 1}
+    (q.leases / "r1.0001.json").write_text(json.dumps({**old, "schema_version": 1}))
+    lease = Lease.load(q.leases / "r1.0001.json")
+    assert lease.released and lease.renewals == 0 and lease.schema_version == Lease.SCHEMA  # released in version 1
+    (q.leases / "r1.0001.json").write_text(json.dumps({**old, "expires_at": 5.0, "schema_version": 1}))
+    assert not Lease.load(q.leases / "r1.0001.json").released
+
+
+def test_another_hosts_heartbeat_is_stale_only_after_the_reader_watched_it_silent(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(freshness, "WATCH", Watch(clock))
+    hours_ago = time.time() - 7200  # its wall clock is 2 h behind: by stamps it would look dead at once
+    status = RunStatus(run_id="r9", state="running", host="elsewhere", heartbeat_at=hours_ago)
+    assert not status.stale()
+    clock.advance(STALE_S - 1)
+    assert not status.stale()
+    clock.advance(2)
+    assert status.stale()  # silent for STALE_S on the reader's clock
+    beat = status.model_copy(update={"heartbeat_at": hours_ago + 10})
+    assert not beat.stale()  # it changed: alive again, whatever its stamp says
+
+
+# ------------------------------------------------------------------ torn, stale and vanished reads
+def faulty_reads(monkeypatch, name: str | Path, errors: list):
+    """records.read_bytes raising (an OSError) or returning (torn bytes) each of `errors` in turn for the file
+    at `name` (a Path) or called `name`, then reading it."""
+    real = records.read_bytes
+
+    def read_bytes(path):
+        if (Path(path) == name if isinstance(name, Path) else Path(path).name == name) and errors:
+            e = errors.pop(0)
+            if isinstance(e, bytes):
+                return e
+            raise e
+        return real(path)
+
+    monkeypatch.setattr(records, "read_bytes", read_bytes)
+
+
+ESTALE = OSError(errno.ESTALE, "Stale file handle")
+
+
+@pytest.fixture
+def sweep(tmp_path, monkeypatch):
+    monkeypatch.setattr(retries_mod, "time", FakeClock())
+    sweep, (run,) = open_sweep(write_sweep(tmp_path, grader={"lock_timeout_s": 1}), tmp_path / "sd")
+    return sweep, run
+
+
+@pytest.mark.parametrize("fault", [[ESTALE, ESTALE], [b'{"submission_id": "r', ESTALE]], ids=["estale", "torn"])
+def test_a_queue_entry_read_torn_or_stale_is_claimed_not_rejected(sweep, monkeypatch, fault):
+    sweep, run = sweep
+    sid = sweep.queue.submit(run.run_id, "/m", lambda sid: None, error="x").submission_id
+    before = RETRIES.counts["queue entry"]
+    faulty_reads(monkeypatch, sweep.queue.pending / f"{sid}.json", list(fault))
+    claim = sweep.queue.claim("g", LEASE_S, sweep.ledger.has)
+    assert claim is not None and claim.entry.submission_id == sid
+    assert not list(sweep.queue.rejected.iterdir())
+    assert RETRIES.counts["queue entry"] == before + len(fault)
+    assert read_retries(sweep.root)["queue entry"] >= len(fault)  # where `a2rl status` finds it
+
+
+def test_a_queue_entry_unreadable_for_longer_waits_for_the_next_claim(sweep, monkeypatch):
+    sweep, run = sweep
+    sid = sweep.queue.submit(run.run_id, "/m", lambda sid: None, error="x").submission_id
+    faulty_reads(monkeypatch, sweep.queue.pending / f"{sid}.json", [ESTALE] * retries_mod.ATTEMPTS)
+    assert sweep.queue.claim("g", LEASE_S, sweep.ledger.has) is None  # nothing to claim this round
+    assert sweep.queue.pending_ids() == [sid] and not list(sweep.queue.rejected.iterdir())
+    assert sweep.queue.claim("g", LEASE_S, sweep.ledger.has).entry.submission_id == sid
+
+
+def test_a_queue_entry_that_vanishes_between_listing_and_opening_is_skipped(sweep, monkeypatch):
+    sweep, run = sweep
+    sid = sweep.queue.submit(run.run_id, "/m", lambda sid: None, error="x").submission_id
+    faulty_reads(monkeypatch, sweep.queue.pending / f"{sid}.json", [FileNotFoundError(errno.ENOENT, "gone")])
+    assert sweep.queue.claim("g", LEASE_S, sweep.ledger.has) is None  # retired by another grader, as it seemed
+    assert not list(sweep.queue.rejected.iterdir())
+
+
+@pytest.mark.parametrize("fault", [[ESTALE], [b'{"run_id": "r', ESTALE]], ids=["estale", "torn"])
+def test_a_status_and_a_result_read_torn_or_stale_are_retried(sweep, monkeypatch, fault):
+    sweep, run = sweep
+    RunStatus(run_id=run.run_id, state="running", host="h", heartbeat_at=1.0).dump(
+        sweep.run_dir(run.run_id) / "status.json"
+    )
+    mark_lost(sweep, run, "test")
+    before = dict(RETRIES.counts)
+    faulty_reads(monkeypatch, "status.json", list(fault))
+    assert sweep.status(run.run_id).state == "running"
+    faulty_reads(monkeypatch, "result.json", list(fault))
+    assert load_result(sweep, run.run_id).status == "failed"
+    for what in ("status", "result"):
+        assert RETRIES.counts[what] == before.get(what, 0) + len(fault)
+
+
+def test_the_follower_survives_a_torn_read_and_names_what_a_finished_sweep_left_ungraded(sweep, monkeypatch, capsys):
+    sweep, run = sweep
+    sid = sweep.queue.submit(run.run_id, "/m", lambda sid: None, error="x").submission_id
+    mark_lost(sweep, run, "test")  # the run is over; its submission was never graded and no grader is alive
+    monkeypatch.setattr(launcher_mod, "replace_dead_grader", lambda *a: None)  # no grader job started here
+    faulty_reads(monkeypatch, "runs.json", [ESTALE] * retries_mod.ATTEMPTS * 2)  # the sweep's index, stale
+    assert Launcher(sweep, "local", Schedulers()).follow(poll_s=0, sleep=lambda s: None) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"sweep finished with 1 submission(s) not graded: {sid}; " + (
+        "`a2rl launch` on the sweep again starts a grader for them"
+    )
+    assert RETRIES.counts["sweep state"] >= 1
+
+
+# ------------------------------------------------------------------ the key
+def test_a_short_or_empty_key_is_refused_in_one_line(tmp_path):
+    for text in ("", "ab" * 5):
+        (tmp_path / KEY_FILE).write_text(text)
+        with pytest.raises(RecordError) as e:
+            read_key(tmp_path)
+        assert "\n" not in str(e.value) and ("not 32" in str(e.value) or "cannot read" in str(e.value))
+
+
+def test_a_key_read_while_being_created_is_absent_or_whole_never_half(tmp_path, monkeypatch):
+    seen = []
+    real_fsync = os.fsync
+
+    def fsync_then_look(fd):  # the creator has written and is syncing: a reader on another node looks now
+        real_fsync(fd)
+        try:
+            seen.append(read_key(tmp_path))
+        except RecordError as e:
+            seen.append(str(e))
+
+    monkeypatch.setattr(integrity.os, "fsync", fsync_then_look)
+    create_key(tmp_path)
+    assert "cannot read the signing key" in seen[0] and "No such file" in seen[0]  # not there yet, not empty
+    key = read_key(tmp_path)
+    assert len(key) == 32
+    monkeypatch.setattr(integrity.os, "fsync", real_fsync)
+    create_key(tmp_path)  # a second creator (another node) loses cleanly: the first key stands
+    assert read_key(tmp_path) == key and [p.name for p in tmp_path.iterdir()] == [KEY_FILE]

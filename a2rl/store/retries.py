@@ -71,7 +71,7 @@ class RetryCounter:
 RETRIES = RetryCounter()
 
 
-def retried(read: Callable[[], T], what: str, sleep: Callable[[float], object] = time.sleep) -> T:
+def retried(read: Callable[[], T], what: str) -> T:
     """`read()`, tried again with backoff while it fails transiently (each retry counted); its last error raised."""
     wait = FIRST_WAIT_S
     for _ in range(ATTEMPTS - 1):
@@ -81,7 +81,7 @@ def retried(read: Callable[[], T], what: str, sleep: Callable[[float], object] =
             if not transient(e) or gone(e):  # gone: the caller decides what a vanished record means
                 raise
             RETRIES.note(what, e)
-        sleep(wait)
+        time.sleep(wait)
         wait *= 2
     return read()
 
