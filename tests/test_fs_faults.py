@@ -7,7 +7,10 @@ import errno
 import fcntl
 import json
 import os
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,16 @@ import pytest
 import a2rl.scheduling.launcher as launcher_mod
 import a2rl.store.queue as queue_mod
 import a2rl.store.retries as retries_mod
+import a2rl.run.client as client_mod
 from a2rl import records
+from a2rl.grading.daemon import GradingDaemon
+from a2rl.run.api import GradingAPI
+from a2rl.run.budget import Budget
+from a2rl.run.client import post_submit
+from a2rl.run.submit import RETRY_AFTER_S, NotEnqueued, RunSubmitter
+from a2rl.run.workspace import create_workspace
+from a2rl.spec.tasks import get_task
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.records import RecordError
 from a2rl.scheduling.base import Schedulers
 from a2rl.scheduling.launcher import Launcher, open_sweep
@@ -27,7 +39,7 @@ from a2rl.store.queue import Lease, SubmissionQueue
 from a2rl.store.results import load_result, mark_lost
 from a2rl.store.retries import RETRIES, read_retries
 from a2rl.store.sweepdir import STALE_S, RunStatus
-from conftest import write_sweep
+from conftest import FIXTURES, REPO, write_sweep
 from fakes import FakeClock
 
 
@@ -263,3 +275,91 @@ def test_a_key_read_while_being_created_is_absent_or_whole_never_half(tmp_path, 
     monkeypatch.setattr(integrity.os, "fsync", real_fsync)
     create_key(tmp_path)  # a second creator (another node) loses cleanly: the first key stands
     assert read_key(tmp_path) == key and [p.name for p in tmp_path.iterdir()] == [KEY_FILE]
+
+
+# ------------------------------------------------------------------ /submit: 503 with Retry-After
+def test_a_held_queue_lock_is_a_503_with_retry_after_which_the_client_honours(tmp_path, tiny_model, monkeypatch):
+    sweep, (run,) = open_sweep(write_sweep(tmp_path, grader={"lock_timeout_s": 0.2}), tmp_path / "sd")
+    task = get_task("echo", [FIXTURES / "tasks"])
+    ws = create_workspace(
+        sweep.workspace(run.run_id),
+        task=task,
+        data=ensure_prepared(task, sweep.data_root()),
+        model_dir=tiny_model,
+        budget_s=60,
+        source_tree=REPO,
+    )
+    submitter = RunSubmitter(sweep, run, ws, Budget(60))
+    grader, stop = GradingDaemon(sweep), threading.Event()
+
+    def grade_loop() -> None:  # an invalid submission: graded without a model
+        while not stop.wait(0.05):
+            if (claim := sweep.queue.claim(grader.holder, 60, sweep.ledger.has)) is not None:
+                grader.grade(claim)
+
+    held = sweep_lock(sweep.queue.root / ".lock")  # another node holds the queue past the lock timeout
+    held.acquire()
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:  # the client waits as told; meanwhile the other node lets go
+        waits.append(seconds)
+        held.release()
+
+    threading.Thread(target=grade_loop, daemon=True).start()
+    try:
+        with GradingAPI(submitter, submitter.budget) as api:
+            monkeypatch.setenv("GRADING_TOKEN", api.token)
+            body, error = post_submit(f"{api.url}/submit", "output/none", 60, sleep=wait)
+    finally:
+        stop.set()
+    assert waits == [RETRY_AFTER_S]  # one 503, its Retry-After honoured, then answered
+    assert body["submission_id"] == f"{run.run_id}.0001" and "HTTP" not in (error or "")
+    assert sweep.queue.count(run.run_id) == 1  # the refused attempt enqueued nothing
+
+
+def test_the_503_says_retry_after_and_nothing_was_submitted(tmp_path, monkeypatch):
+    class Busy:
+        def submit(self, model_path: str, final: bool = False):
+            raise NotEnqueued("the sweep directory did not take the submission (Timeout: lock held)")
+
+    with GradingAPI(Busy(), Budget(60)) as api:
+        req = urllib.request.Request(
+            f"{api.url}/submit",
+            data=b'{"model_path": "output/v0"}',
+            headers={"Authorization": f"Bearer {api.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        answer = json.loads(e.value.read())
+        monkeypatch.setenv("GRADING_TOKEN", api.token)
+        waits: list[float] = []
+        body, error = post_submit(f"{api.url}/submit", "output/v0", 30, sleep=waits.append)
+    assert e.value.code == 503 and e.value.headers["Retry-After"] == str(RETRY_AFTER_S)
+    assert "nothing was submitted" in answer["error"] and "\n" not in answer["error"]
+    assert waits == [RETRY_AFTER_S] * client_mod.RETRIES_503  # bounded: then the 503 is the answer
+    assert error.endswith("(HTTP 503)") and "nothing was submitted" in error
+
+
+def test_no_torn_or_stale_read_ends_the_grader(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.setattr(retries_mod, "time", FakeClock())
+    sweep, (run,) = open_sweep(write_sweep(tmp_path, grader={"poll_s": 0.05, "idle_timeout_s": 600}), tmp_path / "sd")
+    sid = sweep.queue.submit(run.run_id, "/m", lambda sid: None, error="x").submission_id
+    mark_lost(sweep, run, "test")  # over: the grader leaves once its submission is graded
+    before = dict(RETRIES.counts)
+    entry = sweep.queue.pending / f"{sid}.json"
+    faulty_reads(monkeypatch, entry, [b'{"subm', ESTALE] * retries_mod.ATTEMPTS)  # unreadable for two claims
+    real_stamp = SubmissionQueue.pending_stamp
+    stale = [OSError(errno.ESTALE, "Stale file handle")] * 3
+
+    def pending_stamp(self):
+        if stale:
+            raise stale.pop()
+        return real_stamp(self)
+
+    monkeypatch.setattr(SubmissionQueue, "pending_stamp", pending_stamp)
+    grader = GradingDaemon(sweep)
+    assert grader.run() == 0 and grader._note == "every run has finished"
+    assert sweep.ledger.get(sid).status == "invalid" and not list(sweep.queue.rejected.iterdir())
+    assert RETRIES.counts["queue entry"] - before.get("queue entry", 0) == 2 * retries_mod.ATTEMPTS
+    assert RETRIES.counts["queue"] - before.get("queue", 0) == 3
