@@ -7,6 +7,8 @@ import errno
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -39,7 +41,7 @@ from a2rl.store.queue import Lease, SubmissionQueue
 from a2rl.store.results import load_result, mark_lost
 from a2rl.store.retries import RETRIES, read_retries
 from a2rl.store.sweepdir import STALE_S, RunStatus
-from conftest import FIXTURES, REPO, write_sweep
+from conftest import FIXTURES, REPO, until, write_sweep
 from fakes import FakeClock
 
 
@@ -363,3 +365,40 @@ def test_no_torn_or_stale_read_ends_the_grader(tmp_path, tiny_model, monkeypatch
     assert sweep.ledger.get(sid).status == "invalid" and not list(sweep.queue.rejected.iterdir())
     assert RETRIES.counts["queue entry"] - before.get("queue entry", 0) == 2 * retries_mod.ATTEMPTS
     assert RETRIES.counts["queue"] - before.get("queue", 0) == 3
+
+
+@pytest.mark.slow  # about 6 s: four lease lengths with the holder alive, then the takeover
+def test_two_processes_with_clocks_hours_apart_share_a_queue(tmp_path):
+    """Real processes under `faketime` (wall and monotonic clocks 6 h apart): the taker never steals
+    the live holder's lease, and takes it at its first poll after lease_s unrenewed once the holder is SIGKILLed."""
+    lease_s, poll_s = 1.0, 0.1
+    queue = SubmissionQueue(tmp_path / "q", key=b"k" * 32)
+    queue.submit("r1", "/m", lambda sid: None, error="x")
+    lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # Debian's faketime; preloaded, not its wrapper
+    # (which forks: a SIGKILL must reach the holder itself); time.sleep needs the monotonic clock faked too
+
+    def node(offset: str, role: str) -> subprocess.Popen:
+        env = {**os.environ, "LD_PRELOAD": lib, "FAKETIME": offset}
+        env.pop("FAKETIME_DONT_FAKE_MONOTONIC", None)
+        args = [str(tmp_path / "q"), str(lease_s), str(poll_s)]
+        return subprocess.Popen(
+            [sys.executable, str(FIXTURES / "lease_node.py"), role, *args], env=env, stdout=subprocess.PIPE, text=True
+        )
+
+    holder = node("+3h", "hold")
+    taker = None
+    try:
+        until(lambda: list(queue.leases.glob("*.json")), 60, "the holder's lease")
+        taker = node("-3h", "take")
+        time.sleep(4 * lease_s)  # four lease lengths with the holder alive (a lower bound: a slow machine waits more)
+        assert holder.poll() is None and taker.poll() is None, "the live holder's lease was taken"
+        holder.kill()
+        holder.wait()
+        out = json.loads(taker.communicate(timeout=120)[0])
+    finally:
+        for p in (holder, taker):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert out["silent_before"] < lease_s  # taken at the first poll past lease_s unrenewed
+    assert out["attempt"] == 2 and abs(out["wall"] - time.time() + 3 * 3600) < 600  # its clock was 3 h behind

@@ -58,6 +58,10 @@ if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tes
   say "installing chromium (Debian's package)"
   bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"
 fi
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then  # clocks hours apart (tests/test_fs_faults.py)
+  say "installing faketime (Debian's package)"
+  bash tools/apt-install.sh faketime || say "WARNING: no faketime and cannot apt-get it; the two-clock lease test will fail"
+fi
 
 # ---- the vLLM environment (vLLM's CPU build here): graders with backend vllm, the vllm local driver, and
 # tests/test_vllm_real.py + the vllm driver test run in it; A2RL_VLLM_PYTHON tells the tests and sweeps where.
