@@ -14,7 +14,7 @@ from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.scheduling.base import JobState, Schedulers
 from a2rl.records import RecordError
 from a2rl.store.results import RunResult, load_result, mark_lost
-from a2rl.store.retries import read_retries
+from a2rl.store.retries import read_retries, retried
 from a2rl.store.services import ServiceJobs, service_jobs
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import STALE_S, GraderBeat, SweepDir
@@ -195,7 +195,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
     st.problems += ledger.problems
     for beat_file in sweep.graders.glob("grader*.json"):
         try:
-            beat = GraderBeat.load(beat_file)
+            beat = retried(lambda beat_file=beat_file: GraderBeat.load(beat_file), "heartbeat")
         except RecordError as e:
             st.problems.append(str(e))
             continue

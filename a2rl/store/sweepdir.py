@@ -146,7 +146,7 @@ class SweepDir:
         beats = []
         for path in self.graders.glob("grader*.json"):
             try:
-                beat = GraderBeat.load(path)
+                beat = retried(lambda path=path: GraderBeat.load(path), "heartbeat")
             except RecordError:
                 continue
             if beat.serving():
