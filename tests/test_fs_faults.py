@@ -41,7 +41,7 @@ from a2rl.store.queue import Lease, SubmissionQueue
 from a2rl.store.results import load_result, mark_lost
 from a2rl.store.retries import RETRIES, read_retries
 from a2rl.store.sweepdir import STALE_S, RunStatus
-from conftest import FIXTURES, REPO, until, write_sweep
+from conftest import FIXTURES, REPO, a2rl, until, write_sweep
 from fakes import FakeClock
 
 
@@ -247,6 +247,9 @@ def test_the_follower_survives_a_torn_read_and_names_what_a_finished_sweep_left_
         "`a2rl launch` on the sweep again starts a grader for them"
     )
     assert RETRIES.counts["sweep state"] >= 1
+    out = a2rl("status", str(sweep.root), check=True).stdout  # what the follower left undone, and its retries
+    assert f"1 submission(s) not graded: {sid}" in out and "reads retried (shared file system): " in out
+    assert "sweep state " in out
 
 
 # ------------------------------------------------------------------ the key
