@@ -61,6 +61,10 @@ fi
 for pkg in tinyproxy openssl; do  # tests/test_site_proxy.py: the site proxy, the stand-in API's certificate
   command -v "$pkg" >/dev/null || bash tools/apt-install.sh "$pkg" || say "WARNING: no $pkg; tests/test_site_proxy.py will fail"
 done
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then  # clocks hours apart (tests/test_fs_faults.py)
+  say "installing faketime (Debian's package)"
+  bash tools/apt-install.sh faketime || say "WARNING: no faketime and cannot apt-get it; the two-clock lease test will fail"
+fi
 
 # ---- the vLLM environment (vLLM's CPU build here): graders with backend vllm, the vllm local driver, and
 # tests/test_vllm_real.py + the vllm driver test run in it; A2RL_VLLM_PYTHON tells the tests and sweeps where.

@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}"
         )
+    for line in (st.undone_line() if st.finished == st.total else "", st.retries_line()):
+        if line:
+            print(line)
     for problem in st.problems:
         print(f"skipped: {problem}")
     if note := untrusted_note(sweep.spec.isolation == "none"):
