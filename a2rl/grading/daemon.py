@@ -33,7 +33,6 @@ from filelock import FileLock, Timeout
 from a2rl.store.baselines import BaselineRecord, ensure_baseline
 from a2rl.errors import InfraError
 from a2rl.store.ledger import LedgerEntry
-from a2rl.weights import weights_hash
 from a2rl.records import disk_full, now, while_full
 from a2rl.store.results import FinishedRuns, ResultHook, no_hook, refresh_result
 from a2rl.store.queue import Claim, holder_id
@@ -43,7 +42,9 @@ from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.evaluator import evaluate as run_evaluator
 from a2rl.tasklib.leaks import markers, scan_files
-from a2rl.grading.lineage import copy_lineage, lineage
+from a2rl.grading.lineage import copy_lineage
+from a2rl.grading.onepass import stream
+from a2rl.grading.profiles import submission_lineage
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 from a2rl.llm.backends import CPU_SETTINGS, BackendSettings, Engine, EngineKey, engine_key, resolve_settings
 from a2rl.llm.contextcap import ContextCap
@@ -477,7 +478,8 @@ class GradingDaemon:
             log.warning("LEAK in %s: %s", fields["submission_id"], "; ".join(leaks))
         fields = {**fields, "leaks": leaks}
         try:
-            digest = weights_hash(frozen)
+            scanned = stream(frozen)  # the one read of its weights: content hash and lineage samples
+            digest = scanned.digest
             copy = digest == base.weights_hash
             if copy and base.status == "ok":
                 return LedgerEntry(
@@ -509,7 +511,11 @@ class GradingDaemon:
             if earlier is not None and earlier.lineage is not None:
                 descent = earlier.lineage
             else:
-                descent = copy_lineage() if copy else lineage(frozen, Path(base.model_path))
+                descent = (
+                    copy_lineage()
+                    if copy
+                    else submission_lineage(frozen, scanned, base, self.sweep, self.settings.lock_timeout_s)
+                )
             fields = {**fields, "weights_hash": digest, "lineage": descent}
             if descent.verdict == "foreign":
                 log.warning("FOREIGN model in %s: %s", fields["submission_id"], descent.summary())

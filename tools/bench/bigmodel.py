@@ -101,7 +101,11 @@ def config(shape: dict, dtype: str) -> dict:
 def random_block(seed: int, dtype: str) -> np.ndarray:
     """BLOCK values of N(0, 0.02) in `dtype`'s bytes (bf16: the float32's upper half, as uint16)."""
     x = np.random.default_rng(seed).standard_normal(BLOCK, dtype=np.float32) * np.float32(0.02)
-    return (x.view(np.uint32) >> 16).astype(np.uint16) if dtype == "bf16" else x
+    if dtype != "bf16":
+        return x
+    u = (x.view(np.uint32) >> 16).astype(np.uint16)
+    u[(u & 0x7F80) == 0] = 0x0080  # no zeros or subnormals: the trained variant's -1 ulp never wraps to NaN
+    return u
 
 
 def to_f32(a: np.ndarray) -> np.ndarray:
@@ -162,7 +166,7 @@ def tiled(block: np.ndarray, offset: int, start: int, count: int) -> np.ndarray:
     a = (offset + start) % len(block)
     if a + count <= len(block):
         return block[a : a + count]
-    return np.take(block, np.arange(a, a + count) % len(block))
+    return np.concatenate((block[a:], block[: a + count - len(block)]))  # count <= len(block): two pieces
 
 
 def offset_of(name: str) -> int:
@@ -187,9 +191,8 @@ def trained_content(base, noise: np.ndarray, dtype: str):
     def content(name, shape, start, count):
         b = base(name, shape, start, count)
         step = tiled(noise, offset_of(name) // 7, start, count)
-        if b.dtype == np.uint16:  # zeros and subnormals stay: -1 ulp from +-0 would wrap to NaN
-            step = np.where(b & 0x7F80, step, 0)
-            return (b.astype(np.int32) + step.astype(np.int32)).astype(np.uint16)
+        if b.dtype == np.uint16:  # -1 is 0xFFFF: adds wrap mod 2**16 (the blocks hold no zeros to wrap past)
+            return np.add(b, step.view(np.uint16), dtype=np.uint16)
         return b + step.astype(np.float32) * np.float32(1e-4)
 
     return content
@@ -237,7 +240,7 @@ def write_model(dest: Path, params: float, dtype: str, variant: str = "base", sh
     tokenizer_into(dest)
     base = base_content(random_block(1 if variant == "foreign" else 0, dtype), dtype)
     if variant == "trained":
-        steps = np.random.default_rng(2).integers(-1, 2, BLOCK // 2 + 1, dtype=np.int8)
+        steps = np.random.default_rng(2).integers(-1, 2, BLOCK + 1, dtype=np.int16)
         content = trained_content(base, steps, dtype)
     elif variant == "lora":
         content = lora_content(base, shape)
