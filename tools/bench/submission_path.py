@@ -133,7 +133,7 @@ def run_path(kind: str, sub: Path, base: Path, work: Path, task, heldout: Path, 
     artifact = st("check", check_artifact, sub, sub.parent, limits)
     with artifact:
         frozen = st("freeze", freeze, artifact, submissions / "sub-1")
-    st("check frozen", check_frozen, "sub-1", submissions)
+    st("check frozen", check_frozen, str(frozen), submissions)
     st("leak scan", scan_files, frozen, markers(heldout))
     if kind == "today":
         digest = st("content hash", weights_hash, frozen)
@@ -159,11 +159,18 @@ def main() -> None:
     p.add_argument("--path", choices=("onepass", "today", "both"), default="onepass")
     p.add_argument("--variant", choices=bigmodel.VARIANTS, default="trained")
     args = p.parse_args()
+    work = args.dir
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # full-size copies: never left behind
+
+
+def measure(args, work: Path) -> None:
     from a2rl.spec.tasks import get_task
     from a2rl.tasklib.prepare import ensure_prepared
 
-    work = args.dir
-    shutil.rmtree(work, ignore_errors=True)
     task = get_task("arith")
     heldout = ensure_prepared(task, work / "data").heldout_dir
     t0 = time.perf_counter()
@@ -192,7 +199,6 @@ def main() -> None:
         totals[kind] = run_path(kind, sub, base, work, task, heldout, profile)
     copy_s = plain_copy(sub, work / "cp")
     print(f"  one plain copy (cp -r) of {gb(sub):.2f} GB: {copy_s:.2f} s (load average {os.getloadavg()[0]:.1f})")
-    shutil.rmtree(work)
     for kind, total in totals.items():
         print(f"  path ({kind}) without generation: {total:.2f} s")
     for kind, total in totals.items():
