@@ -3,7 +3,7 @@
     .venv/bin/python tools/bench/submission_path.py --params 7.6e9 [--dir /tmp/x] [--path onepass|today|both]
 
 Writes a Qwen2.5-7B-shaped base and a "trained" submission (tools/bench/bigmodel.py: the base plus noise on every
-tensor) into --dir, then on the same disk:
+tensor) into --dir, then on the same disk (the path first, the copy after it):
   cp        one plain `cp -r` of the submission's files, page cache dropped first (echo 3 > /proc/sys/vm/drop_caches;
             without root it says so and times a warm copy), to a directory deleted right after;
   the path  the real code, page cache dropped again: check (run/artifacts.check_artifact: type, size, headers),
@@ -17,7 +17,8 @@ tensor) into --dir, then on the same disk:
             the grading-cache lookup (its key: grading/daemon.grading_key on llm/backends.engine_key), and the
             engine's load on this CPU (transformers from_pretrained of the frozen copy in bf16: the CPU engine's
             fp32 would need 2x the memory; skipped, and said, when the machine's free memory cannot hold it).
-Last line: `fixed-cost ratio R` = (the path's seconds, no generation) / (the plain copy's seconds).
+With the one-pass path it then prints the one-pass verdicts of the lora and foreign variants, each written in the
+submission's place. Last line: `fixed-cost ratio R` = (the path's seconds, no generation) / (the plain copy's seconds).
 
 Disk: the submission, the base and the frozen copy are each full size. With --path onepass the base's profile is
 made first (once per sweep in the grader: printed apart, not in R) and the base's weight files are then made
@@ -152,6 +153,23 @@ def run_path(kind: str, sub: Path, base: Path, work: Path, task, heldout: Path, 
     return total
 
 
+def other_verdicts(sub: Path, base: Path, params: float, profile) -> None:
+    """The one-pass verdicts of the other variants, each written in the submission's place (two full-size
+    models on disk at most)."""
+    from a2rl.grading.onepass import one_pass_lineage, stream
+
+    for variant, expected in (("lora", "derived"), ("foreign", "foreign")):
+        shutil.rmtree(sub)
+        bigmodel.write_model(sub, params, "bf16", variant)
+        found = one_pass_lineage(sub, base, stream(sub), profile.samples)
+        print(
+            f"  {variant}: {found.verdict} (expected {expected}); close share {found.close_share:.2f}, cosine min "
+            f"{found.cosine_min:+.4f} median {found.cosine_median:+.4f}, relative L2 median {found.rel_l2_median:.4f} "
+            f"max {found.rel_l2_max:.4f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=float, default=7.6e9)
@@ -185,9 +203,8 @@ def measure(args, work: Path) -> None:
     from a2rl.grading.lineage import lineage
 
     lineage(base, base)  # imports out of the timings
-    totals = {}
+    totals, profile = {}, None
     for kind in ("today", "onepass") if args.path == "both" else (args.path,):
-        profile = None
         if kind == "onepass":
             from a2rl.grading.profiles import base_profile
 
@@ -199,6 +216,8 @@ def measure(args, work: Path) -> None:
         totals[kind] = run_path(kind, sub, base, work, task, heldout, profile)
     copy_s = plain_copy(sub, work / "cp")
     print(f"  one plain copy (cp -r) of {gb(sub):.2f} GB: {copy_s:.2f} s (load average {os.getloadavg()[0]:.1f})")
+    if profile is not None:
+        other_verdicts(sub, base, args.params, profile)
     for kind, total in totals.items():
         print(f"  path ({kind}) without generation: {total:.2f} s")
     for kind, total in totals.items():
