@@ -17,8 +17,9 @@ tensor) into --dir, then on the same disk (the path first, the copy after it):
             the grading-cache lookup (its key: grading/daemon.grading_key on llm/backends.engine_key), and the
             engine's load on this CPU (transformers from_pretrained of the frozen copy in bf16: the CPU engine's
             fp32 would need 2x the memory; skipped, and said, when the machine's free memory cannot hold it).
-With the one-pass path it then prints the one-pass verdicts of the lora and foreign variants, each written in the
-submission's place. Last line: `fixed-cost ratio R` = (the path's seconds, no generation) / (the plain copy's seconds).
+With --other-variants (and the one-pass path) it then prints the one-pass verdicts of the lora and foreign
+variants, each written in the submission's place. Last line: `fixed-cost ratio R` = (the path's seconds, no
+generation) / (the plain copy's seconds).
 
 Disk: the submission, the base and the frozen copy are each full size. With --path onepass the base's profile is
 made first (once per sweep in the grader: printed apart, not in R) and the base's weight files are then made
@@ -176,6 +177,7 @@ def main() -> None:
     p.add_argument("--dir", type=Path, default=Path("/tmp/a2rl-submission-path"))
     p.add_argument("--path", choices=("onepass", "today", "both"), default="onepass")
     p.add_argument("--variant", choices=bigmodel.VARIANTS, default="trained")
+    p.add_argument("--other-variants", action="store_true", help="also the lora and foreign variants' verdicts")
     args = p.parse_args()
     work = args.dir
     shutil.rmtree(work, ignore_errors=True)
@@ -216,7 +218,7 @@ def measure(args, work: Path) -> None:
         totals[kind] = run_path(kind, sub, base, work, task, heldout, profile)
     copy_s = plain_copy(sub, work / "cp")
     print(f"  one plain copy (cp -r) of {gb(sub):.2f} GB: {copy_s:.2f} s (load average {os.getloadavg()[0]:.1f})")
-    if profile is not None:
+    if profile is not None and args.other_variants:
         other_verdicts(sub, base, args.params, profile)
     for kind, total in totals.items():
         print(f"  path ({kind}) without generation: {total:.2f} s")
