@@ -106,9 +106,10 @@ def engine_load(frozen: Path) -> str:
     from transformers import AutoModelForCausalLM
 
     need = bigmodel_bytes(frozen) * 1.1
-    avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    avail = int(meminfo["MemAvailable"].split()[0]) * 1024  # the page cache counts as available
     if need > avail:
-        return f"skipped: {need / 1e9:.1f} GB needed, {avail / 1e9:.1f} GB free"
+        return f"skipped: {need / 1e9:.1f} GB needed, {avail / 1e9:.1f} GB available"
     model = AutoModelForCausalLM.from_pretrained(frozen, dtype=torch.bfloat16)
     n = sum(p.numel() for p in model.parameters())
     del model
