@@ -5,6 +5,9 @@ and the tensors' names and shapes; dtypes may differ) and the same tokenizer (th
 submission's own files byte-identical to the base's, or an equal vocabulary), then per tensor the cosine
 similarity and the relative L2 distance ||s - b|| / ||b|| to the base, streamed from the safetensors files one
 slice at a time (never the whole model in memory, no GPU).
+The grader's figures come from a sample of each tensor taken in the same read as the content hash
+(grading/onepass.py, judged here by `judge`); `tensor_distances` compares every element (calibration, and the
+fallback for a dtype the sample is not read from).
 
 Verdicts: `copy` (the base's tensors, however re-saved: the weights hash), `derived` (most weight-matrix parameters
 lie in tensors whose cosine to the base is at least COSINE_MIN), `foreign` (anything else: another architecture or

@@ -99,11 +99,11 @@ def stream(model_dir: Path) -> Scanned:
             taken: list = []
             got, pos = 0, 0
             while pos < end - begin:
-                n = fh.readinto(view[: min(BLOCK, end - begin - pos)])
+                n = _fill(fh, view[: min(BLOCK, end - begin - pos)])
                 if not n:
                     raise ValueError(f"{f}: truncated safetensors file")
                 h.update(view[:n])
-                if dtype is not None and got < SAMPLE and n % size == 0:
+                if dtype is not None and got < SAMPLE and n % size == 0:  # whole elements: not at a truncated end
                     first = pos // size
                     k0 = -(-first // step)  # the first sampled index at or after this block's first element
                     offset = k0 * step - first
@@ -121,6 +121,14 @@ def stream(model_dir: Path) -> Scanned:
             fh.close()
     unsampled = sorted(tensors.keys() - samples.keys())
     return Scanned(h.hexdigest(), samples, nbytes, time.monotonic() - t0, unsampled)
+
+
+def _fill(fh, view: memoryview) -> int:
+    """Read until `view` is full or the file ends (a short read mid-tensor would misalign the sample)."""
+    n = 0
+    while n < len(view) and (k := fh.readinto(view[n:])):
+        n += k
+    return n
 
 
 def distances(mine: Scanned, base: dict[str, TensorSample]) -> tuple[list[TensorDistance], dict[str, tuple[int, int]]]:
