@@ -3,7 +3,7 @@
     .venv/bin/python tools/bench/submission_path.py --params 7.6e9 [--dir /tmp/x] [--path onepass|today|both]
 
 Writes a Qwen2.5-7B-shaped base and a "trained" submission (tools/bench/bigmodel.py: the base plus noise on every
-tensor) into --dir, then on the same disk (the path first, the copy after it):
+tensor) into --dir, then on the same disk (a copy, the path, a copy again: R divides by the copies' mean):
   cp        one plain `cp -r` of the submission's files, page cache dropped first (echo 3 > /proc/sys/vm/drop_caches;
             without root it says so and times a warm copy), to a directory deleted right after;
   the path  the real code, page cache dropped again: check (run/artifacts.check_artifact: type, size, headers),
@@ -204,8 +204,11 @@ def measure(args, work: Path) -> None:
         flush=True,
     )
     from a2rl.grading.lineage import lineage
+    from a2rl.store.modeldirs import resolve_model
 
-    lineage(base, base)  # imports out of the timings
+    tiny = resolve_model("builtin:tiny-llama")
+    lineage(tiny, tiny)  # imports (torch, tokenizers, transformers) out of the timings
+    before = plain_copy(sub, work / "cp")
     totals, profile = {}, None
     for kind in ("today", "onepass") if args.path == "both" else (args.path,):
         if kind == "onepass":
@@ -217,8 +220,12 @@ def measure(args, work: Path) -> None:
             print(f"    base profile (once per sweep, not in R) {time.perf_counter() - t1:8.2f} s", flush=True)
             sparse_weights(base)
         totals[kind] = run_path(kind, sub, base, work, task, heldout, profile)
-    copy_s = plain_copy(sub, work / "cp")
-    print(f"  one plain copy (cp -r) of {gb(sub):.2f} GB: {copy_s:.2f} s (load average {os.getloadavg()[0]:.1f})")
+    after = plain_copy(sub, work / "cp")
+    copy_s = (before + after) / 2
+    print(
+        f"  one plain copy (cp -r) of {gb(sub):.2f} GB: {before:.2f} s before the path, {after:.2f} s after it "
+        f"(load average {os.getloadavg()[0]:.1f}); their mean {copy_s:.2f} s"
+    )
     if profile is not None and args.other_variants:
         other_verdicts(sub, base, args.params, profile)
     for kind, total in totals.items():
