@@ -15,6 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from a2rl.grading import lineage as L
 from a2rl.grading.daemon import GradingDaemon
+from a2rl.grading.onepass import one_pass_lineage, stream
+from a2rl.grading.profiles import base_profile
 from a2rl.reporting.aggregate import Sweeps, failures_table, format_tables, long_table
 from a2rl.reporting.html import write_report as write_html_report
 from a2rl.reporting.runreport import write_run_report
@@ -200,10 +202,18 @@ def test_the_pipelines_models_are_derived_and_another_seeds_trained_on_the_same_
     run_pipeline(data, tiny_model, tmp_path / "full", "qa_short", *sft, *grpo)
     run_pipeline(data, tiny_model, tmp_path / "lora", "qa_short", *sft, "--grpo-steps", "0", "--lora-r", "16")
     run_pipeline(data, other_seed_model, tmp_path / "other", "qa_short", *sft, "--grpo-steps", "0")
+    profile = base_profile(tiny_model).samples
     for model in (tmp_path / "full" / "sft", tmp_path / "full" / "grpo", tmp_path / "lora" / "sft"):
         found = L.lineage(model, tiny_model)
         assert found.verdict == "derived" and found.close_share == 1.0, (model, found)
         assert found.rel_l2_max > 0.001  # trained, not a copy
+        # the grader's one read of the weights (grading/onepass.py) gives the same verdict and figures
+        same = one_pass_lineage(model, tiny_model, stream(model), profile)
+        assert (same.verdict, same.close_share) == (found.verdict, found.close_share)
+        for f in ("cosine_min", "cosine_median", "rel_l2_median", "rel_l2_max"):
+            assert getattr(same, f) == pytest.approx(getattr(found, f), abs=1e-5), (model, f)
     other = L.lineage(tmp_path / "other" / "sft", tiny_model)
     assert other.verdict == "foreign" and other.close_share == 0.0, other
+    scanned = stream(tmp_path / "other" / "sft")
+    assert one_pass_lineage(tmp_path / "other" / "sft", tiny_model, scanned, profile).verdict == "foreign"
     assert other.rel_l2_median > 1.0  # it moved as far from its own start as the others did, and is no nearer

@@ -5,6 +5,9 @@ and the tensors' names and shapes; dtypes may differ) and the same tokenizer (th
 submission's own files byte-identical to the base's, or an equal vocabulary), then per tensor the cosine
 similarity and the relative L2 distance ||s - b|| / ||b|| to the base, streamed from the safetensors files one
 slice at a time (never the whole model in memory, no GPU).
+The grader's figures come from a sample of each tensor taken in the same read as the content hash
+(grading/onepass.py, judged here by `judge`); `tensor_distances` compares every element (calibration, and the
+fallback for a dtype the sample is not read from).
 
 Verdicts: `copy` (the base's tensors, however re-saved: the weights hash), `derived` (most weight-matrix parameters
 lie in tensors whose cosine to the base is at least COSINE_MIN), `foreign` (anything else: another architecture or
@@ -21,7 +24,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from a2rl.store.ledger import Lineage, TensorDistance
 from a2rl.weights import safetensors_index
@@ -43,7 +46,16 @@ def copy_lineage() -> Lineage:
 
 def lineage(model_dir: Path, base_dir: Path) -> Lineage:
     """The submission in `model_dir` against the base in `base_dir` (not a copy: the caller compared hashes)."""
-    t0 = time.monotonic()
+    return judge(model_dir, base_dir, lambda: tensor_distances(model_dir, base_dir))
+
+
+Measure = Callable[[], tuple[list[TensorDistance], dict[str, tuple[int, int]], int]]
+
+
+def judge(model_dir: Path, base_dir: Path, measure: Measure, started: float | None = None) -> Lineage:
+    """The verdict: architecture and tokenizer first, then `measure()`'s per-tensor distances (every element:
+    tensor_distances; a sample taken while hashing: grading/onepass.py), bytes read counted by `measure`."""
+    t0 = time.monotonic() if started is None else started
     model_dir, base_dir = Path(model_dir), Path(base_dir)
     if (why := architecture_difference(model_dir, base_dir)) is not None:
         return Lineage(verdict="foreign", reason=why, seconds=time.monotonic() - t0)
@@ -55,7 +67,7 @@ def lineage(model_dir: Path, base_dir: Path) -> Lineage:
             tokenizer=tok,
             seconds=time.monotonic() - t0,
         )
-    distances, sizes, nbytes = tensor_distances(model_dir, base_dir)
+    distances, sizes, nbytes = measure()
     matrices = [d for d in distances if sizes[d.name][1] >= 2]
     if not matrices:
         return Lineage(verdict="foreign", reason="it has no weight matrices to compare", tokenizer=tok)
@@ -176,15 +188,15 @@ def tensor_distances(model_dir: Path, base_dir: Path) -> tuple[list[TensorDistan
             ss += float(torch.dot(s, s))
             bb += float(torch.dot(b, b))
             dd += float(torch.dot(d, d))
-        distances.append(TensorDistance(name=name, cosine=_cosine(dot, ss, bb), rel_l2=_rel(dd, bb)))
+        distances.append(TensorDistance(name=name, cosine=cosine(dot, ss, bb), rel_l2=rel_l2(dd, bb)))
     return distances, sizes, nbytes
 
 
-def _cosine(dot: float, ss: float, bb: float) -> float:
+def cosine(dot: float, ss: float, bb: float) -> float:
     if ss == 0.0 or bb == 0.0:
         return 1.0 if ss == bb else 0.0
     return dot / (ss**0.5 * bb**0.5)
 
 
-def _rel(dd: float, bb: float) -> float | None:
+def rel_l2(dd: float, bb: float) -> float | None:
     return (dd / bb) ** 0.5 if bb else (0.0 if dd == 0.0 else None)

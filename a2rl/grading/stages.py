@@ -12,7 +12,9 @@ from pathlib import Path
 from a2rl.errors import InfraError
 from a2rl.grading.evaluate import grading_key, n_items
 from a2rl.grading.grader import Grader
-from a2rl.grading.lineage import copy_lineage, lineage
+from a2rl.grading.lineage import copy_lineage
+from a2rl.grading.onepass import Scanned, stream
+from a2rl.grading.profiles import submission_lineage
 from a2rl.grading.record import ledger_entry
 from a2rl.grading.trust import UntrustedArtifact, check_frozen
 from a2rl.llm.backends import engine_key
@@ -22,7 +24,6 @@ from a2rl.spec.tasks import Task
 from a2rl.store.baselines import BaselineRecord
 from a2rl.store.ledger import LedgerEntry
 from a2rl.tasklib.leaks import markers, scan_files
-from a2rl.weights import weights_hash
 
 log = logging.getLogger("a2rl.grader")
 
@@ -38,6 +39,7 @@ class Submission:
     t0: float  # when its grading began
     base: BaselineRecord
     frozen: Path | None = None  # the verified frozen copy
+    scanned: Scanned | None = None  # the one read of its weights: content hash and lineage samples
     digest: str = ""  # its weights' hash
     copy: bool = False  # the base model's weights
     key: str = ""  # its grading key
@@ -81,7 +83,8 @@ class Scoring(Grader):
 
     def _copy_of_base(self, sub: Submission) -> LedgerEntry | None:
         """The base model's own weights score the baseline's score, not evaluated again."""
-        sub.digest = weights_hash(sub.frozen)
+        sub.scanned = stream(sub.frozen)
+        sub.digest = sub.scanned.digest
         sub.copy = sub.digest == sub.base.weights_hash
         if not sub.copy or sub.base.status != "ok":
             return None
@@ -116,7 +119,11 @@ class Scoring(Grader):
         if sub.earlier is not None and sub.earlier.lineage is not None:
             descent = sub.earlier.lineage
         else:
-            descent = copy_lineage() if sub.copy else lineage(sub.frozen, base_dir)
+            descent = (
+                copy_lineage()
+                if sub.copy
+                else submission_lineage(sub.frozen, sub.scanned, sub.base, self.sweep, self.settings.lock_timeout_s)
+            )
         sub.fields.update(weights_hash=sub.digest, lineage=descent)
         if descent.verdict == "foreign":
             log.warning("FOREIGN model in %s: %s", sub.fields["submission_id"], descent.summary())

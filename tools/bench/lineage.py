@@ -8,7 +8,8 @@ extrapolates to a 7B bf16 submission (7e9 parameters x 2 bytes = 14 GB, compared
 Calibration (--calibrate DIR): trains with the reference pipeline (a2rl.reference.pipeline) on arith's train rows
 on this CPU: full SFT for each of --steps, LoRA (r 16) SFT, and the same full SFT from a tiny model of the same shape
 initialised with seed 1; then prints each model's lineage figures against the tiny base, the smallest cosine of a
-derived model's matrix and the largest of the foreign ones, beside the verdict threshold (COSINE_MIN). A run whose
+derived model's matrix and the largest of the foreign ones, beside the verdict threshold (COSINE_MIN), and counts
+wrong verdicts of the full comparison and of the grader's one-pass sample (grading/onepass.py). A run whose
 output already holds a model in DIR is not trained again.
 
     .venv/bin/python tools/bench/lineage.py [--gb 1] [--calibrate DIR --steps 150,700]
@@ -115,6 +116,8 @@ def train(out: Path, model: Path, data: Path, *args: str) -> Path:
 
 def calibrate(runs: Path, steps: list[int]) -> None:
     from a2rl.grading.lineage import COSINE_MIN, lineage, tensor_distances
+    from a2rl.grading.onepass import SAMPLE, one_pass_lineage, stream
+    from a2rl.grading.profiles import base_profile
     from a2rl.store.modeldirs import resolve_model
     from a2rl.spec.tasks import get_task
     from a2rl.tasklib.prepare import ensure_prepared
@@ -136,10 +139,16 @@ def calibrate(runs: Path, steps: list[int]) -> None:
     )
     foreign["seed 1, untrained"] = other
     print(f"lineage against the tiny base ({base}); verdict threshold COSINE_MIN = {COSINE_MIN}")
-    lows, highs = [], []
+    profile = base_profile(base).samples
+    lows, highs, wrong = [], [], []
     for group, models in (("from the base", derived), ("foreign", foreign)):
         for label, model in models.items():
             found = lineage(model, base)
+            sampled = one_pass_lineage(model, base, stream(model), profile)  # what the grader computes
+            if sampled.verdict != found.verdict or found.verdict != (
+                "derived" if group == "from the base" else "foreign"
+            ):
+                wrong.append(f"{label}: full {found.verdict}, one-pass {sampled.verdict}")
             distances, sizes, _ = tensor_distances(model, base)
             cosines = [d.cosine for d in distances if sizes[d.name][1] >= 2]  # the matrices, which vote
             (lows if group == "from the base" else highs).append(
@@ -153,6 +162,10 @@ def calibrate(runs: Path, steps: list[int]) -> None:
             )
     print(f"smallest cosine of a matrix of a model from the base: {min(lows):+.3f}")
     print(f"largest cosine of a matrix of a foreign model: {max(highs):+.3f}")
+    n = len(derived) + len(foreign)
+    print(f"wrong verdicts (full comparison or one-pass sample of {SAMPLE} elements per tensor): {len(wrong)} of {n}")
+    for w in wrong:
+        print(f"  {w}")
 
 
 def main() -> None:
