@@ -58,6 +58,12 @@ class ModelEntry(_Strict):
     name: str = Field(pattern=NAME)
     path: str  # a directory, or builtin:NAME
     generation: str = "greedy"  # how the grader decodes this model: a preset under configs/generation/
+    params: float | None = Field(None, gt=0)  # parameters, for the plan before the weights are there (7.6e9)
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params(cls, v: Any) -> Any:  # YAML 1.1 reads 7.6e9 (no sign in the exponent) as a string
+        return float(v) if isinstance(v, (int, str)) and not isinstance(v, bool) else v
 
 
 class Resources(_Strict):
@@ -472,8 +478,7 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
         if m not in modes
     ]
     for i, m in enumerate(spec.model_entries if valid("models") else []):
-        err = check_model_ref(m.path)
-        if err:
+        if err := check_model_ref(m.path):  # a directory's presence: scheduling/readiness.py, at launch
             problems.append(f"models[{i}].path: {err}")
         if m.generation not in presets:
             problems.append(
