@@ -93,5 +93,6 @@ def test_relaunch_with_a_changed_spec_is_refused(tmp_path):
 
     sd = tmp_path / "sd"
     open_sweep(write_sweep(tmp_path), sd)
+    assert sd.stat().st_mode & 0o777 == 0o700  # its key, ledger and submissions are its user's alone
     with pytest.raises(SpecError, match=r"different spec \(changed: seeds\)"):
         open_sweep(write_sweep(tmp_path, seeds=[5]), sd)
