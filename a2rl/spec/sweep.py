@@ -58,12 +58,7 @@ class ModelEntry(_Strict):
     name: str = Field(pattern=NAME)
     path: str  # a directory, or builtin:NAME
     generation: str = "greedy"  # how the grader decodes this model: a preset under configs/generation/
-    params: float | None = Field(None, gt=0)  # parameters, for the plan before the weights are there (7.6e9)
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _params(cls, v: Any) -> Any:  # YAML 1.1 reads 7.6e9 (no sign in the exponent) as a string
-        return float(v) if isinstance(v, (int, str)) and not isinstance(v, bool) else v
+    params: float | None = Field(None, gt=0, strict=False)  # for the plan sans weights; lax: YAML's 7.6e9 is str
 
 
 class Resources(_Strict):
