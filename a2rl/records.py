@@ -1,8 +1,9 @@
 """Versioned on-disk records and the atomic file operations every writer uses.
 
 Every file a2rl writes is a pydantic model with a `schema_version`; readers refuse versions they do not know
-instead of guessing, and read an older version only where its record says how (`Record.upgrade`). Writes go to a temp file in the same directory and are renamed into place, so a reader
-(or a writer killed mid-way) never sees half a file.
+instead of guessing, and read an older version only where its record says how (`Record.upgrade`). Writes go to
+a temp file in the same directory and are renamed into place, so a reader (or a writer killed mid-way) never
+sees half a file.
 """
 
 from __future__ import annotations

@@ -60,3 +60,26 @@ def tensor_layout(model_dir: Path) -> str:
     return hashlib.sha256(
         json.dumps([[n, index[n][2]["dtype"], index[n][2]["shape"]] for n in sorted(index)]).encode()
     ).hexdigest()
+
+
+def config_parameter_count(config: dict) -> int | None:
+    """Parameters of a decoder-only transformer of the Llama/Qwen/Mistral family from its config.json alone (no
+    weights): embeddings (and an untied output head), per layer the attention projections (grouped KV heads, Qwen2's
+    q/k/v biases, Qwen3's q/k norms), the gated MLP and two norms, then the final norm. None where the config lacks
+    a field this needs (another architecture: count its safetensors instead)."""
+    try:
+        hidden, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+        mlp, heads = config["intermediate_size"], config["num_attention_heads"]
+    except KeyError:
+        return None
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attention = hidden * q + 2 * hidden * kv + q * hidden
+    if config.get("attention_bias") or config.get("model_type") == "qwen2":
+        attention += q + 2 * kv
+    if config.get("model_type") == "qwen3":
+        attention += 2 * head_dim
+    per_layer = attention + 3 * hidden * mlp + 2 * hidden
+    heads_out = 1 if config.get("tie_word_embeddings", False) else 2
+    return heads_out * vocab * hidden + layers * per_layer + hidden

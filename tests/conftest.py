@@ -3,12 +3,17 @@ developer has on the machine leaks in, and jobs started by the tests see the sam
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -201,3 +206,89 @@ def errors_of(path) -> list[str]:
     with pytest.raises(SpecError) as e:
         load_sweep(path)
     return [line.split(": ", 1)[1] for line in e.value.lines]
+
+
+# Unprivileged users (tests/test_user_world.py, tests/test_cluster_user.py): root creates them, they run a2rl.
+
+
+def kill_user(uid: int) -> None:
+    """SIGKILL every process of a test's user and wait for them to end (userdel refuses a user still running)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    left.append(pid)
+                    os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        if not left:
+            return
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def unprivileged_user(name: str) -> Iterator[pwd.struct_passwd]:
+    """A new user with a home of its own (useradd -m: mode 0755 under Debian's UMASK 022), removed afterwards
+    with its home and every process it left."""
+    subprocess.run(["userdel", "-r", name], capture_output=True)  # a previous run's, killed before its clean-up
+    subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+    user = pwd.getpwnam(name)
+    try:
+        yield user
+    finally:
+        kill_user(user.pw_uid)
+        gone = subprocess.run(["userdel", "-r", name], capture_output=True, text=True)
+        if gone.returncode != 0:  # not an assertion here: it would hide the test's own failure
+            print(f"userdel -r {name} failed: {gone.stderr}")
+
+
+def wheel_sources() -> dict[str, str]:
+    """This machine's local wheelhouse and index mirror as the launcher's pip is configured (its find-links and
+    extra-index-url, from any config file or variable), as variables the user's pip reads: its own cache stays
+    empty here (the registry's answers are not cacheable), so without them every run downloads it all."""
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    found = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    env = {}
+    for key, var in (("find-links", "PIP_FIND_LINKS"), ("extra-index-url", "PIP_EXTRA_INDEX_URL")):
+        value = next((v.strip("'") for k, v in found.items() if k.endswith(f".{key}")), None)
+        if value:
+            env[var] = value
+    return env
+
+
+def user_env(user: pwd.struct_passwd, path: str) -> dict[str, str]:
+    """The environment a user's login gives (HOME, USER, PATH), with a pip cache of its own outside HOME
+    (/var/tmp/a2rl-pip-<user>, kept between runs) and this machine's wheel sources, so that its set-up is cheap;
+    nothing it installs needs root or a compiler either way."""
+    cache = Path("/var/tmp") / f"a2rl-pip-{user.pw_name}"
+    cache.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(cache)], check=True)
+    return {
+        "HOME": user.pw_dir,
+        "USER": user.pw_name,
+        "LOGNAME": user.pw_name,
+        "PATH": path,
+        "LANG": "C.UTF-8",
+        "PIP_CACHE_DIR": str(cache),
+        "PIP_NO_INPUT": "1",
+        # this machine's wheelhouse (the CPU torch wheel) and mirror, where the launcher's pip has them:
+        # without them torch==2.13.0 is PyPI's CUDA build (.venv 5.5 GB, .venv-agent 5.2 GB, 25 minutes)
+        **wheel_sources(),
+        # the session's process check follows what the user starts, Slurm jobs included (see above)
+        **{k: os.environ[k] for k in ("A2RL_TEST_SESSION", "A2RL_TEST_NODE") if k in os.environ},
+    }
+
+
+def copy_checkout(dest: Path) -> None:
+    """The working tree as git sees it (tracked and untracked, not ignored: no venvs, no sweeps)."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, check=True, capture_output=True
+    ).stdout.split(b"\0")
+    dest.mkdir()
+    for f in filter(None, files):
+        src = REPO / os.fsdecode(f)
+        if src.is_file() and not src.is_symlink():
+            (dest / os.fsdecode(f)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(f))

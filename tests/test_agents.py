@@ -232,14 +232,11 @@ def test_local_driver_checks_at_launch(tmp_path, monkeypatch):
     # driver it still is
     proc = a2rl(
         "launch",
-        str(
-            write_sweep(
-                tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny", "gpt-5.4"]}], local_drivers=LOCAL_TINY
-            )
-        ),
+        str(write_sweep(tmp_path, agents=[{"name": "codex", "drivers": ["local:tiny"]}], local_drivers=LOCAL_TINY)),
         "--dry-run",
     )
-    assert proc.returncode == 0 and "echo__codex__local-tiny__tiny-llama__s0" in proc.stdout
+    assert "echo__codex__local-tiny__tiny-llama__s0" in proc.stdout and "credentials: ok" in proc.stdout
+    assert "OPENAI_API_KEY" not in proc.stderr, proc.stderr
     proc = a2rl(
         "launch",
         str(

@@ -32,8 +32,9 @@ def test_validate_checks_a_sweep_and_writes_and_builds_nothing(tmp_path, capsys)
         "runs: 2 jobs x 11m (budget 1m + set-up margin 10m) x 0 GPU, 1 CPU: 0.0 GPU-hours, 0.37 CPU-hours"
         in proc.stdout
     )
-    assert "x 10 submissions + 1 baseline(s): unknown (task echo is not prepared; model tiny-llama is not built)" in (
-        proc.stdout
+    assert (
+        "x 10 submissions + 1 baseline(s): unknown (task echo is not prepared (no heldout_size); model tiny-llama: "
+        "size unknown)" in proc.stdout
     )
     assert "queue limits: none (the local executor)" in proc.stdout
     assert sorted(tmp_path.rglob("*")) == before  # no sweep directory, no model, no prepared data

@@ -392,7 +392,7 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
         lines[0]
         == "runs: 5 jobs x 1h30m (budget 1h00m + set-up margin 30m) x 2 GPU, 8 CPU: 15.0 GPU-hours, 60.0 CPU-hours"
     )
-    assert lines[1].endswith("unknown (task echo is not prepared)")
+    assert lines[1].endswith("unknown (task echo is not prepared (no heldout_size))")
     assert lines[2].startswith("grader jobs: 1, up to 3 (workers auto) x 1 GPU") and "at most 6.0 GPU-hours" in lines[2]
     assert lines[3] == (
         "jobs: 5 runs as 3 array(s) of at most 2 tasks (MaxArraySize), 1 grader(s), 1 top-up job (none with --wait "

@@ -37,7 +37,6 @@ def test_agents_without_driver_run_once_per_cell(tmp_path):
         ({"budget": "soon"}, "budget: expected seconds or a duration like '30m', '2h' (got 'soon')"),
         ({"budget": -5}, "budget: must be positive (got -5)"),
         ({"executor": "k8s"}, "executor: Input should be 'local', 'slurm' or 'auto' (got 'k8s')"),
-        ({"models": ["/does/not/exist"]}, "models[0].path: model directory '/does/not/exist' does not exist"),
         ({"models": ["builtin:huge"]}, "models[0].path: unknown built-in model 'huge'"),
         ({"agents": [{"name": "baseline", "args": {"x": 1}}]}, "agents[0].args: unknown argument(s) ['x']"),
         ({"seeds": [1, 1]}, "duplicate entries [1]"),
@@ -94,5 +93,6 @@ def test_relaunch_with_a_changed_spec_is_refused(tmp_path):
 
     sd = tmp_path / "sd"
     open_sweep(write_sweep(tmp_path), sd)
+    assert sd.stat().st_mode & 0o777 == 0o700  # its key, ledger and submissions are its user's alone
     with pytest.raises(SpecError, match=r"different spec \(changed: seeds\)"):
         open_sweep(write_sweep(tmp_path, seeds=[5]), sd)

@@ -15,10 +15,8 @@ from tabulate import tabulate
 from a2rl.errors import SpecError
 from a2rl.run.audit import AuditError, audit_path
 from a2rl.run.isolation import SandboxError
-from a2rl.scheduling.capacity import print_plan
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, read_target
 from a2rl.spec.grid import RunSpec
-from a2rl.store.modeldirs import check_shapes
 
 
 def print_runs(runs: list[RunSpec]) -> None:
@@ -47,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the expanded runs and the capacity plan, and check the job shapes against the models; submit "
-        "nothing",
+        help="print the expanded runs, then what `a2rl validate` prints (the checks launch makes here and the "
+        "capacity plan); submit nothing",
     )
     add_plan_arguments(p)
     p.add_argument("--retry-failed", action="store_true", help="resubmit runs that ended failed")
@@ -70,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
+            from a2rl.cli.validate import report
+
             spec, runs, _ = read_target(args.target)
-            params = check_shapes(spec)
             print_runs(runs)
             print(f"{len(runs)} runs (dry run: nothing submitted)")
-            print_plan(spec, runs, params, args.executor, args.submissions_per_run)
-            return 0
+            return report(args.target, spec, runs, args.executor, args.submissions_per_run)
         done = Launcher.launch(
             args.target,
             sweep_dir=args.sweep_dir,

@@ -8,8 +8,9 @@
   example is counted at its cap), at a rate measured by tools/bench/grading.py (GPU_RATE on GPUs, CPU_RATE per
   core on CPU) for its model, in inverse proportion to the parameter count (generation reads every weight per
   token), or at the sweep's grader.tokens_per_s; held-out examples are counted in the prepared data (lines of
-  its .jsonl files, within the task's `limit`), unknown where the task is not prepared yet; the grader jobs
-  themselves hold their GPUs for their whole time;
+  its .jsonl files, within the task's `limit`), or where the task is not prepared yet its task.yaml's
+  `heldout_size` (unknown without one); the parameter counts need no weights (store/modeldirs.py planned_params);
+  the grader jobs themselves hold their GPUs for their whole time;
 - jobs: one array per resource shape split at MaxArraySize, the graders, local driver servers, and on Slurm the
   top-up job (a launch without --wait always submits it; with --wait only where runs are deferred);
 - QOS: the fewest queued jobs the user's QOS and association allow (sacctmgr, as the launch reads them), or
@@ -70,14 +71,14 @@ def duration(seconds: float) -> str:
 
 
 def heldout_examples(spec: SweepSpec, task_name: str) -> int | None:
-    """Held-out examples the grader scores for a task: lines of the prepared held-out .jsonl files, within
-    the task's `limit`; None where the task is not prepared (or its held-out data is not .jsonl)."""
+    """Held-out examples the grader scores for a task: lines of the prepared held-out .jsonl files, else (not
+    prepared, or not .jsonl) the task's declared `heldout_size`, within the task's `limit`; None if neither."""
     task = get_task(task_name, [Path(p) for p in spec.task_paths])
     heldout = task.data(Path(spec.data_root) if spec.data_root else default_data_root()).heldout_dir
     files = sorted(heldout.glob("*.jsonl")) if heldout.is_dir() else []
-    if not files:
+    n = sum(sum(1 for line in f.open() if line.strip()) for f in files) if files else task.spec.heldout_size
+    if n is None:
         return None
-    n = sum(sum(1 for line in f.open() if line.strip()) for f in files)
     limit = {**task.spec.eval, **spec.grader.task_options.get(task_name, {})}.get("limit")
     return min(n, int(limit)) if limit else n
 
@@ -139,9 +140,9 @@ def _grading(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], per_r
     baselines = len(spec.tasks) * len(spec.model_entries) * len(spec.protocols)
     head = f"grading (estimate): {len(runs)} runs x {per_run} submissions + {baselines} baseline(s)"
     examples = {t: heldout_examples(spec, t) for t in spec.tasks}
-    unknown = sorted({f"task {t} is not prepared" for t, n in examples.items() if n is None})
+    unknown = sorted({f"task {t} is not prepared (no heldout_size)" for t, n in examples.items() if n is None})
     if g.tokens_per_s is None:
-        unknown += sorted({f"model {m} is not built" for m in (x.name for x in spec.model_entries) if m not in params})
+        unknown += sorted({f"model {m}: size unknown" for m in (x.name for x in spec.model_entries) if m not in params})
     if unknown:
         return f"{head}: unknown ({'; '.join(unknown)})"
     units, unit = (g.gpus, "GPU") if g.gpus else (g.cpus, "CPU")

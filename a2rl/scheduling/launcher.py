@@ -22,7 +22,6 @@ from typing import Callable
 import submitit
 from a2rl.store.locks import SweepLock, sweep_lock
 
-from a2rl.spec.agents import agent_registry
 from a2rl.errors import SpecError
 from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, resolve_kind
 from a2rl.drivers.endpoint import drivers_used, jobs_path
@@ -33,6 +32,7 @@ from a2rl.run.audit import AuditRecord, audited
 from a2rl.run.isolation import choose
 from a2rl.run.job import run_agent_job
 from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
+from a2rl.scheduling.readiness import refuse_unready
 from a2rl.store.services import record_service_job
 from a2rl.records import RecordError, now
 from a2rl.store.retries import RETRIES, transient
@@ -40,7 +40,7 @@ from a2rl.store.results import FinishedRuns, load_result
 from a2rl.spec.grid import RunSpec, expand
 from a2rl.scheduling.graders import replace_dead_grader, submit_grader
 from a2rl.store.modeldirs import check_shapes
-from a2rl.spec.sweep import SweepSpec, load_sweep, local_driver_name
+from a2rl.spec.sweep import SweepSpec, load_sweep
 from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.prepare import ensure_prepared
@@ -361,32 +361,6 @@ def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool, sched
     return [run for run in todo if not live(run)]
 
 
-def check_credentials(spec: SweepSpec) -> None:
-    """Credentials are the launcher's to give, and CLIs its to install: a missing one fails here, not hours later
-    in a queued job."""
-    agents = agent_registry([Path(p) for p in spec.agent_paths])
-    problems = []
-    for i, a in enumerate(spec.agent_entries):
-        stack = agents.get(a.name)
-        drivers = spec.drivers_of(a) if stack.needs_driver else ["none"]
-        missing = {
-            name
-            for d in drivers
-            for name in stack.missing_credentials(
-                dict(os.environ), local_driver_name(d) is not None, logins=spec.agent_logins
-            )
-        }
-        problems += [f"agents[{i}]: agent {a.name!r} needs {name}, which is not set" for name in sorted(missing)]
-        if stack.install is not None and stack.find_cli(dict(os.environ)) is None:
-            problems.append(
-                f"agents[{i}]: agent {a.name!r} runs `{stack.cli_name}`, which is not installed in "
-                f"{', '.join(stack.search_dirs()) or 'its path'} or on PATH: install it with "
-                f"`{stack.install.command(a.name)}`"
-            )
-    if problems:
-        raise SpecError(problems)
-
-
 def read_target(target: Path) -> tuple[SweepSpec, list[RunSpec], SweepDir | None]:
     """A sweep.yaml's spec and runs, or an existing sweep directory's (frozen) with it; validated, nothing written
     (what --dry-run and `a2rl validate` show and what a launch opens)."""
@@ -402,7 +376,7 @@ def read_target(target: Path) -> tuple[SweepSpec, list[RunSpec], SweepDir | None
 def open_sweep(target: Path, sweep_dir: Path | None) -> tuple[SweepDir, list[RunSpec]]:
     """From a sweep.yaml (new or relaunched) or an existing sweep directory."""
     spec, runs, existing = read_target(target)
-    check_credentials(spec)
+    refuse_unready(spec)  # credentials, CLIs, models, data, isolation: nothing written or submitted yet
     if existing is not None:
         return existing, runs
     sweep = SweepDir(sweep_dir or DEFAULT_SWEEPS / spec.name)

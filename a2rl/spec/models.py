@@ -20,10 +20,18 @@ def builtin_dir(name: str) -> Path:
 
 
 def check_model_ref(path: str) -> str | None:
-    """An error message for a model path that cannot work, or None."""
+    """An error message for a model reference no machine can resolve (an unknown built-in), or None. Whether a
+    directory exists is the launching machine's question (model_dir_problem, scheduling/readiness.py)."""
     if path.startswith(BUILTIN_PREFIX):
         name = path.removeprefix(BUILTIN_PREFIX)
         return None if name in BUILTINS else f"unknown built-in model {name!r} (known: {', '.join(BUILTINS)})"
+    return None
+
+
+def model_dir_problem(path: str) -> str | None:
+    """An error message for a model directory that is not there (a built-in model is built at launch), or None."""
+    if path.startswith(BUILTIN_PREFIX):
+        return None
     p = Path(path)
     if not p.is_dir():
         return f"model directory {path!r} does not exist"

@@ -58,6 +58,7 @@ class ModelEntry(_Strict):
     name: str = Field(pattern=NAME)
     path: str  # a directory, or builtin:NAME
     generation: str = "greedy"  # how the grader decodes this model: a preset under configs/generation/
+    params: float | None = Field(None, gt=0, strict=False)  # for the plan sans weights; lax: YAML's 7.6e9 is str
 
 
 class Resources(_Strict):
@@ -473,8 +474,7 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
         if m not in modes
     ]
     for i, m in enumerate(spec.model_entries if valid("models") else []):
-        err = check_model_ref(m.path)
-        if err:
+        if err := check_model_ref(m.path):  # a directory's presence: scheduling/readiness.py, at launch
             problems.append(f"models[{i}].path: {err}")
         if m.generation not in presets:
             problems.append(

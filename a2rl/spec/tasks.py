@@ -76,6 +76,7 @@ class TaskSpec(BaseModel):
     train_links: list[str] = []
     train_format: TrainFormat
     eval: dict[str, Any] = {}
+    heldout_size: int | None = Field(None, ge=1)  # examples the grader scores: the capacity plan's before prepare
     # modules its prepare/evaluator need from the `games` extra (TextWorld, ALFWorld: their engines compile from
     # source, so the default set-up leaves them out); missing, the task's data and grading refuse in one line
     engines: list[str] = []

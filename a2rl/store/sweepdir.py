@@ -1,4 +1,5 @@
-"""The sweep directory: everything a sweep records, on the shared file system, outside every workspace.
+"""The sweep directory: everything a sweep records, on the shared file system, outside every workspace; made 0700,
+so another user of the cluster reads none of it.
 
 sweep.yaml            the spec as the user wrote it (frozen at first launch)
 .a2rl-key             the HMAC key signing ledger, queue, result and baseline records (0600; integrity.py)
@@ -197,7 +198,11 @@ class SweepDir:
         return Path(self.spec.data_root or default_data_root())
 
     def create(self, spec: SweepSpec, spec_text: str, runs: list[RunSpec]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        # only its user may enter: it holds the key, the ledger, the submissions and the runs' saved workspaces,
+        # and may lie in a group project directory or a home others can read (tests/test_cluster_user.py)
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(self.root, 0o700)
         create_key(self.root)
         atomic_write_text(self.spec_yaml, spec_text)
         FrozenSweep(spec=spec, sweep_uid=secrets.token_hex(4), created_at=now(), a2rl_version=__version__).dump(

@@ -32,23 +32,28 @@ def ensure_prepared(
         return _ensure_prepared(task, data_root, allow_network=allow_network, source=source)
 
 
+def unpreparable(task: Task, data_root: Path) -> str | None:
+    """Why a launch cannot use this task's data under `data_root`: not prepared (or by another version of its
+    prepare script) and not preparable offline, which needs `a2rl prepare` where the internet is; else None."""
+    if task.spec.offline or task.prepared(data_root):
+        return None
+    state = (
+        "was prepared by another version of its prepare script"
+        if (Path(data_root) / task.name / "prepared.json").exists()
+        else "is not prepared"
+    )
+    return (
+        f"task {task.name!r} {state} under {data_root}: run `a2rl prepare {task.name} --data-root {data_root}` "
+        "(with --source if you prepared it from one) on a machine with internet access (a login node)"
+    )
+
+
 def _ensure_prepared(task: Task, data_root: Path, *, allow_network: bool, source: Path | None) -> TaskData:
     if task.prepared(data_root):
         return _ensure_parts(task, data_root)
     base = Path(data_root) / task.name
-    if not (task.spec.offline or allow_network or source):
-        state = (
-            "was prepared by another version of its prepare script"
-            if (base / "prepared.json").exists()
-            else "is not prepared"
-        )
-        raise SpecError(
-            [
-                f"task {task.name!r} {state} under {data_root}: run `a2rl prepare {task.name} "
-                f"--data-root {data_root}` (with --source if you prepared it from one) on a machine with internet "
-                "access (a login node)"
-            ]
-        )
+    if not (allow_network or source) and (problem := unpreparable(task, data_root)):
+        raise SpecError([problem])
     base.mkdir(parents=True, exist_ok=True)
     with sweep_lock(str(base) + ".lock"):
         if task.prepared(data_root):
