@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from filelock import FileLock
+from a2rl.store.locks import sweep_lock
 
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.inspector.material import Material, build_material
@@ -251,7 +251,7 @@ def set_override(sweep: SweepDir, run_id: str, question: str, verdict: Verdict, 
     if not reason.strip():
         raise ValueError("an override needs a reason (--reason)")
     path = overrides_path(sweep.run_dir(run_id))
-    with FileLock(f"{path}.lock", timeout=sweep.spec.grader.lock_timeout_s):  # two researchers at once keep both
+    with sweep_lock(f"{path}.lock", timeout=sweep.spec.grader.lock_timeout_s):  # two researchers at once keep both
         current = Overrides.load_or_none(path) or Overrides(run_id=run_id)
         current.overrides.append(
             Override(question=question, verdict=verdict, reason=reason.strip(), by=_user(), at=now())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from filelock import FileLock
+from a2rl.store.locks import sweep_lock
 
 from a2rl.grading.daemon import GraderJob
 from a2rl.reporting.runreport import rebuild_run_report
@@ -60,7 +60,7 @@ class PoolOfJobs:
     def start(self) -> str | None:
         sweep = SweepDir(Path(self.sweep_dir))
         schedulers = Schedulers(sweep.spec, Path(self.folder))
-        with FileLock(str(sweep.graders / "scale.lock"), timeout=sweep.spec.grader.lock_timeout_s):
+        with sweep_lock(str(sweep.graders / "scale.lock"), timeout=sweep.spec.grader.lock_timeout_s):
             alive = len(jobs_alive(sweep.grader_jobs, schedulers))
             if alive >= sweep.spec.grader.most_workers or alive > len(sweep.serving_graders()):
                 return None
@@ -77,7 +77,7 @@ def replace_dead_grader(sweep: SweepDir, schedulers: Schedulers, kind: str, st: 
         return None
     if jobs_alive(sweep.grader_jobs, schedulers):
         return None
-    with FileLock(str(sweep.graders / "scale.lock"), timeout=sweep.spec.grader.lock_timeout_s):
+    with sweep_lock(str(sweep.graders / "scale.lock"), timeout=sweep.spec.grader.lock_timeout_s):
         if jobs_alive(sweep.grader_jobs, schedulers):  # read again: another watcher may have just started one
             return None
         return submit_grader(sweep, schedulers[kind], 0)

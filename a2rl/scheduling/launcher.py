@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 import submitit
-from filelock import FileLock
+from a2rl.store.locks import SweepLock, sweep_lock
 
 from a2rl.spec.agents import agent_registry
 from a2rl.errors import SpecError
@@ -61,9 +61,9 @@ def submit_runs(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -> l
         return _submit_locked(sweep, scheduler, runs)
 
 
-def _submit_lock(sweep: SweepDir) -> FileLock:
+def _submit_lock(sweep: SweepDir) -> SweepLock:
     sweep.jobs.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(sweep.jobs / "submit.lock"), timeout=SUBMIT_LOCK_TIMEOUT_S)
+    return sweep_lock(str(sweep.jobs / "submit.lock"), timeout=SUBMIT_LOCK_TIMEOUT_S)
 
 
 def _submit_locked(sweep: SweepDir, scheduler: Scheduler, runs: list[RunSpec]) -> list[str]:

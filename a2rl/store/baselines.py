@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from filelock import FileLock
+from a2rl.store.locks import sweep_lock
 
 from a2rl.store.modeldirs import resolve_model
 from a2rl.weights import weights_hash
@@ -84,7 +84,7 @@ def ensure_baseline(
     part = task.feedback_part(protocol)
     own = baseline_path(sweep, task.name, model_name, protocol)
     own.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(own) + ".lock"):
+    with sweep_lock(str(own) + ".lock"):
         rec = _load(own, sweep.key)
         if (
             rec is not None

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from filelock import FileLock
+from a2rl.store.locks import sweep_lock
 
 from a2rl.records import Record, RecordError, StorageFull, atomic_write_text, now, while_full
 from a2rl.store.integrity import SignedRecord
@@ -78,7 +78,7 @@ class SubmissionQueue:
         )
         for d in (self.pending, self.leases, self.done, self.seq, self.rejected):
             d.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(self.root / ".lock"), timeout=lock_timeout_s)
+        self._lock = sweep_lock(str(self.root / ".lock"), timeout=lock_timeout_s)
 
     def submit(
         self,

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from filelock import FileLock
+from a2rl.store.locks import SweepLock, sweep_lock
 from pydantic import BaseModel
 
 from a2rl.store.baselines import BaselineRecord, baseline_path, load_baseline
@@ -249,8 +249,8 @@ class FinishedRuns:
         return False
 
 
-def _lock(sweep: SweepDir, run_id: str) -> FileLock:
-    return FileLock(str(sweep.result_path(run_id)) + ".lock", timeout=sweep.spec.grader.lock_timeout_s)
+def _lock(sweep: SweepDir, run_id: str) -> SweepLock:
+    return sweep_lock(str(sweep.result_path(run_id)) + ".lock", timeout=sweep.spec.grader.lock_timeout_s)
 
 
 def write_result(sweep: SweepDir, run_id: str, **fields) -> RunResult:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from filelock import FileLock
+from a2rl.store.locks import sweep_lock
 
 from a2rl.records import Record
 from a2rl.store.sweepdir import SweepDir
@@ -23,7 +23,7 @@ class ServiceJobs(Record):
 
 def record_service_job(path: Path, kind: str, job_id: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    with sweep_lock(str(path) + ".lock"):
         rec = ServiceJobs.load_or_none(path) or ServiceJobs(executor=kind, job_ids=[])
         ServiceJobs(executor=kind, job_ids=[*rec.job_ids, job_id]).dump(path)
 

@@ -10,7 +10,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from filelock import FileLock
+from a2rl.store.locks import sweep_lock
 
 from a2rl.errors import SpecError
 from a2rl.records import RecordError, now, sha256_file
@@ -50,7 +50,7 @@ def _ensure_prepared(task: Task, data_root: Path, *, allow_network: bool, source
             ]
         )
     base.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(base) + ".lock"):
+    with sweep_lock(str(base) + ".lock"):
         if task.prepared(data_root):
             return _ensure_parts(task, data_root, locked=True)
         tmp = base / f".prepare-{os.getpid()}"
@@ -99,7 +99,7 @@ def _ensure_parts(task: Task, data_root: Path, *, locked: bool = False) -> TaskD
     if rec is not None and rec.model_dump(include=set(want)) == want and rec.file_sha256 == sha256_file(src):
         return data
     if not locked:
-        with FileLock(str(Path(data_root) / task.name) + ".lock"):
+        with sweep_lock(str(Path(data_root) / task.name) + ".lock"):
             return _ensure_parts(task, data_root, locked=True)
     rows = [line for line in src.read_text(encoding="utf-8").splitlines() if line.strip()]
     if split.feedback + split.final > len(rows):
