@@ -16,7 +16,6 @@ The local executor runs everything on this node: nothing extra is submitted.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import time
@@ -29,6 +28,7 @@ from a2rl.scheduling.base import Scheduler, Schedulers, Shape
 from a2rl.scheduling.node import NodeFacts, NodeProbe, ProbeReport, differences, node_facts, probe_dir, try_lock
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.sweep import SweepSpec
+from a2rl.store.locks import LocksUnsupported, sweep_lock
 
 VERDICT = "fscheck.json"
 PROBE_TIME_S = 300  # the probe job's time limit: it takes seconds once it runs
@@ -134,21 +134,21 @@ def check_here(directory: Path) -> tuple[Mount, str | None]:
     mount = mount_of(directory)
     where = probe_dir(directory)
     where.mkdir(parents=True, exist_ok=True)
-    lock = where / "lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = sweep_lock(where / "lock", timeout=0)
     try:
-        first = try_lock(fd)
-        if first.startswith("unsupported"):
-            return mount, (
-                f"{directory} ({mount.fstype} at {mount.point}): file locks are {first}; a2rl never runs its queue "
-                f"on a soft lock: {lock_fix(mount)}"
-            )
-        second = try_lock(os.open(lock, os.O_RDWR), close=True)
-        if second != "held":
+        lock.acquire()
+    except LocksUnsupported as e:
+        cause = e.__cause__ or "soft lock"
+        return mount, (
+            f"{directory} ({mount.fstype} at {mount.point}): file locks are unsupported ({cause}); a2rl never runs "
+            f"its queue on a soft lock: {lock_fix(mount)}"
+        )
+    try:
+        if try_lock(os.open(lock.lock_file, os.O_RDWR), close=True) != "held":
             return mount, f"{directory} ({mount.fstype}): flock does not exclude even on this node: {lock_fix(mount)}"
         return mount, None
     finally:
-        os.close(fd)
+        lock.release()
 
 
 def check(
@@ -198,16 +198,12 @@ def _probe(
     where = probe_dir(directory)
     token = secrets.token_hex(6)
     report_path = where / f"report-{token}.json"
-    fd = os.open(where / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with sweep_lock(where / "lock", timeout=60):  # the probe job tries to take it meanwhile
         here = node_facts(directory, spec)
         job = scheduler.submit_one(
             Shape(f"a2rl-probe-{spec.name}", PROBE_TIME_S, 1, 0, 0.5), NodeProbe(str(directory), token, spec)
         )
         seen = _wait(report_path, job, scheduler, verdict.lease_s, queue_wait_s, clock)
-    finally:
-        os.close(fd)
     update: dict = {"probe_job": job}
     if isinstance(seen, str):
         update["refused"] = f"{directory}: {seen}"
