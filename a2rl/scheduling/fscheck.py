@@ -265,6 +265,13 @@ def _wait(
             state = js.state
             if js.alive is False and ended is None:
                 ended = t
+        if listed is not None and t - listed > lease_s:
+            return (
+                f"a file renamed in on the compute node by probe job {job} was listed here but could not be opened "
+                f"by its name for more than the grader's lease ({lease_s:g} s; cached lookups): ask the admins for "
+                "shorter attribute caching (actimeo/acdirmax, lookupcache=positive) or put the sweep on another "
+                "directory (--sweep-dir)"
+            )
         if ended is not None and t - ended > lease_s:
             return (
                 f"the probe job {job} ended ({state}) but its report was not seen here within the grader's lease "
