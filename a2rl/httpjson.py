@@ -17,9 +17,9 @@ DRAIN_MAX = 16 << 20  # bytes of an oversized body read before answering 413
 
 
 class BadRequest(ValueError):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, retry_after: float | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.retry_after = status, retry_after
 
 
 class JSONRequestHandler(BaseHTTPRequestHandler):
@@ -51,7 +51,8 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
         try:
             handle()
         except BadRequest as e:
-            self.send_json(e.status, {"error": str(e)})
+            extra = {} if e.retry_after is None else {"Retry-After": f"{e.retry_after:.0f}"}
+            self.send_json(e.status, {"error": str(e)}, extra)
         except Exception as e:
             log.exception("request %s %s failed", self.command, self.path[:200])
             self.send_json(500, {"error": f"internal error: {type(e).__name__}: {e}"})
@@ -61,9 +62,11 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
 
-    def send_json(self, status: int, payload: dict[str, Any]) -> None:
+    def send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

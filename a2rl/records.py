@@ -64,12 +64,19 @@ class Record(BaseModel):
         except ValueError as e:
             raise RecordError(f"cannot read {cls.__name__} from {path}: {e}") from e
         version = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(version, int) and 0 < version < cls.SCHEMA and (up := cls.upgrade(data, version)) is not None:
+            data, version = {**up, "schema_version": cls.SCHEMA}, cls.SCHEMA
         if version != cls.SCHEMA:
             raise RecordError(f"{path}: {cls.__name__} schema_version {version!r}, this a2rl reads {cls.SCHEMA}")
         try:
             return cls.model_validate(data)
         except ValueError as e:  # a record of the right version with the wrong shape is as unreadable
             raise RecordError(f"{path}: not a valid {cls.__name__}: {str(e).splitlines()[0]}") from None
+
+    @classmethod
+    def upgrade(cls, data: dict, version: int) -> dict | None:
+        """An older `version`'s fields as this version's (None: that version cannot be read)."""
+        return None
 
     @classmethod
     def load_or_none(cls: type[R], path: Path, raw: bytes | OSError | None = None) -> R | None:

@@ -13,7 +13,7 @@ import pytest
 
 from a2rl.llm import vllm_backend
 from a2rl.llm.backends import CPU_SETTINGS, BackendSettings, Engine
-from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.judge import EngineJudge, JudgeError, judge_client
 from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task

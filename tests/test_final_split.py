@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import a2rl.grading.daemon as daemon_module
+import a2rl.grading.stages as stages_module
 import a2rl.tasklib.prepare as prepare_module
-from a2rl.grading.daemon import GradingDaemon, select_final
+from a2rl.grading.daemon import GradingDaemon
+from a2rl.grading.final import select_final
 from a2rl.llm.backends import CPU_SETTINGS, Engine
 from a2rl.records import now
 from a2rl.reporting.aggregate import Sweeps, tables
@@ -79,7 +80,7 @@ class Sweep:
 
     def __init__(self, tmp_path: Path, tiny_model: Path, monkeypatch, seeds: int = 1, **grader):
         monkeypatch.setattr(
-            daemon_module, "scan_files", lambda *a: []
+            stages_module, "scan_files", lambda *a: []
         )  # the leak scan (tested elsewhere): 90% of the time
         path = write_sweep(
             tmp_path,

@@ -7,6 +7,7 @@ scale_wait_s, and an extra one idle for scale_idle_s leaves, never the last. Fak
 from __future__ import annotations
 
 import os
+import socket
 import threading
 
 import pytest
@@ -38,9 +39,9 @@ def test_the_grader_waits_while_a_run_is_at_work_and_leaves_idle_after(tmp_path,
     clock = FakeClock(start=0.0)
     grader.sleep, grader.clock = clock.sleep, clock
     went_quiet = 3 * IDLE_S  # the run trains (or waits), silent, for three idle limits; then its job dies unseen
-    clock.at[went_quiet] = lambda: RunStatus(run_id=run.run_id, state="running", heartbeat_at=now() - 2 * STALE_S).dump(
-        status
-    )
+    clock.at[went_quiet] = lambda: RunStatus(  # this host's job: its stamp is judged on one clock
+        run_id=run.run_id, state="running", host=socket.gethostname(), heartbeat_at=now() - 2 * STALE_S
+    ).dump(status)
     clock.at[went_quiet + 5 * IDLE_S] = never_left
     assert grader.run() == 0
     # idle counted from the last poll that saw the run at work (within poll_s of its going quiet)
@@ -120,7 +121,8 @@ def test_a_grader_busy_with_a_long_evaluation_still_asks_for_help(tmp_path, tiny
 
 def beat(sweep, holder: str, state: str = "idle", age: float = 0.0) -> None:
     t = now() - age
-    GraderBeat(holder=holder, host="h", pid=1, started_at=t, heartbeat_at=t, graded=0, state=state).dump(
+    host = socket.gethostname()  # this host's grader: its stamp is judged on one clock
+    GraderBeat(holder=holder, host=host, pid=1, started_at=t, heartbeat_at=t, graded=0, state=state).dump(
         sweep.graders / f"{holder}.json"
     )
 

@@ -5,6 +5,7 @@ the real replacement runs in test_grader_replace_slurm below."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import threading
 import time
@@ -147,7 +148,8 @@ def test_the_topup_job_submits_deferred_runs_and_replaces_the_grader(tmp_path, t
 def test_a_finished_sweep_gets_no_grader(tmp_path, tiny_model):
     sweep, (run,), cluster = sweep_with_dead_grader(tmp_path)
     # its job died unseen (stale heartbeat, the scheduler cannot tell): reaped, and then nothing is left to grade
-    RunStatus(run_id=run.run_id, state="running", executor="local", heartbeat_at=now() - 2 * STALE_S).dump(
+    host = socket.gethostname()  # this host's job: its stamp is judged on one clock
+    RunStatus(run_id=run.run_id, state="running", executor="local", host=host, heartbeat_at=now() - 2 * STALE_S).dump(
         sweep.run_dir(run.run_id) / "status.json"
     )
     s = schedulers(cluster)

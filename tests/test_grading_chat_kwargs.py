@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from a2rl.llm import inference, vllm_backend
 from a2rl.llm.backends import BackendSettings, Engine
-from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.chat import chat_prompt
 from a2rl.tasklib.pairwise import generate_answers
 from a2rl.spec.generation import get_preset

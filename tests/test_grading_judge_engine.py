@@ -10,7 +10,7 @@ import torch
 
 from a2rl.llm import vllm_backend
 from a2rl.llm.backends import BackendSettings, Engine
-from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.inference import Generator
 from a2rl.spec.generation import get_preset
 from a2rl.weights import weights_hash

@@ -15,7 +15,7 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.inference import Generator
 from a2rl.drivers.chatserver import serve_local_model
 from a2rl.httpjson import JSONRequestHandler, running

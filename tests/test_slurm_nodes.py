@@ -204,7 +204,7 @@ def kill_grader_mid_evaluation(sweep: SweepDir, hold: Path) -> tuple[str, str]:
     (lease,) = (
         lease
         for f in (sweep.root / "queue" / "leases").glob("*.json")
-        if (lease := Lease.load(f)).holder.endswith(f":{pid}") and lease.expires_at > 0
+        if (lease := Lease.load(f)).holder.endswith(f":{pid}") and not lease.released
     )
     env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
     kill_job(env["SLURM_JOB_ID"])

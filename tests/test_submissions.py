@@ -194,7 +194,7 @@ def test_a_judge_outage_is_retried_not_recorded_invalid(run, tiny_model, monkeyp
     sid = queued["submission_id"]
     grader = GradingDaemon(sweep)
     grader.baseline("echo", "tiny-llama", "paper")
-    monkeypatch.setattr("a2rl.grading.daemon.INFRA_RETRY_S", 0)
+    monkeypatch.setattr("a2rl.grading.grader.INFRA_RETRY_S", 0)
     real, calls = grader.evaluate, []
 
     def judge_down_once(*args):

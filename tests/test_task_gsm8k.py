@@ -11,7 +11,7 @@ import pytest
 from a2rl.tasklib.answers import format_answer
 from a2rl.tasklib.prompts import GSM8K_SEPARATOR
 from a2rl.tasklib.taskdata import read_jsonl
-from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.spec.tasks import CANARY, TaskData, get_task
 from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared

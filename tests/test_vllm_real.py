@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.grading.daemon import evaluate_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.spec.generation import get_preset
 from a2rl.spec.sweep import vllm_python
 from a2rl.spec.tasks import get_task

@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if (fs := FsVerdict.load_or_none(verdict_path(sweep.root))) is not None:
         print(f"file system: {fs.line()}" + (f" · REFUSED: {fs.refused}" if fs.refused else ""))
+    for line in (st.undone_line() if st.finished == st.total else "", st.retries_line()):
+        if line:
+            print(line)
     for problem in st.problems:
         print(f"skipped: {problem}")
     if note := untrusted_note(sweep.spec.isolation == "none"):

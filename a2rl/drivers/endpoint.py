@@ -11,8 +11,9 @@ from urllib.error import URLError
 from urllib.request import Request, urlopen
 
 from a2rl.errors import InfraError
-from a2rl.records import Record, now
+from a2rl.records import Record
 from a2rl.spec.sweep import local_driver_name
+from a2rl.store.freshness import heartbeat_stale
 from a2rl.store.sweepdir import STALE_S, SweepDir
 
 
@@ -32,7 +33,9 @@ class DriverEndpoint(Record):
     note: str = ""
 
     def live(self) -> bool:
-        return self.state == "serving" and now() - self.heartbeat_at < STALE_S
+        """Serving, and heart-beating as this reader's clock sees it (store/freshness.py)."""
+        silent = heartbeat_stale(("driver", self.name), self.heartbeat_at, self.host, STALE_S)
+        return self.state == "serving" and not silent
 
 
 def endpoint_path(sweep: SweepDir, name: str) -> Path:

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
-from a2rl.records import disk_full
+from filelock import Timeout
+
+from a2rl.records import RecordError, StorageFull, disk_full
+from a2rl.store.retries import RETRIES
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.run.budget import Budget
 from a2rl.run.artifacts import (
@@ -32,6 +37,13 @@ from a2rl.run.workspace import Workspace
 
 
 log = logging.getLogger("a2rl.submit")
+
+RETRY_AFTER_S = 10  # what the API tells an agent to wait after NotEnqueued
+
+
+class NotEnqueued(Exception):
+    """The queue could not take the submission now (its lock held past its timeout, the shared file system
+    failing): nothing was enqueued, and the same submission may be made again."""
 
 
 class RunSubmitter:
@@ -72,7 +84,7 @@ class RunSubmitter:
             )
         except ArtifactError as e:
             artifact, error = Artifact(""), str(e)
-        with artifact:
+        with artifact, _not_enqueued():
             entry = self.queue.submit(
                 self.run.run_id,
                 str(model_path),
@@ -130,9 +142,11 @@ class RunSubmitter:
     def wait_for(self, sid: str, timeout_s: float) -> LedgerEntry | None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            entry = self.ledger.get(sid)
-            if entry is not None:
-                return entry
+            try:
+                if (entry := self.ledger.get(sid)) is not None:
+                    return entry
+            except OSError as e:  # ESTALE and the like: enqueued already, so read again rather than fail
+                RETRIES.note("ledger entry", e)
             time.sleep(min(self.settings.poll_s, 0.5))
         return None
 
@@ -165,3 +179,14 @@ class RunSubmitter:
         if base is not None and base.status == "failed":
             out["baseline_error"] = base.error
         return out
+
+
+@contextmanager
+def _not_enqueued() -> Iterator[None]:
+    """Lock time-outs and storage errors while enqueueing as NotEnqueued (a full disk stays StorageFull)."""
+    try:
+        yield
+    except StorageFull:
+        raise
+    except (Timeout, OSError, RecordError) as e:
+        raise NotEnqueued(f"the sweep directory did not take the submission ({type(e).__name__}: {e})") from e

@@ -1,5 +1,5 @@
 """Grader jobs: the one way the launcher, the top-up job and the graders themselves (workers: auto) submit one,
-the pool a grader job carries to count its peers and start another (grading/daemon.py's GraderPool), and the
+the pool a grader job carries to count its peers and start another (grading/grader.py's GraderPool), and the
 replacement of a dead last grader (killed, its node lost) by whoever watches the sweep: the follower
 (`--wait`) and the top-up job."""
 

@@ -34,7 +34,8 @@ from a2rl.run.audit import AuditRecord, audited
 from a2rl.run.job import run_agent_job
 from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
 from a2rl.store.services import record_service_job
-from a2rl.records import now
+from a2rl.records import RecordError, now
+from a2rl.store.retries import RETRIES, transient
 from a2rl.store.results import FinishedRuns, load_result
 from a2rl.spec.grid import RunSpec, expand
 from a2rl.scheduling.graders import replace_dead_grader, submit_grader
@@ -154,8 +155,8 @@ class TopUpJob(submitit.helpers.Checkpointable):
             try:
                 if done():
                     return
-            except OSError:  # the shared file system failing for a moment: the round says so, or the next look
-                pass
+            except (OSError, RecordError) as e:  # the shared file system failing for a moment: look again
+                RETRIES.note("sweep state", e)
 
     def round(self, sweep: SweepDir, schedulers: Schedulers) -> bool:
         """One look at the sweep; True once it is done."""
@@ -292,7 +293,14 @@ class Launcher:
         warned: set[str] = set()
         told: set[str] | None = None  # runs whose end was printed; those ended before following are not
         while True:
-            st = collect(self.sweep, self.schedulers)
+            try:
+                st = collect(self.sweep, self.schedulers)
+            except (RecordError, OSError) as e:  # a torn or stale read: counted, and the next poll reads again
+                if not transient(e):
+                    raise
+                RETRIES.note("sweep state", e)
+                sleep(poll_s)
+                continue
             reap_lost(self.sweep, st)
             if told is None:
                 told = set(st.ended)
@@ -318,8 +326,11 @@ class Launcher:
             elif line.split("] ", 1)[1] != last.split("] ", 1)[-1]:
                 print(line, flush=True)
             last = line
-            if st.finished == st.total:
+            if st.finished == st.total and not (st.ungraded and st.graders_alive):  # a grader still at them: wait
                 print("\n" if tty else "", end="")
+                if undone := st.undone_line():  # never end quietly with work undone
+                    print(f"sweep finished with {undone}", flush=True)
+                    return 1
                 return 1 if st.failed else 0
             sleep(poll_s)
 

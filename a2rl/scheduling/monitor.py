@@ -12,8 +12,9 @@ from pathlib import Path
 
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.scheduling.base import JobState, Schedulers
-from a2rl.records import RecordError, now
+from a2rl.records import RecordError
 from a2rl.store.results import RunResult, load_result, mark_lost
+from a2rl.store.retries import read_retries
 from a2rl.store.services import ServiceJobs, service_jobs
 from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import STALE_S, GraderBeat, SweepDir
@@ -31,6 +32,8 @@ class SweepState:
     deferred: int = 0  # waiting for room under the queue limit (not submitted yet)
     graded: int = 0
     pending_submissions: int = 0
+    ungraded: list[str] = field(default_factory=list)  # pending submissions the ledger has no entry for
+    read_retries: dict[str, int] = field(default_factory=dict)  # reads retried, every process's (store/retries.py)
     graders_alive: int = 0
     graders: list[GraderBeat] = field(default_factory=list)  # every grader's last heartbeat
     best: dict[str, float] = field(default_factory=dict)  # "task/agent" → best score so far
@@ -64,6 +67,19 @@ class SweepState:
         if r.failure_reason:
             parts.append(r.failure_reason)
         return " · ".join(parts)
+
+    def undone_line(self) -> str:
+        """What a finished sweep left ungraded, in one line ('' when nothing)."""
+        if not self.ungraded:
+            return ""
+        return (
+            f"{len(self.ungraded)} submission(s) not graded: {', '.join(self.ungraded)}; "
+            "`a2rl launch` on the sweep again starts a grader for them"
+        )
+
+    def retries_line(self) -> str:
+        counts = ", ".join(f"{what} {n}" for what, n in sorted(self.read_retries.items()))
+        return f"reads retried (shared file system): {counts}" if counts else ""
 
     def line(self, elapsed_s: float) -> str:
         parts = [
@@ -147,7 +163,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
                 and status.state not in ("submitted", "deferred")
                 and status.stale()
             ):
-                gone = f"no heartbeat for {now() - status.heartbeat_at:.0f} s (job died or node lost)"
+                gone = f"no heartbeat for over {STALE_S:.0f} s (job died or node lost)"
             if gone is not None:
                 st.lost[run.run_id] = f"job ended without a result: {gone}"
             elif running:
@@ -172,7 +188,10 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             key = f"{run.task}/{run.agent.key}"
             if e.score is not None and e.score > st.best.get(key, float("-inf")):
                 st.best[key] = e.score
-    st.pending_submissions = len(sweep.queue.pending_ids())
+    pending = sweep.queue.pending_ids()
+    st.pending_submissions = len(pending)
+    st.ungraded = [sid for sid in pending if not ledger.has(sid)]
+    st.read_retries = read_retries(sweep.root)
     st.problems += ledger.problems
     for beat_file in sweep.graders.glob("grader*.json"):
         try:
@@ -181,7 +200,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
             st.problems.append(str(e))
             continue
         st.graders.append(beat)
-        if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
+        if beat.serving():
             st.graders_alive += 1
     if st.graders_alive:  # under feedback: split a run is over once a grader has scored its final part
         for run_id, result in list(st.ended.items()):

@@ -15,12 +15,15 @@ import hmac as _hmac
 import json
 import os
 import secrets
+import tempfile
 from pathlib import Path
 from typing import TypeVar
 
 from a2rl.records import Record, RecordError, missing
+from a2rl.store.retries import retried
 
 KEY_FILE = ".a2rl-key"
+KEY_BYTES = 32
 S = TypeVar("S", bound="SignedRecord")
 
 
@@ -29,22 +32,46 @@ class ForgedRecord(RecordError):
 
 
 def create_key(directory: Path) -> None:
-    """Write the directory's key once (O_EXCL: an existing key is never replaced), readable only by its owner."""
+    """Write the directory's key once, readable only by its owner. It becomes visible whole or not at all: written
+    and fsynced under a temporary name, then hard-linked to its name, which fails if another creator (on any node)
+    linked first: that key stands, never replaced."""
     Path(directory).mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(Path(directory) / KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    path = Path(directory) / KEY_FILE
+    if path.exists():
         return
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{KEY_FILE}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(KEY_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        os.unlink(tmp)
 
 
 def read_key(directory: Path) -> bytes:
+    """The directory's key; a key file that is empty or short (read while an older a2rl was writing it, or cut
+    off) is refused, never used to sign."""
     path = Path(directory) / KEY_FILE
     try:
-        return bytes.fromhex(path.read_text().strip())
+        key = bytes.fromhex(retried(path.read_text, "key").strip())
     except (OSError, ValueError) as e:
         raise RecordError(f"cannot read the signing key {path} ({e}): records there cannot be verified") from None
+    if len(key) != KEY_BYTES:
+        raise RecordError(
+            f"the signing key {path} holds {len(key)} bytes, not {KEY_BYTES}: it was read half-written or was cut off;"
+            " if no job of the sweep has signed with it yet, remove it and launch again, else restore it"
+        )
+    return key
 
 
 class SignedRecord(Record):

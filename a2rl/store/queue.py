@@ -3,7 +3,8 @@
     queue/.lock              filelock serialising every change below
     queue/seq/<run_id>       per-run submission counter (submission ids are <run_id>.<seq>)
     queue/pending/<id>.json  QueueEntry, written once by the agent's job
-    queue/leases/<id>.json   Lease held by the grader evaluating it; expires unless renewed
+    queue/leases/<id>.json   Lease held by the grader evaluating it; expires unless renewed (judged on each
+                             reader's own clock: store/freshness.py)
     queue/done/<id>.json     the entry after its ledger entry exists
     queue/rejected/<id>.json a pending file that does not load or verify (written without the sweep's key)
 
@@ -26,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from a2rl.store.locks import sweep_lock
-
 from a2rl.records import Record, RecordError, StorageFull, atomic_write_text, now, while_full
+from a2rl.store.freshness import UNREADABLE, WATCH, Watch
 from a2rl.store.integrity import SignedRecord
+from a2rl.store.locks import sweep_lock
+from a2rl.store.retries import RETRIES, gone, retried, transient
 
 log = logging.getLogger("a2rl.queue")
 
@@ -54,11 +56,21 @@ class QueueEntry(SignedRecord):
 
 
 class Lease(Record):
+    """Who grades a submission. Readers judge it by `renewals` on their own clock (store/freshness.py); the
+    writer's wall-clock stamps are for people reading the file, never compared across nodes."""
+
+    SCHEMA = 2  # 2: renewals, released (version 1's release set expires_at to 0)
     submission_id: str
     holder: str
     claimed_at: float
     expires_at: float
     attempt: int
+    renewals: int = 0  # the holder adds one at each renewal: a reader that sees it change knows the holder lives
+    released: bool = False  # given back (grading could not run): free at once
+
+    @classmethod
+    def upgrade(cls, data: dict, version: int) -> dict | None:
+        return {**data, "released": data.get("expires_at") == 0.0}
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,9 @@ class SubmissionQueue:
     """The file-lock queue between the runs' jobs (`submit`, signing each entry) and the graders (`claim` under
     a lease, `renew`, `release`, `finish`); entries that do not verify are set aside, never graded."""
 
-    def __init__(self, root: Path, key: bytes, lock_timeout_s: float = 120.0):
+    def __init__(self, root: Path, key: bytes, lock_timeout_s: float = 120.0, watch: Watch | None = None):
         self.root, self.key = Path(root), key
+        self.watch = watch or WATCH  # what this reader saw of each lease, on its own clock
         self.pending, self.leases, self.done, self.seq, self.rejected = (
             self.root / d for d in ("pending", "leases", "done", "seq", "rejected")
         )
@@ -128,7 +141,8 @@ class SubmissionQueue:
             return seq
 
     def claim(self, holder: str, lease_s: float, is_recorded: Callable[[str], bool]) -> Claim | None:
-        """The oldest pending entry that is neither recorded nor under a live lease, now leased to `holder`."""
+        """The oldest pending entry that is neither recorded nor under a live lease, now leased to `holder`.
+        A lease is live until this reader has seen it unrenewed (or unreadable) for `lease_s` of its own clock."""
         t = now()
         with self._lock:
             for path in sorted(self.pending.glob("*.json"), key=_mtime_then_name):
@@ -136,8 +150,8 @@ class SubmissionQueue:
                 if is_recorded(sid):
                     self._retire(sid)
                     continue
-                old = Lease.load_or_none(self.leases / f"{sid}.json")
-                if old is not None and old.expires_at > t:
+                old, live = self._lease_state(sid, lease_s)
+                if live:
                     continue
                 lease = Lease(
                     submission_id=sid,
@@ -149,39 +163,71 @@ class SubmissionQueue:
                 if (entry := self._verified(path)) is None:
                     continue
                 lease.dump(self.leases / f"{sid}.json")
+                self.watch.forget(self._key(sid))
                 return Claim(entry, lease)
         return None
 
+    def _key(self, sid: str) -> tuple[str, str]:
+        return (str(self.leases), sid)
+
+    def _lease_state(self, sid: str, lease_s: float) -> tuple[Lease | None, bool]:
+        """The entry's lease (None: none, or unreadable) and whether it is live on this reader's clock."""
+        try:
+            lease = retried(lambda: Lease.load_or_none(self.leases / f"{sid}.json"), "lease")
+        except RecordError as e:
+            if not transient(e):
+                raise
+            RETRIES.note("lease", e)  # unreadable still: expires like a silent lease
+            return None, self.watch.silent_for(self._key(sid), UNREADABLE) < lease_s
+        if lease is None or lease.released:
+            self.watch.forget(self._key(sid))
+            return lease, False
+        token = (lease.holder, lease.attempt, lease.renewals)
+        return lease, self.watch.silent_for(self._key(sid), token) < lease_s
+
     def _verified(self, path: Path) -> QueueEntry | None:
         """The pending entry at `path` if the sweep's key signed it; else it is moved to rejected/, logged,
-        and never graded (nor its artifact touched)."""
+        and never graded (nor its artifact touched). One that reads torn, stale or not at all is left for the next
+        claim (counted): an entry is renamed in whole, so that is the file system's doing, not the writer's."""
         try:
-            entry = QueueEntry.load_verified(path, self.key)
+            entry = retried(lambda: QueueEntry.load_verified(path, self.key), "queue entry")
             if entry.submission_id == path.stem:
                 return entry
             problem = f"{path}: holds the entry of {entry.submission_id}"
         except RecordError as e:
+            if gone(e):  # retired by another grader between listing and opening
+                return None
+            if transient(e):
+                RETRIES.note("queue entry", e)  # unreadable still: the next claim tries again
+                return None
             problem = str(e)
         log.warning("rejected queue entry: %s", problem)
         os.replace(path, self.rejected / path.name)
         return None
 
     def renew(self, sid: str, holder: str, lease_s: float) -> bool:
-        """Extend a lease; False when it is no longer ours (it expired and someone else claimed it)."""
+        """Renew a lease (one more renewal: readers see it change); False when it is no longer ours (it expired
+        and someone else claimed it). An unreadable lease is left for the next renewal."""
         with self._lock:
-            lease = Lease.load_or_none(self.leases / f"{sid}.json")
+            try:
+                lease = retried(lambda: Lease.load_or_none(self.leases / f"{sid}.json"), "lease")
+            except RecordError as e:
+                if not transient(e):
+                    raise
+                RETRIES.note("lease", e)
+                return True
             if lease is None or lease.holder != holder:
                 return False
-            lease.expires_at = now() + lease_s
+            lease.expires_at, lease.renewals = now() + lease_s, lease.renewals + 1
             lease.dump(self.leases / f"{sid}.json")
             return True
 
     def release(self, sid: str, holder: str) -> None:
         """Give a claim back without using up an attempt (grading could not run: not the submission's fault)."""
         with self._lock:
-            lease = Lease.load_or_none(self.leases / f"{sid}.json")
+            lease = retried(lambda: Lease.load_or_none(self.leases / f"{sid}.json"), "lease")
             if lease is not None and lease.holder == holder:
-                lease.expires_at, lease.attempt = 0.0, lease.attempt - 1
+                lease.released, lease.attempt = True, lease.attempt - 1
                 lease.dump(self.leases / f"{sid}.json")
 
     def finish(self, sid: str) -> None:
@@ -193,6 +239,7 @@ class SubmissionQueue:
         if src.exists():
             os.replace(src, self.done / f"{sid}.json")
         (self.leases / f"{sid}.json").unlink(missing_ok=True)
+        self.watch.forget(self._key(sid))
 
     def entry(self, sid: str) -> QueueEntry | None:
         for d in (self.pending, self.done):
@@ -205,9 +252,10 @@ class SubmissionQueue:
         out = []
         for p in (p for d in (self.pending, self.done) for p in d.glob(f"{run_id}.*.json")):
             try:
-                out.append(QueueEntry.load_verified(p, self.key))
+                out.append(retried(lambda p=p: QueueEntry.load_verified(p, self.key), "queue entry"))
             except RecordError as e:
-                log.warning("%s", e)
+                if not gone(e):
+                    log.warning("%s", e)
         return sorted(out, key=lambda e: e.seq)
 
     def count(self, run_id: str) -> int:
@@ -240,15 +288,15 @@ class SubmissionQueue:
     def pending_ids(self) -> list[str]:
         return sorted(p.stem for p in self.pending.glob("*.json"))
 
-    def oldest_wait(self, t: float) -> float:
-        """How long at `t` the oldest pending entry that no live lease holds has waited (0: none waits), by
-        its file's mtime (an entry is written once, when submitted): no lock and no verification, a hint for
-        starting another grader, never for grading."""
+    def oldest_wait(self, t: float, lease_s: float) -> float:
+        """How long at `t` the oldest pending entry that no live lease holds (on this reader's clock) has waited
+        (0: none waits), by its file's mtime (an entry is written once, when submitted): no lock and no
+        verification, a hint for starting another grader, never for grading (a clock off by a minute starts one
+        a minute early or late)."""
         oldest = t
         for path in self.pending.glob("*.json"):
             try:
-                lease = Lease.load_or_none(self.leases / path.name)
-                if lease is None or lease.expires_at <= t:
+                if not self._lease_state(path.stem, lease_s)[1]:
                     oldest = min(oldest, path.stat().st_mtime)
             except (RecordError, OSError):  # retired or rewritten meanwhile
                 continue

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from a2rl.store.baselines import BaselineRecord, baseline_path, load_baseline
 from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
+from a2rl.store.retries import retried, transient
 from a2rl.records import RecordError, now
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import EvalProtocol
@@ -204,8 +205,15 @@ def load_result(
 ) -> RunResult | None:
     """The run's verified result; None when there is none or it does not load or verify (logged, and added to
     `problems` for the caller to show). `raw`: its file's bytes when the caller read them (records.read_many)."""
+    path = sweep.result_path(run_id)
     try:
-        return RunResult.load_verified_or_none(sweep.result_path(run_id), sweep.key, raw)
+        if raw is not None:
+            try:
+                return RunResult.load_verified_or_none(path, sweep.key, raw)
+            except RecordError as e:
+                if not transient(e):  # read already (read_many): read again only if that read failed or came torn
+                    raise
+        return retried(lambda: RunResult.load_verified_or_none(path, sweep.key), "result")
     except RecordError as e:
         log.warning("%s", e)
         if problems is not None:

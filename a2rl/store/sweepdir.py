@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Literal
 
 from a2rl import __version__
+from a2rl.store.freshness import heartbeat_stale
 from a2rl.store.integrity import create_key, read_key
 from a2rl.store.ledger import Ledger
+from a2rl.store.retries import RETRIES, retried
 from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
@@ -71,7 +73,8 @@ class RunStatus(Record):
         return self.state == "finishing" and not self.stale()
 
     def stale(self) -> bool:
-        return now() - self.heartbeat_at > STALE_S
+        """No heartbeat for STALE_S on the reader's clock (store/freshness.py: never another node's clock)."""
+        return heartbeat_stale(("run", self.run_id), self.heartbeat_at, self.host, STALE_S)
 
 
 class GraderBeat(Record):
@@ -88,6 +91,11 @@ class GraderBeat(Record):
     starts: int = 0
     reloads: int = 0
     reload_failures: int = 0
+
+    def serving(self) -> bool:
+        """Not `exited`, and heart-beating as this reader's clock sees it (store/freshness.py)."""
+        silent = heartbeat_stale(("grader", self.holder), self.heartbeat_at, self.host, STALE_S)
+        return self.state != "exited" and not silent
 
 
 class SweepDir:
@@ -107,6 +115,7 @@ class SweepDir:
         self.drivers = self.root / "drivers"
         self.jobs = self.root / "jobs"
         self._runs = self.root / "runs"
+        RETRIES.bind(self.root)  # this process's retried reads are counted where `a2rl status` finds them
 
     def exists(self) -> bool:
         return self.frozen_path.exists()
@@ -128,7 +137,8 @@ class SweepDir:
         return self._runs / run_id
 
     def status(self, run_id: str) -> RunStatus | None:
-        return RunStatus.load_or_none(self.run_dir(run_id) / "status.json")
+        """The run's status; a torn or stale read is retried (store/retries.py)."""
+        return retried(lambda: RunStatus.load_or_none(self.run_dir(run_id) / "status.json"), "status")
 
     def serving_graders(self) -> list[GraderBeat]:
         """The graders whose heartbeat is fresh and does not say `exited` (a damaged heartbeat is left to the
@@ -139,7 +149,7 @@ class SweepDir:
                 beat = GraderBeat.load(path)
             except RecordError:
                 continue
-            if beat.state != "exited" and now() - beat.heartbeat_at < STALE_S:
+            if beat.serving():
                 beats.append(beat)
         return beats
 

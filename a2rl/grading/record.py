@@ -1,0 +1,82 @@
+"""The record stage of the grading daemon, and the one place a ledger entry is built: `claim_fields` (what is
+known of a submission once it is claimed), `ledger_entry` (those fields and the verdict), and `Recording._record`
+(the entry written once, the queue entry retired, the frozen copy deleted)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from filelock import Timeout
+
+from a2rl.grading.grader import Grader
+from a2rl.grading.trust import UntrustedArtifact, frozen_dir
+from a2rl.records import disk_full, now, while_full
+from a2rl.spec.grid import RunSpec
+from a2rl.spec.tasks import Task
+from a2rl.store.ledger import LedgerEntry
+from a2rl.store.queue import Claim
+
+log = logging.getLogger("a2rl.grader")
+
+
+def claim_fields(claim: Claim, run: RunSpec, task: Task, holder: str, generation: dict) -> dict:
+    """The ledger fields of a claimed submission that do not depend on how it scores."""
+    entry, lease = claim.entry, claim.lease
+    return dict(
+        submission_id=entry.submission_id,
+        run_id=entry.run_id,
+        seq=entry.seq,
+        submitted_at=entry.submitted_at,
+        claimed_at=lease.claimed_at,
+        model_path=entry.model_path,
+        task=task.name,
+        protocol=run.protocol,
+        evaluator_version=task.spec.evaluator_version,
+        grader=holder,
+        attempt=lease.attempt,
+        generation=generation,
+        budget_used_s=entry.budget_used_s,
+        tokens=entry.tokens,
+        cost_usd=entry.cost_usd,
+        snapshot_error=entry.snapshot_error,
+        part=task.feedback_part(run.protocol),
+        marked_final=entry.final,
+    )
+
+
+def ledger_entry(fields: dict, status: str, *, t0: float | None = None, **verdict) -> LedgerEntry:
+    """`fields` with the verdict (`status` and what goes with it: score, error, details...), graded now; `t0`:
+    when the evaluation began (None: never began, eval_seconds stays 0). A verdict field overrides a field."""
+    graded_at = now()
+    timing = {"graded_at": graded_at} if t0 is None else {"graded_at": graded_at, "eval_seconds": now() - t0}
+    return LedgerEntry(**{**fields, **verdict, **timing, "status": status})
+
+
+class Recording(Grader):
+    def _record(self, result: LedgerEntry, artifact: str | None) -> LedgerEntry:
+        """Write the result once (the first of racing graders wins), retire its queue entry and delete its frozen
+        copy (`artifact`, from the queue entry); the entry the ledger holds."""
+        sid = result.submission_id
+        # a full file system: the score waits for room (its lease may expire meanwhile: the first record wins)
+        if while_full(lambda: self.ledger.record(result), f"recording the score of {sid}"):
+            self.graded += 1
+            self.refresh(result.run_id)
+            verdict = f"{result.score:.2f}" if result.status == "scored" else f"invalid ({result.error})"
+            log.info("graded %s: %s", sid, verdict)
+        else:
+            log.warning("%s was already recorded by another grader; keeping the first result", sid)
+        try:
+            self.queue.finish(sid)
+        except Timeout as e:  # recorded: the next claim retires it
+            self._held(e)
+        except OSError as e:  # no room to move it to done/: recorded, the next claim retires it
+            if not disk_full(e):
+                raise
+        # under `feedback: split` every frozen copy waits for the run's final scoring (`score_final` deletes them)
+        if artifact and not self.settings.keep_artifacts and result.part != "feedback":
+            try:
+                shutil.rmtree(frozen_dir(artifact, self.sweep.submissions), ignore_errors=True)
+            except (UntrustedArtifact, OSError):
+                log.warning("not deleting %s: not a frozen copy under %s", artifact, self.sweep.submissions)
+        return self.ledger.get(sid) or result
