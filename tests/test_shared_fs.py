@@ -14,6 +14,7 @@ the shared cluster (daemons, other jobs) is touched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -24,9 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from a2rl.records import RecordError
 from a2rl.scheduling.fscheck import FsVerdict
+from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import GraderBeat, SweepDir
-from conftest import REPO, a2rl, slurm_available, write_sweep
+from conftest import REPO, a2rl, slurm_available, until, write_sweep
 
 if not slurm_available():
     pytest.skip("no Slurm cluster (tools/slurm/up.sh --nodes 2, or tools/test.sh)", allow_module_level=True)
@@ -37,6 +40,7 @@ if os.geteuid() != 0:
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CACHING = "attr_timeout=30,entry_timeout=30,negative_timeout=30"
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")  # Debian's libfaketime
 NODES = ("vmn1", "vmn2")
 
 
@@ -46,7 +50,12 @@ def sinfo_nodes() -> list[str]:
 
 
 ENTER = """#!/bin/sh
-# run "$@" in the mount namespace of the node this job runs on (its own view of the sweep directory)
+# run "$@" in the mount namespace of the node this job runs on (its own view of the sweep directory), with that
+# node's clocks shifted where faketime-<node> says by how much (libfaketime; its monotonic clock too: with
+# FAKETIME_DONT_FAKE_MONOTONIC=1, libfaketime 0.9.10 makes Python's time.sleep fail with EINVAL)
+if [ -s {base}/faketime-$SLURMD_NODENAME ]; then
+  export LD_PRELOAD={faketime} FAKETIME="$(cat {base}/faketime-$SLURMD_NODENAME)"
+fi
 exec nsenter --mount=/proc/$(cat {base}/holder-$SLURMD_NODENAME)/ns/mnt --wd="$PWD" -- "$@"
 """
 # the job's srun line is `srun <options> <python> -u -m submitit.core._submit <folder>`: enter before <python>
@@ -81,7 +90,7 @@ class NodeViews:
                 timeout=30,
             )
         subprocess.run(["bindfs", *self.opts, str(self.common), str(self.view)], check=True, timeout=30)
-        (self.base / "enter").write_text(ENTER.format(base=self.base))
+        (self.base / "enter").write_text(ENTER.format(base=self.base, faketime=FAKETIME))
         (self.base / "enter").chmod(0o755)
         clusters = self.base / "clusters"
         clusters.mkdir()
@@ -91,11 +100,22 @@ class NodeViews:
         )
 
     def down(self) -> None:
+        """Once this test's jobs are gone: the views unmounted (their bindfs processes end), the holders."""
+        token = self.base.name.removeprefix("doctor-")
+
+        def jobs_left() -> bool:
+            q = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, timeout=60).stdout
+            return any(token in name for name in q.split())
+
+        if (self.view / "sd" / "sweep.json").exists():
+            a2rl("cancel", str(self.view / "sd"), timeout=300)
+        with contextlib.suppress(AssertionError):
+            until(lambda: not jobs_left(), 300, "this test's jobs to end", every=2)
         for holder in self.holders.values():
-            subprocess.run(["nsenter", "-t", str(holder.pid), "-m", "umount", "-l", str(self.view)], timeout=30)
+            subprocess.run(["nsenter", "-t", str(holder.pid), "-m", "umount", str(self.view)], timeout=60)
             holder.send_signal(signal.SIGKILL)
             holder.wait()
-        subprocess.run(["umount", "-l", str(self.view)], timeout=30)
+        subprocess.run(["umount", str(self.view)], timeout=60)
         shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -112,9 +132,20 @@ def views(monkeypatch):
 
     yield make
     for v in made:
-        if (v.view / "sd" / "sweep.json").exists():
-            a2rl("cancel", str(v.view / "sd"), timeout=300)
         v.down()
+
+
+def whole(record, path: Path):
+    """A record read through this node's view: with 30-s attribute caching it may read torn (the size cached from
+    before its last replacement) for up to 30 s."""
+
+    def attempt():
+        try:
+            return record.load(path)
+        except RecordError:
+            return None
+
+    return until(attempt, 90, f"{path} to read whole")
 
 
 def jobs_named(names: set[str], since: str) -> list[str]:
@@ -147,8 +178,13 @@ def test_node_local_locks_doctor_refuses_and_launch_queues_nothing(tmp_path, vie
     assert jobs_named({f"a2rl-probe-{name}"}, since)  # the probes ran (doctor's, then the launch's)
 
 
-def test_forwarded_locks_graders_on_both_nodes_grade_every_submission_once(tmp_path, views):
+def test_forwarded_locks_graders_on_both_nodes_clocks_4_minutes_apart_grade_every_submission_once(tmp_path, views):
+    """Lock forwarding on, a grader on each node, one node's jobs 120 s ahead and the other's 120 s behind."""
     v = views(forwarding=True)
+    shifts = dict(zip(sinfo_nodes(), ("+120", "-120")))
+    for node, shift in shifts.items():
+        (v.base / f"faketime-{node}").write_text(shift)
+    t0 = time.time()
     spec = write_sweep(
         tmp_path,
         name=f"fw{v.base.name[-8:]}",
@@ -164,14 +200,19 @@ def test_forwarded_locks_graders_on_both_nodes_grade_every_submission_once(tmp_p
     sd = v.view / "sd"
     out = a2rl("launch", str(spec), "--sweep-dir", str(sd), "--wait", timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    verdict = FsVerdict.load(sd / "fscheck.json")
+    verdict = whole(FsVerdict, sd / "fscheck.json")
     assert verdict.refused is None and verdict.lock == "cross-node" and verdict.lag_s is not None
     assert "locks cross-node" in a2rl("status", str(sd), check=True).stdout
     sweep = SweepDir(sd)
-    assert {GraderBeat.load(p).host for p in sweep.graders.glob("grader*.json")} == set(
-        sinfo_nodes()
-    )  # a grader on each node
-    entries = sweep.ledger.all_entries()
-    assert len(entries) == 6 and len({e.submission_id for e in entries}) == 6
-    assert sorted((e.run_id, e.seq) for e in entries) == sorted((r.run_id, s) for r in sweep.runs() for s in (1, 2, 3))
+    beats = {(b := whole(GraderBeat, p)).host: b for p in sweep.graders.glob("grader*.json")}
+    assert set(beats) == set(sinfo_nodes())  # a grader on each node
+    ahead, behind = (beats[node].started_at for node in shifts)
+    assert ahead > t0 + 100 and behind < t0  # their clocks were shifted as asked
+    results = {r.run_id: whole(RunResult, sweep.result_path(r.run_id)) for r in sweep.runs()}
+    assert all(res.ungraded_submissions == 0 for res in results.values())
+    submitted = sorted((run_id, seq) for run_id, res in results.items() for seq in range(1, res.submissions + 1))
+    assert len(submitted) >= 4  # the submitter submits up to 3 per run in its 30 s
+    entries = until(lambda: len(e := sweep.ledger.all_entries()) >= len(submitted) and e, 90, "the whole ledger")
+    assert sorted((e.run_id, e.seq) for e in entries) == submitted  # every submission graded, none twice
+    assert len({e.submission_id for e in entries}) == len(entries)
     assert not sweep.queue.pending_ids()
