@@ -17,7 +17,8 @@ from test_pipeline_envs import run_pipeline
 from test_sandbox import PY, needs_bwrap
 
 from a2rl.run.runsetup import agent_command
-from a2rl.run.sandbox import AgentSandbox, choose
+from a2rl.run.isolation import choose
+from a2rl.run.sandbox import AgentSandbox
 from a2rl.run.workspace import create_workspace, linked_files
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator

@@ -3,8 +3,8 @@
 #   1. brings up the local Slurm cluster, two nodes each in its own network namespace (tools/slurm/up.sh
 #      --nodes 2: apt-installs Slurm, munge, MariaDB + slurmdbd when missing; tests/test_slurm_nodes.py needs
 #      both) and stops it again on exit (tools/slurm/down.sh), but only if it was not running before;
-#   2. creates/refreshes the venv (tools/setup-env.sh) and installs chromium, bindfs, fuse3, faketime and tinyproxy
-#      (apt) when they are missing;
+#   2. creates/refreshes the venv (tools/setup-env.sh) and installs chromium, bindfs, fuse3, faketime, tinyproxy and
+#      openssl (apt) when they are missing;
 #   3. installs the real agent CLIs the tests run (tools/agents/install.sh: the npm CLIs, OpenHands (Python 3.12)
 #      and RD-Agent each in its own venv, into $A2RL_AGENT_CLIS, default ~/.cache/a2rl/agent-clis; a no-op once the pinned
 #      versions are there);
@@ -55,9 +55,9 @@ fi
 # the tests need every task's engine, the textworld/alfworld ones (which compile from source) included, and the
 # upstream scorers the parity tests run (parity: alpaca_eval)
 A2RL_EXTRAS=${A2RL_EXTRAS:-train,test,tasks,parity,games} bash tools/setup-env.sh "$VENV"
-# the shared-file-system, clock and proxy tests: a FUSE view per node (bindfs, fuse3), clocks shifted per node
-# (libfaketime), a site proxy (tinyproxy); those tests skip, saying why, only where FUSE itself is absent
-for pkg in bindfs fuse3 faketime tinyproxy; do
+# the shared-file-system and clock tests (tests/test_shared_fs.py, test_fscheck.py): a FUSE view per node (bindfs,
+# fuse3), clocks shifted per node (libfaketime); they skip, saying why, only where FUSE itself is absent
+for pkg in bindfs fuse3 faketime; do
   if ! dpkg -s "$pkg" >/dev/null 2>&1; then
     say "installing $pkg (Debian's package)"
     bash tools/apt-install.sh "$pkg" || say "WARNING: no $pkg and cannot apt-get it; the tests that need it will fail"
@@ -67,6 +67,9 @@ if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tes
   say "installing chromium (Debian's package)"
   bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"
 fi
+for pkg in tinyproxy openssl; do  # tests/test_site_proxy.py: the site proxy, the stand-in API's certificate
+  command -v "$pkg" >/dev/null || bash tools/apt-install.sh "$pkg" || say "WARNING: no $pkg; tests/test_site_proxy.py will fail"
+done
 
 # ---- the vLLM environment (vLLM's CPU build here): graders with backend vllm, the vllm local driver, and
 # tests/test_vllm_real.py + the vllm driver test run in it; A2RL_VLLM_PYTHON tells the tests and sweeps where.

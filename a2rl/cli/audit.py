@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from a2rl.errors import SpecError
     from a2rl.run.audit import AuditError, audit_path, run_audit
-    from a2rl.run.sandbox import SandboxError
+    from a2rl.run.isolation import SandboxError
     from a2rl.scheduling.launcher import open_sweep
 
     try:

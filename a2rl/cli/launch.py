@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from a2rl.errors import SpecError
 from a2rl.run.audit import AuditError, audit_path
-from a2rl.run.sandbox import SandboxError
+from a2rl.run.isolation import SandboxError
 from a2rl.scheduling.capacity import print_plan
 from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, read_target
 from a2rl.spec.grid import RunSpec

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Literal
 from urllib.error import URLError
-from urllib.request import Request, urlopen
+from urllib.request import Request
 
 from a2rl.errors import InfraError
 from a2rl.records import Record
+from a2rl.siteproxy import urlopen
 from a2rl.spec.sweep import local_driver_name
 from a2rl.store.freshness import heartbeat_stale
 from a2rl.store.sweepdir import STALE_S, SweepDir
@@ -55,7 +56,7 @@ def answers(endpoint: DriverEndpoint, timeout_s: float = 10.0) -> bool:
     """Whether the endpoint lists its model to a client holding the key."""
     req = Request(endpoint.base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {endpoint.api_key}"})
     try:
-        with urlopen(req, timeout=timeout_s) as r:
+        with urlopen(req, timeout=timeout_s, direct=True) as r:
             return any(m.get("id") == endpoint.model for m in json.loads(r.read()).get("data", []))
     except (URLError, OSError, ValueError):
         return False

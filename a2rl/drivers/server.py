@@ -30,7 +30,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.error import URLError
-from urllib.request import urlopen
 
 import submitit
 
@@ -40,6 +39,7 @@ from a2rl.store.modeldirs import resolve_model
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.store.verdicts import inspection_path
 from a2rl.records import now
+from a2rl.siteproxy import urlopen
 from a2rl.spec.sweep import LocalDriver, driver_python, local_driver_name
 from a2rl.store.results import FinishedRuns
 from a2rl.store.sweepdir import HEARTBEAT_S, SweepDir
@@ -89,7 +89,7 @@ def _vllm_server(spec: LocalDriver, model_dir: Path, served: str, key: str, log_
                 tail = log_path.read_text(errors="replace")[-2000:]
                 raise InfraError(f"vLLM exited with {proc.returncode} while starting:\n{tail}")
             try:
-                with urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                with urlopen(f"http://127.0.0.1:{port}/health", timeout=5, direct=True):
                     break
             except (URLError, OSError):
                 if time.monotonic() > deadline:

@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
+from urllib.request import Request
 
 from a2rl.drivers.chatserver import ChatModel
 from a2rl.errors import InfraError
+from a2rl.siteproxy import urlopen
 
 
 class VLLMChatModel(ChatModel):
@@ -57,7 +58,7 @@ class VLLMChatModel(ChatModel):
             {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"},
         )
         try:
-            with urlopen(req, timeout=self.timeout_s) as r:
+            with urlopen(req, timeout=self.timeout_s, direct=True) as r:
                 doc = json.loads(r.read())
         except HTTPError as e:  # a 500 to the client: the model server failed, not its request
             raise InfraError(f"vLLM answered {e.code}: {e.read()[:500].decode(errors='replace')}") from None

@@ -68,6 +68,7 @@ def make_judge(sweep: SweepDir, s: InspectorSettings) -> Judge:
                 timeout_s=s.timeout_s,
                 retries=s.retries,
                 workers=1,
+                direct=True,
             ),
             "driver",
         )

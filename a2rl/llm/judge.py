@@ -24,11 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
+from urllib.request import Request
 
 from a2rl.errors import InfraError, format_validation_error
 from a2rl.llm.backends import CPU_SETTINGS, Engine
 from a2rl.llm.chat import Messages, chat_prompt
+from a2rl.siteproxy import urlopen
 from a2rl.store.modeldirs import resolve_model
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -86,8 +87,10 @@ class ChatClient:
         backoff_s: float = 1.0,
         workers: int = 8,
         max_tokens: int | None = None,
+        direct: bool = False,
     ):
         self.base_url = base_url.rstrip("/")
+        self.direct = direct  # a2rl's own server (a local driver): never through the site's proxy
         self.model = model
         self.timeout_s, self.retries, self.backoff_s, self.workers = timeout_s, retries, backoff_s, workers
         self.max_tokens = max_tokens
@@ -181,7 +184,8 @@ class ChatClient:
         payload = json.dumps(body).encode()
         for attempt in range(self.retries + 1):
             try:
-                with urlopen(Request(url, data=payload, headers=headers), timeout=self.timeout_s) as resp:
+                req = Request(url, data=payload, headers=headers)
+                with urlopen(req, timeout=self.timeout_s, direct=self.direct) as resp:
                     return json.load(resp)
             except HTTPError as e:
                 failure = f"HTTP {e.code}: {e.read()[:300].decode(errors='replace')}"

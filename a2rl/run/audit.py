@@ -27,7 +27,8 @@ from tabulate import tabulate
 from a2rl.records import Record, now
 from a2rl.run.process import AgentProcess
 from a2rl.run.runsetup import agent_command, agent_environment, set_up
-from a2rl.run.sandbox import AgentSandbox, choose, python_prefixes
+from a2rl.run.isolation import Choice, choose
+from a2rl.run.sandbox import AgentSandbox, python_prefixes
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.prepare import ensure_prepared
@@ -134,10 +135,11 @@ def audit_path(sweep: SweepDir) -> Path:
     return sweep.root / "audit.json"
 
 
-def run_audit(sweep: SweepDir) -> AuditRecord:
-    """Probe the first run of each agent stack of the sweep; record the outcome in audit.json."""
+def run_audit(sweep: SweepDir, choice: Choice | None = None) -> AuditRecord:
+    """Probe the first run of each agent stack of the sweep (under `choice`, else the isolation chosen here);
+    record the outcome in audit.json."""
     spec = sweep.spec
-    choice = choose(spec.isolation)
+    choice = choice or choose(spec.isolation, spec.network)
     firsts: dict[str, RunSpec] = {}
     for run in sweep.runs():
         firsts.setdefault(run.agent.name, run)
@@ -257,9 +259,10 @@ def _remove(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def audited(sweep: SweepDir, allow_leaks: bool) -> AuditRecord:
-    """The sweep's audit: the recorded one, else a new one; `allow_leaks` is recorded when it is given."""
-    record = AuditRecord.load_or_none(audit_path(sweep)) or run_audit(sweep)
+def audited(sweep: SweepDir, allow_leaks: bool, choice: Choice) -> AuditRecord:
+    """The sweep's audit: the recorded one, else a new one under `choice` (the isolation chosen on this node);
+    `allow_leaks` is recorded when it is given."""
+    record = AuditRecord.load_or_none(audit_path(sweep)) or run_audit(sweep, choice)
     if allow_leaks and record.leaks and not record.allow_leaks:
         record = record.model_copy(update={"allow_leaks": True})
         record.dump(audit_path(sweep))

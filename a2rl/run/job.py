@@ -34,7 +34,8 @@ from a2rl.spec.agents import AgentStack, mode_text
 from a2rl.run.caps import RunCaps
 from a2rl.run.process import AgentProcess
 from a2rl.run.runsetup import RunSetup, agent_command, agent_environment, set_up
-from a2rl.run.sandbox import AgentSandbox, choose
+from a2rl.run.isolation import choose
+from a2rl.run.sandbox import AgentSandbox
 from a2rl.store.baselines import baseline_path
 from a2rl.run.budget import Budget
 from a2rl.drivers.endpoint import wait_for_endpoint
@@ -239,7 +240,7 @@ class AgentRun:
             meta.last_submit_time = now()
             meta.dump(ws.meta_path)
 
-        choice = choose(spec.isolation)
+        choice = choose(spec.isolation, spec.network)
         self._log(f"isolation: {choice.mode} ({choice.reason}); network: {spec.network}")
         caps = RunCaps(
             spec.limits,
@@ -434,7 +435,7 @@ class AgentRun:
             caps.note(f"relay_connections: {what}")
             self._log(f"cap hit: relay refused {what}")
         else:
-            self._log(f"network: refused {what} (not in allow_hosts)")
+            self._log(f"network: refused {what}")
 
     def _warn(self, ws: Workspace, message: str) -> None:
         (ws.root / "WRAP_UP").write_text(message + "\n")

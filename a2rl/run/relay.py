@@ -4,8 +4,9 @@ grading server (and, under `network: api`, an allowlisted proxy) through unix so
 Inside the sandbox, `python -m a2rl.run.relay PORT=SOCKET ... -- CMD...` listens on 127.0.0.1:PORT for each pair,
 forks a relay that forwards every connection to SOCKET, and execs CMD (so the agent stays the sandbox's main
 process and its exit status is the run's). Outside, `UnixToTCP` serves a unix socket for a TCP address, and
-`ConnectProxy` serves one that relays HTTP CONNECT only to allowlisted hosts. Standard library only: this
-module runs in the agent's own environment.
+`ConnectProxy` serves one that relays HTTP CONNECT only to allowlisted hosts (through the site's proxy where
+there is one). Standard library only (and a2rl.siteproxy, which is too): this module runs in the agent's own
+environment.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Callable
+
+from a2rl.siteproxy import ProxyError, open_connection
 
 
 def _pump(a: socket.socket, b: socket.socket) -> None:
@@ -122,7 +126,9 @@ class UnixToTCP(_Server):
 
 class ConnectProxy(_Server):
     """A unix socket at `path` speaking HTTP CONNECT, relaying only to `allowed` host:port pairs ('host' alone
-    means port 443); anything else gets 403 and is logged through `on_refused`."""
+    means port 443), through the site's proxy where `environ` names one (siteproxy.py: HTTPS_PROXY, NO_PROXY):
+    the site proxy is the path, never a wider allowlist. Anything else gets 403, a failed site proxy 502; both
+    are logged through `on_refused`."""
 
     def __init__(
         self,
@@ -130,9 +136,11 @@ class ConnectProxy(_Server):
         allowed: list[str],
         on_refused: Callable[[str], None] = lambda target: None,
         max_connections: int | None = None,
+        environ: Mapping[str, str] = os.environ,
     ):
         super().__init__(path, max_connections, on_refused)
         self.allowed = {a if ":" in a else f"{a}:443" for a in allowed}
+        self.environ = environ
         self.start(self._connect)
 
     def _connect(self, client: socket.socket) -> socket.socket | None:
@@ -145,11 +153,16 @@ class ConnectProxy(_Server):
         method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
         target = rest.split(" ", 1)[0]
         if method != "CONNECT" or target not in self.allowed:
-            self.on_refused(f"{method} {target}")
+            self.on_refused(f"{method} {target} (not in allow_hosts)")
             client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             return None
         host, _, port = target.rpartition(":")
-        far = socket.create_connection((host, int(port)))
+        try:
+            far = open_connection(host, int(port), self.environ)
+        except ProxyError as e:
+            self.on_refused(f"{method} {target}: {e}")
+            client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            return None
         client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
         extra = head.split(b"\r\n\r\n", 1)[1]  # bytes the client sent past the header (TLS hello)
         if extra:

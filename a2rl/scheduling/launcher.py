@@ -31,6 +31,7 @@ from a2rl.drivers.server import DriverServerJob
 from a2rl.inspector.inspection import inspect_at_end
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.audit import AuditRecord, audited
+from a2rl.run.isolation import choose
 from a2rl.run.job import run_agent_job
 from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
 from a2rl.store.services import record_service_job
@@ -220,8 +221,9 @@ class Launcher:
         for a sweep that cannot launch."""
         sweep, runs = open_sweep(target, sweep_dir)
         launcher = cls(sweep, resolve_kind(executor or sweep.spec.executor))
+        choice = choose(sweep.spec.isolation, sweep.spec.network)  # refused here, before preparing or queuing
         launcher.prepare()
-        audit = audited(sweep, allow_leaks)
+        audit = audited(sweep, allow_leaks, choice)
         if audit.leaks and not audit.allow_leaks:
             return Launch(sweep, runs, launcher, audit, refused=True, finished=False)
         todo = pending_runs(sweep, runs, retry_failed, launcher.schedulers)

@@ -81,10 +81,10 @@ def node_facts(directory: Path, spec: SweepSpec | None) -> NodeFacts:
 
 
 def isolation_here(spec: SweepSpec) -> str:
-    from a2rl.run.sandbox import SandboxError, choose
+    from a2rl.run.isolation import SandboxError, choose
 
-    try:
-        return choose(spec.isolation).mode
+    try:  # what really starts here (a sandbox is started once), as the launch's own choice is made
+        return choose(spec.isolation, spec.network).mode
     except SandboxError as e:
         return f"refused: {e}"
 

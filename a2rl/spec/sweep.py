@@ -245,7 +245,8 @@ class SweepSpec(_Strict):
     data_root: str | None = None  # prepared task data; default ~/.cache/a2rl/data
     task_paths: list[str] = []  # extra task folders
     agent_paths: list[str] = []  # extra agent stack folders
-    # the sandbox around each agent (run/sandbox.py): auto = bubblewrap where it works, else apptainer
+    # the sandbox around each agent (run/isolation.py): auto = bubblewrap where it works, else apptainer where it
+    # really starts a container
     isolation: Literal["auto", "bwrap", "apptainer", "none"] = "auto"
     # full: the host's network; api: only the grading server, the run's local driver and, through a proxy,
     # allow_hosts; none: only the grading server and the local driver (api and none need a sandbox)

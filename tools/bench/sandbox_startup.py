@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from a2rl.run.sandbox import AgentSandbox, choose
+from a2rl.run.isolation import choose
+from a2rl.run.sandbox import AgentSandbox
 from a2rl.spec.sweep import default_agent_python
 
 
