@@ -14,10 +14,9 @@ from pathlib import Path
 
 from a2rl.scheduling.base import Runner, run_command
 from a2rl.scheduling.capacity import gpu_line, queue_line
-from a2rl.scheduling.fscheck import FsVerdict
+from a2rl.scheduling.fscheck import FsVerdict, partition_of
 from a2rl.scheduling.node import NodeFacts, tasks_prepared
 from a2rl.scheduling.slurm import SlurmScheduler
-from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import BUILTIN_PREFIX
 from a2rl.spec.sweep import SweepSpec
@@ -66,7 +65,7 @@ def slurm_rows(
 
 def partition_row(spec: SweepSpec, sinfo: str) -> Row:
     """The sweep's partition (or the default, starred) from `sinfo -h -o %P|%a|%D|%G`: up, and GPUs if asked."""
-    wanted = spec.resources.partition or profile_of(spec).partition
+    wanted = partition_of(spec)
     parts: dict[str, tuple[str, int, int]] = {}
     default = None
     for line in sinfo.splitlines():

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from a2rl.records import Record, RecordError, now
-from a2rl.scheduling.base import Scheduler, Schedulers, Shape
+from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape
 from a2rl.scheduling.node import NodeFacts, NodeProbe, ProbeReport, differences, node_facts, probe_dir, try_lock
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.sweep import SweepSpec
@@ -125,6 +125,11 @@ class FsVerdict(Record):
         return f"{self.fstype} at {self.mount_point} ({self.options}): locks {self.lock}{lag}{where}"
 
 
+def partition_of(spec: SweepSpec) -> str | None:
+    """The sweep's partition: its own, else its cluster profile's (None: the cluster's default)."""
+    return spec.resources.partition or profile_of(spec).partition
+
+
 def verdict_path(directory: Path) -> Path:
     return directory / VERDICT
 
@@ -169,7 +174,7 @@ def check(
         mount_point=mount.point,
         options=mount.options,
         executor=kind,
-        partition=spec.resources.partition or profile_of(spec).partition,
+        partition=partition_of(spec),
         lock="one node (local executor)" if kind == "local" else "unsupported",
         lease_s=spec.grader.lease_s,
         notes=mount_notes(mount),
@@ -200,10 +205,19 @@ def _probe(
     report_path = where / f"report-{token}.json"
     with sweep_lock(where / "lock", timeout=60):  # the probe job tries to take it meanwhile
         here = node_facts(directory, spec)
-        job = scheduler.submit_one(
-            Shape(f"a2rl-probe-{spec.name}", PROBE_TIME_S, 1, 0, 0.5), NodeProbe(str(directory), token, spec)
-        )
+        try:
+            job = scheduler.submit_one(
+                Shape(f"a2rl-probe-{spec.name}", PROBE_TIME_S, 1, 0, 0.5), NodeProbe(str(directory), token, spec)
+            )
+        except QueueFull as e:
+            return verdict.model_copy(
+                update={
+                    "refused": f"{directory}: the file-system probe job could not be queued ({e}): relaunch "
+                    "when your jobs have ended"
+                }
+            )
         seen = _wait(report_path, job, scheduler, verdict.lease_s, queue_wait_s, clock)
+    _until_gone(scheduler, job, clock)  # the runs' queue limits then count without it
     update: dict = {"probe_job": job}
     if isinstance(seen, str):
         update["refused"] = f"{directory}: {seen}"
@@ -287,13 +301,20 @@ def _wait(
         time.sleep(POLL_S)
 
 
+def _until_gone(scheduler: Scheduler, job: str, clock: Callable[[], float], wait_s: float = 60.0) -> None:
+    """Until the scheduler no longer counts the probe job as queued or running (at most `wait_s`)."""
+    deadline = clock() + wait_s
+    while scheduler.states([job])[job].alive is not False and clock() < deadline:
+        time.sleep(0.5)
+
+
 def checked(
     directory: Path, spec: SweepSpec, kind: str, folder: Path, *, probe: bool = False, **kw
 ) -> tuple[FsVerdict, bool]:
     """The kept verdict where it passed for this executor and partition (unless `probe`), else a new one;
     and whether it was reused."""
     kept = None if probe else FsVerdict.load_or_none(verdict_path(directory))
-    partition = spec.resources.partition or profile_of(spec).partition
+    partition = partition_of(spec)
     if kept is not None and kept.refused is None and kept.executor == kind and kept.partition == partition:
         return kept, True
     return check(directory, spec, kind, folder, **kw), False
