@@ -53,10 +53,12 @@ def slurm_rows(
         )
     ]
     rows.append(partition_row(spec, info.stdout))
-    jobs = len(runs) + spec.grader.first_workers + 1
+    g = spec.grader
+    jobs = len(runs) + g.first_workers + 1  # the runs, the graders, the top-up job
+    gpus = len(runs) * spec.resources.gpus + g.most_workers * g.gpus
     for name, line in (
         ("QOS and association limits", queue_line(scheduler, jobs)),
-        ("GPU limits", gpu_line(scheduler, 0)),
+        ("GPU limits", gpu_line(scheduler, gpus)),
     ):
         text = line.split(": ", 1)[1]
         rows.append(Row(name, WARNING if "unknown" in text or "do not fit" in text else OK, text))
