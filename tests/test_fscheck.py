@@ -187,3 +187,31 @@ def test_a2rl_doctor_on_the_local_executor_prints_one_line_per_check(tmp_path):
     assert {"Slurm", "file", "isolation", "proxy", "models"} <= rows
     assert FsVerdict.load(tmp_path / "sd" / "fscheck.json").lock == "one node (local executor)"
     assert fscheck.VERDICT in out.stdout.splitlines()[-1]
+
+
+def test_doctor_slurm_rows_from_the_clusters_answers(spec, monkeypatch):
+    """sinfo answers, sacct does not (no accounting), sacctmgr does not: warnings, not refusals; sinfo failing is
+    a refusal."""
+    import subprocess as sp
+
+    from a2rl.scheduling.slurm import SlurmScheduler
+
+    monkeypatch.setattr(doctor.shutil, "which", lambda c: f"/usr/bin/{c}")
+    answers = {"sinfo": (0, "debug*|up|2|gpu:2\n"), "sacct": (1, ""), "sacctmgr": (1, "")}
+
+    def runner(argv):
+        rc, out = answers[argv[0]]
+        return sp.CompletedProcess(argv, rc, out, "slurm_load_partitions: Unable to contact slurm controller")
+
+    rows = doctor.slurm_rows(spec, [], SlurmScheduler(spec, runner=runner), runner)
+    assert [(r.check, r.result) for r in rows] == [
+        ("Slurm reachable", "warning"),
+        ("partition and GPUs", "ok"),
+        ("QOS and association limits", "warning"),
+        ("GPU limits", "ok"),
+    ]
+    answers["sinfo"] = (1, "")
+    (row,) = doctor.slurm_rows(spec, [], SlurmScheduler(spec, runner=runner), runner)
+    assert row.result == "refused" and "Unable to contact slurm controller" in row.detail
+    monkeypatch.setattr(doctor.shutil, "which", lambda c: None)
+    assert "not on PATH" in doctor.slurm_rows(spec, [], SlurmScheduler(spec, runner=runner), runner)[0].detail
