@@ -223,6 +223,7 @@ def _probe(
         update["refused"] = f"{directory}: {seen}"
         return verdict.model_copy(update=update)
     report, lag = seen
+    report_path.unlink(missing_ok=True)  # read: the verdict holds what it said
     diffs = differences(here, report.facts)
     update.update(node=report.facts.host, lag_s=round(lag, 2), differences=diffs, facts=report.facts)
     if report.lock == "got it":
