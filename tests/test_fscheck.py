@@ -215,3 +215,17 @@ def test_doctor_slurm_rows_from_the_clusters_answers(spec, monkeypatch):
     assert row.result == "refused" and "Unable to contact slurm controller" in row.detail
     monkeypatch.setattr(doctor.shutil, "which", lambda c: None)
     assert "not on PATH" in doctor.slurm_rows(spec, [], SlurmScheduler(spec, runner=runner), runner)[0].detail
+
+
+def test_the_probe_job_runs_now_even_where_the_sweeps_jobs_are_held(spec):
+    from a2rl.scheduling.base import Shape
+    from a2rl.scheduling.slurm import SlurmScheduler
+
+    held = spec.model_copy(
+        update={"resources": spec.resources.model_copy(update={"sbatch": {"begin": "now+1hour", "reservation": "r"}})}
+    )
+    s = SlurmScheduler(held)
+    assert s.parameters(Shape("a2rl-t", 60, 1, 0, 1))["slurm_additional_parameters"]["begin"] == "now+1hour"
+    assert s.parameters(Shape("a2rl-probe-t", 60, 1, 0, 1, now=True))["slurm_additional_parameters"] == {
+        "reservation": "r"
+    }

@@ -207,7 +207,8 @@ def _probe(
         here = node_facts(directory, spec)
         try:
             job = scheduler.submit_one(
-                Shape(f"a2rl-probe-{spec.name}", PROBE_TIME_S, 1, 0, 0.5), NodeProbe(str(directory), token, spec)
+                Shape(f"a2rl-probe-{spec.name}", PROBE_TIME_S, 1, 0, 0.5, now=True),
+                NodeProbe(str(directory), token, spec),
             )
         except QueueFull as e:
             return verdict.model_copy(
