@@ -3,7 +3,8 @@
 #   1. brings up the local Slurm cluster, two nodes each in its own network namespace (tools/slurm/up.sh
 #      --nodes 2: apt-installs Slurm, munge, MariaDB + slurmdbd when missing; tests/test_slurm_nodes.py needs
 #      both) and stops it again on exit (tools/slurm/down.sh), but only if it was not running before;
-#   2. creates/refreshes the venv (tools/setup-env.sh) and installs chromium, tinyproxy and openssl (apt) when missing;
+#   2. creates/refreshes the venv (tools/setup-env.sh) and installs chromium, bindfs, fuse3, faketime, tinyproxy and
+#      openssl (apt) when they are missing;
 #   3. installs the real agent CLIs the tests run (tools/agents/install.sh: the npm CLIs, OpenHands (Python 3.12)
 #      and RD-Agent each in its own venv, into $A2RL_AGENT_CLIS, default ~/.cache/a2rl/agent-clis; a no-op once the pinned
 #      versions are there);
@@ -54,6 +55,14 @@ fi
 # the tests need every task's engine, the textworld/alfworld ones (which compile from source) included, and the
 # upstream scorers the parity tests run (parity: alpaca_eval)
 A2RL_EXTRAS=${A2RL_EXTRAS:-train,test,tasks,parity,games} bash tools/setup-env.sh "$VENV"
+# the shared-file-system and clock tests (tests/test_shared_fs.py, test_fscheck.py): a FUSE view per node (bindfs,
+# fuse3), clocks shifted per node (libfaketime); they skip, saying why, only where FUSE itself is absent
+for pkg in bindfs fuse3 faketime; do
+  if ! dpkg -s "$pkg" >/dev/null 2>&1; then
+    say "installing $pkg (Debian's package)"
+    bash tools/apt-install.sh "$pkg" || say "WARNING: no $pkg and cannot apt-get it; the tests that need it will fail"
+  fi
+done
 if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tests/test_report_browser.py)
   say "installing chromium (Debian's package)"
   bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"

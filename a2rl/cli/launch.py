@@ -52,6 +52,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-failed", action="store_true", help="resubmit runs that ended failed")
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="override the sweep's executor")
     p.add_argument(
+        "--probe",
+        action="store_true",
+        help="check the sweep directory's file system again (a2rl doctor), not the verdict kept in fscheck.json",
+    )
+    p.add_argument(
         "--allow-leaks",
         action="store_true",
         help="launch even where the sweep's audit finds a path to held-out data (recorded)",
@@ -81,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             retry_failed=args.retry_failed,
             allow_leaks=args.allow_leaks,
             follow=args.wait,
+            probe=args.probe,
         )
     except SpecError as e:
         for line in e.lines:

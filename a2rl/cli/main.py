@@ -20,6 +20,10 @@ COMMANDS = {
     "runreport": ("runreport", "rebuild run reports (runs/<id>/report/) from the sweep directory"),
     "inspect": ("inspector", "an LLM judge flags rule violations in runs (verdicts with evidence; scores unchanged)"),
     "cancel": ("cancel", "cancel a sweep's unfinished runs (or one run) and its service jobs"),
+    "doctor": (
+        "doctor",
+        "check the cluster and the sweep directory's file system as a launch would (one line per check)",
+    ),
     "audit": ("audit", "probe what the sweep's agents can reach; exit 1 when held-out data is reachable"),
     "grade": ("grade", "run a grading daemon for a sweep in the foreground"),
     "calibrate": ("calibrate", "measure evaluation noise: grade the baseline (and --best) K times per judge task"),

@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
 
     from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
     from a2rl.scheduling.base import Schedulers
+    from a2rl.scheduling.fscheck import FsVerdict, verdict_path
     from a2rl.reporting.aggregate import foreign_note, untrusted_note
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import load_result
@@ -86,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"local driver {name}: {state} · jobs {', '.join(jobs_alive(jobs_path(sweep, name), schedulers)) or 'none'}"
         )
+    if (fs := FsVerdict.load_or_none(verdict_path(sweep.root))) is not None:
+        print(f"file system: {fs.line()}" + (f" · REFUSED: {fs.refused}" if fs.refused else ""))
     for line in (st.undone_line() if st.finished == st.total else "", st.retries_line()):
         if line:
             print(line)

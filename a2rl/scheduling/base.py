@@ -51,6 +51,7 @@ class Shape:
     gpus: int
     mem_gb: float
     python: str | None = None  # the job's interpreter (submitit's `python`); None: the launcher's own
+    now: bool = False  # start when resources allow: the sweep's sbatch `begin`/`hold` left out (the fs probe)
 
 
 @dataclass(frozen=True)

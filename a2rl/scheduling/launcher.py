@@ -23,6 +23,7 @@ import submitit
 from a2rl.store.locks import SweepLock, sweep_lock
 
 from a2rl.errors import SpecError
+from a2rl.scheduling.fscheck import checked
 from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, resolve_kind
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
@@ -211,10 +212,12 @@ class Launcher:
         retry_failed: bool = False,
         allow_leaks: bool = False,
         follow: bool = False,
+        probe: bool = False,
     ) -> Launch:
         """The whole launch: open (or create) the sweep, prepare what its runs share, audit its isolation, and
         submit the services it lacks and its unfinished runs. `follow`: the caller follows the sweep (--wait);
-        without it a Slurm sweep gets the top-up job to watch it. Raises SpecError, SandboxError or AuditError
+        without it a Slurm sweep gets the top-up job to watch it. The sweep directory's file system is checked
+        first (fscheck.py; `probe`: again, not the kept verdict). Raises SpecError, SandboxError or AuditError
         for a sweep that cannot launch."""
         sweep, runs = open_sweep(target, sweep_dir)
         launcher = cls(sweep, resolve_kind(executor or sweep.spec.executor))
@@ -226,6 +229,10 @@ class Launcher:
         todo = pending_runs(sweep, runs, retry_failed, launcher.schedulers)
         finished = not any(not sweep.result_path(r.run_id).exists() for r in runs) and not sweep.queue.pending_ids()
         if not finished:
+            fs, kept = checked(sweep.root, sweep.spec, launcher.kind, launcher.folder, probe=probe)
+            print(f"file system: {fs.line()}{' (kept verdict, --probe checks again)' if kept else ''}", flush=True)
+            if fs.refused:  # before anything is queued: the queue and leases need locks that exclude
+                raise SpecError([fs.refused])
             # also replaces graders that are gone; on Slurm, where the sweep outlives the launcher, a watcher job
             launcher.submit(todo, watch=not follow and launcher.kind == "slurm")
         return Launch(sweep, runs, launcher, audit, refused=False, finished=finished)

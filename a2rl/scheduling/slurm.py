@@ -112,7 +112,8 @@ class SlurmScheduler(Scheduler):
             params["slurm_array_parallelism"] = r.array_parallelism
         if prof.setup:
             params["slurm_setup"] = [line.replace("{a2rl_home}", str(HOME)) for line in prof.setup]
-        if extra := {**prof.sbatch, **r.sbatch}:
+        extra = {k: v for k, v in {**prof.sbatch, **r.sbatch}.items() if not (shape.now and k in ("begin", "hold"))}
+        if extra:
             params["slurm_additional_parameters"] = extra
         if prof.gres_gpu and shape.gpus:  # typed GPUs (gpu:a100) are asked for as gres, not --gpus-per-node
             params.update(gpus_per_node=None, slurm_gres=f"{prof.gres_gpu}:{shape.gpus}")
