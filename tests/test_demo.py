@@ -27,7 +27,8 @@ def check_demo(sweep: SweepDir) -> None:
             assert r.submissions == 0 and r.best is None
     table = a2rl("aggregate", str(sweep.root), "--format", "csv", check=True).stdout
     rows = {row["agent"]: row for row in csv.DictReader(io.StringIO(table))}
-    assert rows["baseline"]["best (mean ± SEM)"] == "—" and rows["baseline"]["submissions"] == "0 (0 valid)"
+    control = rows["baseline (control agent)"]
+    assert control["best (mean ± SEM)"] == "—" and control["submissions"] == "0 (0 valid)"
     assert float(rows["pipeline"]["improvement"]) > 0
     for fmt in ("github", "latex", "simple"):
         assert "pipeline" in a2rl("aggregate", str(sweep.root), "--format", fmt, check=True).stdout

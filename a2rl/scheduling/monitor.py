@@ -48,14 +48,14 @@ class SweepState:
         return self.ok + self.timeout + self.quota + self.failed
 
     def run_line(self, run_id: str) -> str:
-        """One finished run: how it ended, its best score against its baseline, and its tokens and cost."""
+        """One finished run: how it ended, its best score against the base model's, and its tokens and cost."""
         r = self.ended[run_id]
         parts = [
             f"{run_id}: {r.status}",
             ("best —" if r.best is None else f"best {r.best:.2f}")
             + (" on the feedback part" if r.feedback == "split" else ""),
             *([f"final {r.final:.2f} ({r.final_n} items, {r.final_selected_by})"] if r.final is not None else []),
-            "baseline —" if r.baseline is None else f"baseline {r.baseline:.2f}",
+            "base model —" if r.baseline is None else f"base model {r.baseline:.2f}",
             f"{r.submissions} submission{'s' if r.submissions != 1 else ''} ({r.valid_submissions} valid)",
         ]
         tokens, cost = self.usage.get(run_id, (None, None))
