@@ -172,7 +172,7 @@ def heatmap_plot(sw: Sweeps, path: Path) -> None:
         for j, v in enumerate(row):
             ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=10)
     # a title, not the colorbar's label: with one row the figure is too short for it
-    ax.set_title("mean improvement over the baseline", fontsize=10)
+    ax.set_title("mean improvement over the base model", fontsize=10)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(path)
