@@ -6,14 +6,16 @@ time: the follower's clock and sleep are the fake clock's."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import pytest
 
 from a2rl.records import now
 from a2rl.scheduling import launcher as launcher_module
-from a2rl.scheduling.launcher import PROGRESS_S, Launcher
-from a2rl.scheduling.progress import pipeline_stage
+from a2rl.scheduling.launcher import PROGRESS_S, Launcher, terminal_line
+from a2rl.scheduling.monitor import collect
+from a2rl.scheduling.progress import Progress, pipeline_stage
 from a2rl.store.queue import Lease
 from a2rl.store.sweepdir import GraderBeat, RunStatus
 from test_progress_usage import running_run_with_tokens
@@ -133,3 +135,13 @@ def end(sweep):  # noqa: F811
 )
 def test_the_reference_agents_stage_and_step_from_its_log(log, expected):
     assert pipeline_stage(log) == expected
+
+
+def test_a_terminal_gets_one_line_with_each_running_run_cut_at_its_width(sweep, monkeypatch):  # noqa: F811
+    two_running(sweep, monkeypatch)
+    st = collect(sweep)
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *a: os.terminal_size((200, 24)))
+    full = "[0m00s] 8/12 done · claude/s2: submission 2: 12.00 · claude/s0: 1 submission being graded"
+    assert terminal_line("[0m00s] 8/12 done", Progress(sweep), st) == full
+    monkeypatch.setattr("shutil.get_terminal_size", lambda *a: os.terminal_size((40, 24)))
+    assert terminal_line("[0m00s] 8/12 done", Progress(sweep), st) == full[:39]
