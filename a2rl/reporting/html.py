@@ -28,9 +28,10 @@ td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:f
 td a.run{font-size:80%;margin-left:.3em}
 .warn{background:#fdd;padding:.5em}"""
 PASS_AT = [1, 3, 5]
-# a 5 × 3 in figure at DPI: 800 × 480 px, shown 480 px wide (sharp on a 1.67× screen); FONT points then read at
-# about 15 CSS px, the page's own text size
-DPI = 160
+# a 5 × 3 in figure at DPI: 720 × 432 px (twice the former 360 × 216), shown 480 px wide (sharp on a 1.5× screen);
+# FONT points then read at about 15 CSS px, the page's own text size. Pixels cost the report's time: 10,000 runs'
+# plots are most of it (tools/bench/aggregate.py)
+DPI = 144
 FONT = 11
 LEGEND_RUNS = 6  # a legend of more seeds costs half the plot's time and tells nothing
 CELLS_PER_WORKER = 50  # below this many plots a worker process costs more than it saves
