@@ -108,7 +108,7 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
     from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(5, 3), dpi=DPI)
-    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.17, top=0.85)  # room for tick labels like −0.04
+    fig.subplots_adjust(left=0.17, right=0.94, bottom=0.17, top=0.85)  # room for tick labels like −0.04, 1800
     ax.set_xlabel("budget clock (s)", fontsize=FONT)
     ax.set_ylabel("score", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
