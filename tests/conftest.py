@@ -4,6 +4,7 @@ developer has on the machine leaks in, and jobs started by the tests see the sam
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -144,15 +145,20 @@ def demo_sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     executor with `launch --wait` while two busy loops compete for the cores, for the tests that read it (its
     table, results, report, pages): (the launcher's process, the sweep directory). Read it, do not change it."""
     tmp = tmp_path_factory.mktemp("demo")
-    with busy_loops(2):
-        proc = a2rl(
-            "launch",
-            str(REPO / "configs" / "sweeps" / "demo.yaml"),
-            "--sweep-dir",
-            str(tmp / "sd"),
-            "--wait",
-            timeout=2400,
-        )
+    seed = re.search(r"A2RL_HELDOUT_SEED:-(\d+)", (REPO / "tools" / "demo.sh").read_text()).group(1)
+    os.environ["A2RL_HELDOUT_SEED"] = seed  # as tools/demo.sh sets it, for the launcher and its jobs
+    try:
+        with busy_loops(2):
+            proc = a2rl(
+                "launch",
+                str(REPO / "configs" / "sweeps" / "demo.yaml"),
+                "--sweep-dir",
+                str(tmp / "sd"),
+                "--wait",
+                timeout=2400,
+            )
+    finally:
+        del os.environ["A2RL_HELDOUT_SEED"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, tmp / "sd"
 
