@@ -6,14 +6,16 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -129,12 +131,38 @@ def demo_spec(dir: Path, **overrides) -> Path:
     return path
 
 
+@contextmanager
+def busy_loops(n: int = 2) -> Iterator[None]:
+    """`n` shell busy loops competing for the cores while the block runs (a loaded machine), killed after."""
+    loops = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+
+
 @pytest.fixture(scope="session")
 def demo_sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    """The demo sweep run once on the local executor with `launch --wait`, for the tests that read it (its
-    results, its report, its pages): (the launcher's process, the sweep directory). Read it, do not change it."""
+    """The README's demo sweep (configs/sweeps/demo.yaml as shipped: its fixed schedule) run once on the local
+    executor with `launch --wait` while two busy loops compete for the cores, for the tests that read it (its
+    table, results, report, pages): (the launcher's process, the sweep directory). Read it, do not change it."""
     tmp = tmp_path_factory.mktemp("demo")
-    proc = a2rl("launch", str(demo_spec(tmp)), "--sweep-dir", str(tmp / "sd"), "--wait", timeout=1200)
+    seed = re.search(r"A2RL_HELDOUT_SEED:-(\d+)", (REPO / "tools" / "demo.sh").read_text()).group(1)
+    os.environ["A2RL_HELDOUT_SEED"] = seed  # as tools/demo.sh sets it, for the launcher and its jobs
+    try:
+        with busy_loops(2):
+            proc = a2rl(
+                "launch",
+                str(REPO / "configs" / "sweeps" / "demo.yaml"),
+                "--sweep-dir",
+                str(tmp / "sd"),
+                "--wait",
+                timeout=2400,
+            )
+    finally:
+        del os.environ["A2RL_HELDOUT_SEED"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, tmp / "sd"
 

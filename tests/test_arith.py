@@ -41,6 +41,15 @@ def test_task_yaml_points_at_existing_files(prepared):
         assert (prepared / "train" / name).is_file()
 
 
+def test_the_demos_fixed_heldout_seed_draws_the_same_heldout_rows_in_every_data_root(tmp_path, monkeypatch):
+    """tools/demo.sh's A2RL_HELDOUT_SEED: the demo's table is the same on every machine (never for a benchmark)."""
+    monkeypatch.setenv("A2RL_HELDOUT_SEED", "12345")
+    for root in ("a", "b"):
+        prepare(tmp_path / root / "train", tmp_path / root / "heldout")
+    assert (tmp_path / "a/heldout/test.jsonl").read_bytes() == (tmp_path / "b/heldout/test.jsonl").read_bytes()
+    assert (tmp_path / "a/heldout/SEED").read_text() == "12345\n"
+
+
 def test_train_is_the_same_everywhere_heldout_is_each_data_roots_own(prepared, tmp_path):
     prepare(tmp_path / "train", tmp_path / "heldout")
     assert (tmp_path / "train/train.jsonl").read_bytes() == (prepared / "train/train.jsonl").read_bytes()

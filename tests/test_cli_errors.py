@@ -154,7 +154,12 @@ def test_sweep_commands_on_a_directory_that_is_not_a_sweep(cmd, which, tmp_path)
         target.mkdir()
     proc = a2rl(*cmd, str(target), timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.splitlines() == [f"error: {target} is not a sweep directory (no sweep.json)"]
+    expected = (
+        f"{target} is not a sweep directory (no sweep.json)"
+        if which == "empty"
+        else f"{target} does not exist (a launch writes a2rl-sweeps/<sweep name> unless given --sweep-dir)"
+    )
+    assert proc.stderr.splitlines() == [f"error: {expected}"]
 
 
 def test_python_m_a2rl_aggregate_on_a_directory_that_is_not_a_sweep(tmp_path):

@@ -211,7 +211,7 @@ def test_the_final_part_is_scored_once_and_only_after_the_run_ends(tmp_path, tin
     assert cell["selection gap"].startswith(f"{best.score - final.score:+.2f}")
     paper = {t.title: t for t in tables(sw, layout="paper")}
     clean = paper["Table 2, final part: tiny-llama"]
-    assert clean.rows[0] == ["baseline", f"{result.baseline_final:.2f}"]
+    assert clean.rows[0] == ["base model", f"{result.baseline_final:.2f}"]
     assert clean.rows[1][1] == f"{final.score:.2f} ± 0.00 (gap {best.score - final.score:+.2f})"
     summary = markdown(*build(s.sweep, run_id), tmp_path)  # the run report's summary.md (without its plot)
     assert f"final part (100 items), scored once after the run: {final.score:.2f} for {best.submission_id}" in summary

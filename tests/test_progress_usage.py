@@ -74,9 +74,9 @@ def test_the_follower_prints_each_run_as_it_ends_with_its_tokens_and_cost(sweep,
     assert Launcher(sweep, "local").follow(poll_s=1.0, sleep=sleep) == 1  # failed runs: exit 1
     ended = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("gsm8k", "humaneval"))]
     assert ended == [
-        "gsm8k__claude__gpt-x__tiny-llama__sft-only__s2: ok · best 25.00 · baseline 10.00 · 2 submissions (1 valid)"
+        "gsm8k__claude__gpt-x__tiny-llama__sft-only__s2: ok · best 25.00 · base model 10.00 · 2 submissions (1 valid)"
         " · tokens 12.3k, $0.25",
-        "humaneval__claude__gpt-x__tiny-llama__sft-only__s0: ok · best — · baseline — · 0 submissions (0 valid)",
-        "humaneval__claude__gpt-x__tiny-llama__sft-only__s1: ok · best — · baseline — · 0 submissions (0 valid)",
-        "humaneval__claude__gpt-x__tiny-llama__sft-only__s2: failed · best — · baseline — · 0 submissions (0 valid)",
+        "humaneval__claude__gpt-x__tiny-llama__sft-only__s0: ok · best — · base model — · 0 submissions (0 valid)",
+        "humaneval__claude__gpt-x__tiny-llama__sft-only__s1: ok · best — · base model — · 0 submissions (0 valid)",
+        "humaneval__claude__gpt-x__tiny-llama__sft-only__s2: failed · best — · base model — · 0 submissions (0 valid)",
     ]

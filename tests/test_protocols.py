@@ -121,7 +121,7 @@ def test_each_protocol_has_its_own_baseline_ledger_entries_result_and_row(two_pr
     problems: list[str] = []
     table = {row[HEADERS.index("protocol")]: dict(zip(HEADERS, row)) for row in rows(sweep, problems)}
     assert problems == []
-    assert {p: (r["baseline"], r["best (mean ± SEM)"]) for p, r in table.items()} == {
+    assert {p: (r["base model"], r["best (mean ± SEM)"]) for p, r in table.items()} == {
         "paper": ("10.00", "80.00 ± 0.00"),
         "a2rl": ("5.00", "40.00 ± 0.00"),
     }

@@ -37,8 +37,9 @@ GOLDEN = Path(__file__).parent / "fixtures" / "report_speed" / "all_tables.txt"
 
 def test_every_table_reads_as_before_the_fast_paths(sweep):  # noqa: F811
     """The text of every table kind for test_tables' sweep, as printed by a2rl before the fast paths (commit
-    8667571 wrote the fixture; the scaling table's three submission-count columns were added to it since, then
-    the mode table's stack column and the notes on — (issue 25), and nothing else changed)."""
+        8667571 wrote the fixture; the scaling table's three submission-count columns were added to it since, then
+        the mode table's stack column and the notes on — (issue 25), then Table 2's "base model" row and the notes on
+    a control's — (issue 35), and nothing else changed)."""
     assert a2rl("aggregate", str(sweep.root), *ALL_TABLES, check=True).stdout == GOLDEN.read_text()
 
 

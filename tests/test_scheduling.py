@@ -216,7 +216,10 @@ def test_an_unknown_key_in_a_cluster_profile_is_a_one_line_error(tmp_path, monke
         [sys.executable, "-m", "a2rl", "launch", str(spec), "--dry-run"], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip().endswith("bad.yaml: gpu_gres: unknown key") and "Traceback" not in proc.stderr
+    assert (
+        proc.stderr.strip().endswith("bad.yaml: gpu_gres: unknown key (did you mean 'gres_gpu'?)")
+        and "Traceback" not in proc.stderr
+    )
 
 
 # ------------------------------------------------------------------ the local scheduler, for real

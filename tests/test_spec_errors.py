@@ -11,7 +11,7 @@ def test_a_wrong_type_and_an_unknown_agent_are_reported_together(tmp_path):
     errors = errors_of(write_sweep(tmp_path, agents=["baseline", "claud"], seeds=["zero"]))
     assert len(errors) == 2, errors
     assert errors[0] == "seeds[0]: Input should be a valid integer (got 'zero')"
-    assert errors[1].startswith("agents[1]: unknown agent 'claud' (known: ")
+    assert errors[1].startswith("agents[1]: unknown agent 'claud' (did you mean 'claude'? known: ")
 
 
 def test_every_kind_of_reference_is_checked_beside_schema_errors(tmp_path):
@@ -63,7 +63,9 @@ def test_a_duplicate_and_an_unknown_agent_are_reported_together(tmp_path):
 def test_launch_prints_both_kinds(tmp_path):
     proc = a2rl("launch", str(write_sweep(tmp_path, agents=["claud"], budget="soon")), "--dry-run", timeout=300)
     assert proc.returncode != 0
-    assert "budget: expected seconds" in proc.stderr and "unknown agent 'claud'" in proc.stderr, proc.stderr
+    assert "budget: expected a positive number of seconds" in proc.stderr and "unknown agent 'claud'" in proc.stderr, (
+        proc.stderr
+    )
     assert "Traceback" not in proc.stderr
 
 

@@ -29,13 +29,16 @@ def test_agents_without_driver_run_once_per_cell(tmp_path):
 @pytest.mark.parametrize(
     "fields, expected",
     [
-        ({"agents": ["baseline", "claud"]}, "agents[1]: unknown agent 'claud' (known: "),
+        ({"agents": ["baseline", "claud"]}, "agents[1]: unknown agent 'claud' (did you mean 'claude'? known: "),
         ({"tasks": ["nope"]}, "tasks[0]: unknown task 'nope' (known: "),
         ({"bogus": 1}, "bogus: unknown key"),
         ({"grader": {"leas_s": 3}}, "grader.leas_s: unknown key"),
         ({"seeds": ["zero"]}, "seeds[0]: Input should be a valid integer (got 'zero')"),
-        ({"budget": "soon"}, "budget: expected seconds or a duration like '30m', '2h' (got 'soon')"),
-        ({"budget": -5}, "budget: must be positive (got -5)"),
+        (
+            {"budget": "soon"},
+            "budget: expected a positive number of seconds or a duration like '30m', '2h' (got 'soon')",
+        ),
+        ({"budget": -5}, "budget: expected a positive number of seconds or a duration like '30m', '2h' (got -5)"),
         ({"executor": "k8s"}, "executor: Input should be 'local', 'slurm' or 'auto' (got 'k8s')"),
         ({"models": ["builtin:huge"]}, "models[0].path: unknown built-in model 'huge'"),
         ({"agents": [{"name": "baseline", "args": {"x": 1}}]}, "agents[0].args: unknown argument(s) ['x']"),
@@ -55,7 +58,7 @@ def test_all_problems_are_reported_at_once(tmp_path):
 
 
 def test_missing_file_and_yaml_syntax(tmp_path):
-    with pytest.raises(SpecError, match="file not found"):
+    with pytest.raises(SpecError, match="absent.yaml does not exist"):
         load_sweep(tmp_path / "absent.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ntasks: [arith\n")

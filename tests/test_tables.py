@@ -200,7 +200,7 @@ def as_dicts(table) -> dict[str, dict[str, str]]:
 def test_paper_layout_is_a_block_per_model_with_the_baseline_first(sweep):
     (block,) = paper_tables(Sweeps([sweep]))
     assert block.title == "Table 2: tiny-llama" and block.headers == ["stack / driver", "gsm8k", "humaneval"]
-    assert block.rows[0] == ["baseline", "10.00", "FAILED"]
+    assert block.rows[0] == ["base model", "10.00", "FAILED"]
     rows = as_dicts(block)
     assert rows["claude / gpt-x [free]"] == {
         "stack / driver": "claude / gpt-x [free]",
@@ -217,7 +217,7 @@ def test_each_protocol_is_its_own_block_against_its_own_baseline(tmp_path):
     finish(sweep, "gsm8k", "free", 0, [(10, None, 20.0)], protocol="a2rl")
     paper, a2rl = paper_tables(Sweeps([sweep]))
     assert paper.title == "Table 2: tiny-llama (protocol paper)" and a2rl.title == "Table 2: tiny-llama (protocol a2rl)"
-    assert [paper.rows[0], a2rl.rows[0]] == [["baseline", "10.00"], ["baseline", "5.00"]]
+    assert [paper.rows[0], a2rl.rows[0]] == [["base model", "10.00"], ["base model", "5.00"]]
     assert [as_dicts(t)["claude / gpt-x [free]"]["gsm8k"] for t in (paper, a2rl)] == ["30.00 ± 0.00", "20.00 ± 0.00"]
     improvements = {r[5]: r[8] for r in long_table(Sweeps([sweep])).rows if r[3] == "free"}
     assert improvements == {"paper": "+20.00", "a2rl": "+15.00"}  # never averaged across protocols
@@ -244,9 +244,16 @@ def test_stacks_are_compared_within_a_mode_never_averaged(tmp_path):
     sw = Sweeps([sweep])
     rows = {(r[0], r[1]): r[2] for r in mode_table(sw).rows}
     assert rows["free", "claude / gpt-x"] == "+80.00 ± 0.00 (n=1)"
-    assert rows["free", "baseline / none"] == "—"  # not +0.00, and not averaged into claude's +40
-    assert heatmap(sw)[0][:2] == ["free · claude / gpt-x", "free · baseline / none"]
-    assert as_dicts(paper_tables(sw)[0])["baseline / none [free]"]["gsm8k"] == "—"
+    assert rows["free", "baseline (control agent) / none"] == "—"  # not +0.00, not averaged into claude's +40
+    assert heatmap(sw)[0][:2] == ["free · claude / gpt-x", "free · baseline (control agent) / none"]
+    table2 = {r[0]: r[1] for r in paper_tables(sw)[0].rows}
+    assert list(table2)[0] == "base model" and table2["baseline (control agent) / none [free]"] == "—"
+    pass_at = {r[2]: r[-3:] for r in pass_at_table(sw, [1, 2, 3]).rows}
+    assert pass_at["baseline (control agent)"] == ["—", "—", "—"]  # no improvement to tell, not +0.00
+    scaling = {(r[2], r[4]): r[6:] for r in scaling_table(sw).rows}
+    assert set(scaling["baseline (control agent)", "free"]) == {"—"}
+    assert scaling["claude", "free"][-1] == "90.00 ± 0.00"
+    assert "baseline" not in long_table(sw).headers and "base model" in long_table(sw).headers
 
 
 def test_pass_at_k_table(sweep):
@@ -381,7 +388,8 @@ def test_html_report_of_the_synthetic_sweep(sweep):
     page = index.read_text()
     assert "<h3>Table 2: tiny-llama</h3>" in page and "35.00 ± 5.00 (n=2)" in page and "FAILED" in page
     imgs = re.findall(r'<img[^>]* src="([^"]+)"', page)
-    assert "plots/heatmap.svg" in imgs and len([i for i in imgs if i.startswith("plots/cell-")]) == 4
+    assert "plots/heatmap.svg" in imgs and len([i for i in imgs if i.startswith("plots/cell-")]) == 3
+    assert "no plot (no run scored a submission): tiny-llama / humaneval / claude / gpt-x / sft-only / paper" in page
     assert all((index.parent / i).stat().st_size > 1000 for i in imgs)
     links = re.findall(r'href="([^"]+)"', page)
     run_id = "gsm8k__claude__gpt-x__tiny-llama__s0"
@@ -396,7 +404,13 @@ def test_html_report_of_the_synthetic_sweep(sweep):
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s2"][1:4] == ["failed", "—", "infrastructure: run failed"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s0"][1:4] == ["ok", "10.00", "agent: code_error_runtime"]
     assert runs["gsm8k__claude__gpt-x__tiny-llama__s0"][1:4] == ["ok", "40.00", ""]
-    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == ["no result", "—", "", "", "no report yet"]
+    assert runs["gsm8k__claude__gpt-x__tiny-llama__sft-only__s2"][1:] == [
+        "no result",
+        "—",
+        "",
+        "not inspected",
+        "no report yet",
+    ]
     assert f"../runs/{run_id}/report/viewer/index.html" in links  # each finished run's viewer
     # a Table-2 cell links to the viewers of its runs, by seed
     table2 = page.split("<h3>Table 2: tiny-llama</h3>")[1].split("</table>")[0]
@@ -416,7 +430,7 @@ def test_report_plots_the_same_in_worker_processes(sweep, tmp_path, monkeypatch)
     monkeypatch.setattr(html.os, "cpu_count", lambda: 4)
     many = html.write_report(Sweeps([sweep]), tmp_path / "many").parent / "plots"
     cells = sorted(p.name for p in one.glob("cell-*.png"))
-    assert len(cells) == 4 and sorted(p.name for p in many.glob("cell-*.png")) == cells
+    assert len(cells) == 3 and sorted(p.name for p in many.glob("cell-*.png")) == cells
     assert all((one / c).read_bytes() == (many / c).read_bytes() for c in cells)
 
 
@@ -426,7 +440,7 @@ def test_long_table_without_a_baseline_score_shows_the_best_but_no_improvement(t
     from a2rl.reporting.aggregate import long_table
 
     row = dict(zip(long_table(Sweeps([sweep])).headers, long_table(Sweeps([sweep])).rows[0]))
-    assert (row["baseline"], row["best (mean ± SEM)"], row["improvement"]) == (
+    assert (row["base model"], row["best (mean ± SEM)"], row["improvement"]) == (
         "FAILED: judge down",
         "30.00 ± 0.00",
         "—",

@@ -97,7 +97,9 @@ def _demo_as(user, shared: Path, old_scratch: Path, made_old: bool) -> None:
     assert "4/4 done" in proc.stdout and "Traceback" not in out, out[-6000:]
     assert re.search(r"^task +agent +driver +mode +model .* submissions +runs ok +runs failed$", proc.stdout, re.M)
     assert re.search(r"^arith +pipeline +none .* 2 +0$", proc.stdout, re.M), proc.stdout[-3000:]
-    assert re.search(r"^arith +baseline +none .* 0 \(0 valid\) +2 +0$", proc.stdout, re.M), proc.stdout[-3000:]
+    assert re.search(r"^arith +baseline \(control agent\) +none .* 0 \(0 valid\) +2 +0$", proc.stdout, re.M), (
+        proc.stdout[-3000:]
+    )
     # its own scratch, and the sandbox from the wheel (no bwrap on its PATH)
     scratch = Path("/tmp") / f"a2rl-scratch-{USER}"
     st = os.lstat(scratch)

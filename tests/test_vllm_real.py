@@ -316,4 +316,4 @@ def test_a_sweep_grades_with_backend_vllm_in_the_vllm_environment(tmp_path, monk
     assert [e.engine for e in entries] == ["reloaded", "reloaded"]
     assert all(e.backend["backend"] == "vllm" and e.backend["device"] == "cpu" for e in entries)
     status = a2rl("status", str(sweep.root), check=True).stdout
-    assert "engine 1 started, 2 reloaded, 0 reload failure(s)" in status, status
+    assert "vLLM engine: started once, reloaded weights twice" in status, status

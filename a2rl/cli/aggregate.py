@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from a2rl.cli.common import not_a_sweep
 from a2rl.errors import SpecError
 from a2rl.records import RecordError
 from a2rl.reporting.aggregate import FORMATS, Sweeps, format_tables, tables
@@ -44,7 +45,7 @@ def open_sweeps(paths: list[Path]) -> Sweeps:
     for path in paths:
         sweep = SweepDir(path)
         if not sweep.exists():
-            raise SpecError([f"{path} is not a sweep directory (no sweep.json)"])
+            raise SpecError([not_a_sweep(path)])
         dirs.append(sweep)
     return Sweeps(dirs)
 

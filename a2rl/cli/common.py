@@ -15,5 +15,12 @@ def open_sweep_dir(path: Path):
 
     sweep = SweepDir(path)
     if not sweep.exists():
-        raise NotASweep(f"{path} is not a sweep directory (no sweep.json)")
+        raise NotASweep(not_a_sweep(path))
     return sweep
+
+
+def not_a_sweep(path: Path) -> str:
+    """Why `path` (no sweep.json in it) is no sweep directory: it does not exist, or holds no sweep."""
+    if not Path(path).exists():
+        return f"{path} does not exist (a launch writes a2rl-sweeps/<sweep name> unless given --sweep-dir)"
+    return f"{path} is not a sweep directory (no sweep.json)"

@@ -62,7 +62,7 @@ def _settings(sweep, args: argparse.Namespace):
     try:
         return InspectorSettings.model_validate({**keep, **given})
     except ValidationError as e:
-        raise NotASweep("the judge: " + "; ".join(format_validation_error(e))) from None
+        raise NotASweep("the judge: " + "; ".join(format_validation_error(e, InspectorSettings))) from None
 
 
 def _show(sweep, run_id: str) -> str:

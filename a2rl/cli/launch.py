@@ -43,6 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep-dir", type=Path, help=f"where the sweep's records go (default {DEFAULT_SWEEPS}/<name>)")
     p.add_argument("--wait", action="store_true", help="follow progress until every run has finished")
     p.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --wait and stdout no terminal (a log file): print progress at least this often, and at every "
+        "change (default 30)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="print the expanded runs, then what `a2rl validate` prints (the checks launch makes here and the "
@@ -133,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     try:
-        code = launcher.follow()
+        code = launcher.follow(progress_s=args.progress_every)
     except KeyboardInterrupt:
         print(f"\nstopped following; the runs go on. Resume with: python -m a2rl.launch {sweep.root} --wait")
         return 130

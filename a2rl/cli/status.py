@@ -13,6 +13,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep_dir", type=Path)
 
 
+def times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def engine_line(beat, backend: str) -> str:
+    """A grader's engine in words: "vLLM engine: started twice, reloaded weights 3 times" (a start loads a model
+    afresh; a reload swaps the next submission's weights into the running engine)."""
+    name = {"vllm": "vLLM engine", "transformers": "transformers engine"}.get(backend, "grading engine")
+    said = [f"started {times(beat.starts)}" if beat.starts else "not started yet"]
+    said += [f"reloaded weights {times(beat.reloads)}"] if beat.reloads else []
+    if beat.reload_failures:
+        said.append(
+            f"{beat.reload_failures} failed reload{'s' if beat.reload_failures > 1 else ''} (each a fresh start)"
+        )
+    return f"{name}: {', '.join(said)}"
+
+
 def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
@@ -73,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for beat in sorted(st.graders, key=lambda b: b.holder):  # a failed reload cost a fresh engine: say so
         print(
-            f"grader {beat.holder}: {beat.state}, {beat.graded} graded · engine {beat.starts} started, "
-            f"{beat.reloads} reloaded, {beat.reload_failures} reload failure(s)"
+            f"grader {beat.holder}: {beat.state}, {beat.graded} graded · {engine_line(beat, sweep.spec.grader.backend)}"
         )
     for name in sweep.spec.local_drivers:
         endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))

@@ -308,7 +308,8 @@ def judge_client(judge: Mapping[str, Any], engine: Any = None) -> ChatClient | E
             return ChatClient.from_options(dict(judge))
         settings = LocalJudgeSettings.model_validate(judge)
     except ValidationError as e:
-        raise JudgeError("the task option judge: " + "; ".join(format_validation_error(e))) from None
+        lines = format_validation_error(e, LocalJudgeSettings if local else None)
+        raise JudgeError("the task option judge: " + "; ".join(lines)) from None
     model_dir = resolve_model(settings.model_path)
     if not model_dir.is_dir():
         raise JudgeError(f"the task option judge.model_path: {model_dir} is not a model directory")

@@ -10,7 +10,7 @@ no score. Results and baselines that do not verify against their sweep's key are
 in `problems` (the command prints them to stderr).
 
 Tables: the long table (one row per cell; the default); `--layout paper`, one Table-2 block per base model
-(first row the baseline, then one row per stack + driver [+ mode], a column per task; mean ± SEM over seeds,
+(first row the base model, then one row per stack + driver [+ mode], a column per task; mean ± SEM over seeds,
 with n when seeds are missing); `--by mode`, mode × task mean improvement (the heatmap); `--pass-at 1,3,5`;
 `--scaling` (best score at budget fractions, token counts and submission counts); `--routes` (training of the best
 submissions); `--failures` (by cause: infrastructure or agent); `--usage` (tokens and cost); `--submissions`
@@ -31,7 +31,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from a2rl.errors import SpecError
-from a2rl.reporting.metrics import RunMetrics
+from a2rl.reporting.metrics import RunMetrics, is_control
 from a2rl.records import RecordError, read_many
 from a2rl.spec.grid import RunSpec
 from a2rl.store.baselines import BaselineRecord, load_baseline
@@ -47,7 +47,7 @@ HEADERS = [
     "mode",
     "model",
     "protocol",
-    "baseline",
+    "base model",
     "best (mean ± SEM)",
     "improvement",
     "submissions",
@@ -58,6 +58,8 @@ FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the budget, for --scaling
 TOKEN_POINTS = (10_000, 100_000, 1_000_000)
 SUBMISSION_POINTS = (1, 3, 5)
 WITHIN_NOISE = "~"
+BASE_ROW = "base model"  # Table 2's first row: the untouched model's score, never to be read as the control agent
+CONTROL = " (control agent)"  # after a control stack's name (spec/agents.py `control`) wherever it is shown
 Key = tuple[str, str, str, str, str, str]  # model, task, agent, driver, mode, protocol
 
 
@@ -182,6 +184,7 @@ class Sweeps:
     cells: dict[Key, list[Run]] = field(default_factory=dict)
     baselines: dict[tuple[str, str, str], BaselineRecord | None] = field(default_factory=dict)
     noise: dict[tuple[str, str, str], NoiseRecord] = field(default_factory=dict)
+    _controls: dict[tuple[Path, str], bool] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         where: dict[str, tuple[RunSpec, Path]] = {}
@@ -198,7 +201,8 @@ class Sweeps:
                 pair = (spec.task, spec.model.name, spec.protocol)
                 base = bases[pair] if pair in bases else bases.setdefault(pair, self._baseline(sweep, *pair))
                 run = Run(spec, sweep, base)
-                key = (spec.model.name, spec.task, spec.agent.key, spec.driver, spec.mode, spec.protocol)
+                agent = spec.agent.key + (CONTROL if self._control(sweep, spec.agent.name) else "")
+                key = (spec.model.name, spec.task, agent, spec.driver, spec.mode, spec.protocol)
                 cell = self.cells.setdefault(key, [])
                 if cell and cell[0].spec.budget_s != spec.budget_s:
                     raise SpecError(
@@ -213,6 +217,11 @@ class Sweeps:
         self._metrics_read = False
         self._modes = list(dict.fromkeys(k[4] for k in self.cells))
         self._protocols = list(dict.fromkeys(k[5] for k in self.cells))
+
+    def _control(self, sweep: SweepDir, agent: str) -> bool:
+        if (sweep.root, agent) not in self._controls:
+            self._controls[sweep.root, agent] = is_control(sweep, agent)
+        return self._controls[sweep.root, agent]
 
     def _read(self, name: str) -> Iterator[tuple[Run, bytes | OSError]]:
         """Every run with the bytes of its file `name` (under runs/<id>/), read ahead (records.read_many)."""
@@ -392,7 +401,7 @@ def final_table(sw: Sweeps) -> Table | None:
                 _ms(gaps, len(runs), signed=True),
             ]
         )
-    headers = CELL + ["best feedback", "final", "baseline final", "final improvement", "selection gap"]
+    headers = CELL + ["best feedback", "final", "base model final", "final improvement", "selection gap"]
     return Table("feedback and final parts", headers, rows, [SPLIT_NOTE, *_items(sw, keys)])
 
 
@@ -406,7 +415,7 @@ def final_paper_tables(sw: Sweeps) -> list[Table]:
         if not mine:
             continue
         tasks = list(dict.fromkeys(k[1] for k in mine))
-        base_row = ["baseline"] + [_f(sw.cells[next(k for k in mine if k[1] == t)][0].base_final) for t in tasks]
+        base_row = [BASE_ROW] + [_f(sw.cells[next(k for k in mine if k[1] == t)][0].base_final) for t in tasks]
         rows: dict[str, list[str]] = {}
         for key in mine:
             row = rows.setdefault(sw.label(key), [sw.label(key)] + ["—"] * len(tasks))
@@ -439,7 +448,7 @@ def paper_tables(sw: Sweeps) -> list[Table]:
     blocks = sw.blocks()
     for model, protocol in blocks:
         tasks = sw.tasks(model, protocol)
-        base_row = ["baseline"]
+        base_row = [BASE_ROW]
         for task in tasks:
             base = sw.baselines[task, model, protocol]
             base_row.append("pending" if base is None else "FAILED" if base.status == "failed" else _f(base.score))
@@ -530,7 +539,8 @@ CELL = ["model", "task", "agent", "driver", "mode", "protocol"]
 def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
     rows = []
     for key in _cell_keys(sw):
-        xs = [r.improvement for r in sw.cells[key] if r.improvement is not None]
+        runs = sw.cells[key] if submitted_scores(sw.cells[key]) else []  # none submitted: no improvement to tell
+        xs = [r.improvement for r in runs if r.improvement is not None]
         rows.append(
             list(key) + [str(len(xs))] + [_f(expected_best_of(xs, k), True) if k <= len(xs) else "—" for k in ks]
         )
@@ -538,7 +548,7 @@ def pass_at_table(sw: Sweeps, ks: list[int]) -> Table:
         "pass@k: expected best improvement over k runs",
         CELL + ["n"] + [f"pass@{k}" for k in ks],
         rows,
-        ["— where the cell has fewer than k runs with a score"],
+        ["— where the cell has fewer than k runs with a score, or no run of it made a valid submission"],
     )
 
 
@@ -560,14 +570,15 @@ def scaling_table(sw: Sweeps) -> Table:
             + r.best_after(list(SUBMISSION_POINTS))
             for r in runs
         ]
-        rows.append(list(key) + [_ms([v for v in column if v is not None], len(runs)) for column in zip(*at_points)])
+        columns = zip(*at_points) if submitted_scores(runs) else [[] for _ in headers]
+        rows.append(list(key) + [_ms([v for v in column if v is not None], len(runs)) for column in columns])
     return Table(
         "scaling: best score so far",
         CELL + headers,
         rows,
         [
             "a run without a valid submission by then scores its baseline; @k submissions: its first k graded"
-            " ones (all, when it made fewer)"
+            " ones (all, when it made fewer); — where no run of the cell made a valid submission"
         ],
     )
 

@@ -24,11 +24,15 @@ from a2rl.store.verdicts import inspection_path, overrides_path
 
 STYLE = """body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:.5em 0}
 td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
-.note{color:#555;font-size:90%}.plots img{width:420px;margin:4px;border:1px solid #eee}
+.note{color:#555;font-size:90%}.plots img{width:480px;margin:4px;border:1px solid #eee}
 td a.run{font-size:80%;margin-left:.3em}
 .warn{background:#fdd;padding:.5em}"""
 PASS_AT = [1, 3, 5]
-FONT = 11  # points, in a 360-px-wide image shown 420 px wide: about the page's own text size
+# a 5 × 3 in figure at DPI: 720 × 432 px (twice the former 360 × 216), shown 480 px wide (sharp on a 1.5× screen);
+# FONT points then read at about 15 CSS px, the page's own text size. Pixels cost the report's time: 10,000 runs'
+# plots are most of it (tools/bench/aggregate.py)
+DPI = 144
+FONT = 11
 LEGEND_RUNS = 6  # a legend of more seeds costs half the plot's time and tells nothing
 CELLS_PER_WORKER = 50  # below this many plots a worker process costs more than it saves
 
@@ -103,8 +107,8 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
     from matplotlib.legend import Legend
     from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(5, 3), dpi=72)
-    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.17, top=0.85)  # room for tick labels like −0.04
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=DPI)
+    fig.subplots_adjust(left=0.17, right=0.94, bottom=0.17, top=0.85)  # room for tick labels like −0.04, 1800
     ax.set_xlabel("budget clock (s)", fontsize=FONT)
     ax.set_ylabel("score", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
@@ -149,10 +153,10 @@ def plot_cells(jobs: list[tuple[CellPlot, str]]) -> None:
             else []
         )
         if base is not None:
-            handles.append(Line2D([], [], color="gray", linewidth=1, linestyle="--", label="baseline"))
+            handles.append(Line2D([], [], color="gray", linewidth=1, linestyle="--", label="base model"))
         if handles:
             Legend(ax, handles, [h.get_label() for h in handles], fontsize=FONT - 2, ncol=2).draw(renderer)
-        imsave(path, canvas.buffer_rgba(), format="png", dpi=72)
+        imsave(path, canvas.buffer_rgba(), format="png", dpi=DPI)
     plt.close(fig)
 
 
@@ -169,7 +173,7 @@ def heatmap_plot(sw: Sweeps, path: Path) -> None:
         for j, v in enumerate(row):
             ax.text(j, i, "—" if v is None else f"{v:+.1f}", ha="center", va="center", fontsize=10)
     # a title, not the colorbar's label: with one row the figure is too short for it
-    ax.set_title("mean improvement over the baseline", fontsize=10)
+    ax.set_title("mean improvement over the base model", fontsize=10)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(path)
@@ -222,15 +226,16 @@ def write_report(sw: Sweeps, out: Path) -> Path:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     _plt()  # before the workers fork: they inherit matplotlib rather than import it again
-    jobs = [(cell_data(sw, key), str(plots / f"cell-{i:04d}.png")) for i, key in enumerate(sw.cells)]
+    cells = [(cell_data(sw, key), str(plots / f"cell-{i:04d}.png")) for i, key in enumerate(sw.cells)]
+    jobs = [(cell, path) for cell, path in cells if cell[3]]  # a cell no run of which scored has nothing to draw
     workers = min(os.cpu_count() or 1, -(-len(jobs) // CELLS_PER_WORKER))
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             plotted = pool.map(plot_cells, [jobs[i::workers] for i in range(workers)])
-            page = _page(sw, out, jobs)
+            page = _page(sw, out, cells)
             list(plotted)
     else:
-        page = _page(sw, out, jobs)
+        page = _page(sw, out, cells)
         plot_cells(jobs)
     index = out / "index.html"
     atomic_write_text(index, page)
@@ -246,15 +251,16 @@ def _failure(run: Run) -> str:
 
 
 def _flag(run: Run) -> str:
-    """The inspector's flag of a run, "" when it was not inspected; an override is marked."""
+    """The inspector's flag of a run, "not inspected" without a verdict; an override is marked."""
     m = run.metrics
     if m is None or not m.inspector_verdicts:
-        return ""
+        return "not inspected"
     return m.inspector_flag + (" (overridden)" if any(v.override for v in m.inspector_verdicts) else "")
 
 
-def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
-    """index.html's text (and the heatmap it shows), with the cells' plots at their `jobs` paths."""
+def _page(sw: Sweeps, out: Path, cells: list[tuple[CellPlot, str]]) -> str:
+    """index.html's text (and the heatmap it shows), with the cells' plots at their paths (those with a run
+    to draw)."""
     plots = out / "plots"
     parts = [f"<h1>a2rl report: {html.escape(', '.join(str(s.root) for s in sw.dirs))}</h1>"]
     if sw.untrusted:
@@ -272,9 +278,13 @@ def _page(sw: Sweeps, out: Path, jobs: list[tuple[CellPlot, str]]) -> str:
     parts.append('<h2>Score against budget time, per cell</h2><div class="plots">')
     parts += [
         f'<img src="plots/{Path(path).name}" alt="{html.escape(title.replace(chr(10), " "))}">'
-        for (title, *_), path in jobs
+        for (title, _, _, drawn), path in cells
+        if drawn
     ]
-    parts.append("</div><h2>Analyses</h2>")
+    parts.append("</div>")
+    if empty := [title.split("\n")[0] for title, _, _, drawn in (c for c, _ in cells) if not drawn]:
+        parts.append(f'<p class="note">no plot (no run scored a submission): {html.escape("; ".join(empty))}</p>')
+    parts.append("<h2>Analyses</h2>")
     parts += [
         _table(t)
         for t in tables(sw, pass_at=PASS_AT, scaling=True, routes=True, failures=True, usage=True, submissions=True)

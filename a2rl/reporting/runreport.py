@@ -4,7 +4,8 @@ the sweep recorded (result, ledger, code snapshots, transcript), so it can be re
     metrics.json      RunMetrics: the paper's process metrics, usage, training type, failure type, leaks
     summary.jsonl     one SubmissionRow per submission, in order
     summary.md        the same for people: one section per submission with the files its code changed
-    trajectory.png    score per submission, best so far, baseline
+    trajectory.png    score per submission, best so far, the base model's score (none for a run without a
+                      submission: nothing to plot)
     viewer/           the trajectory viewer (reporting/viewer.py)
 
 `a2rl runreport SWEEP_DIR [RUN_ID ...]` rebuilds them (every run with a result by default).
@@ -127,6 +128,9 @@ def plot(m: RunMetrics, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    if not m.score_trajectory:  # no submission (a control agent's run): nothing to plot
+        path.unlink(missing_ok=True)
+        return
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = range(1, len(m.score_trajectory) + 1)
     pts = [(x, s) for x, s in zip(xs, m.score_trajectory) if s is not None]
@@ -141,15 +145,15 @@ def plot(m: RunMetrics, path: Path) -> None:
     if bad:
         ax.plot(bad, [m.baseline or 0.0] * len(bad), "rx", label="invalid")
     if m.baseline is not None:
-        ax.axhline(m.baseline, color="gray", linewidth=1, label="baseline")
+        ax.axhline(m.baseline, color="gray", linewidth=1, label="base model")
     ax.set(xlabel="submission", ylabel="score", title=m.run_id)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # submissions are counted, never fractional
-    ax.title.set_fontsize(8)
-    ax.legend(fontsize=7)
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    fig.savefig(tmp, dpi=200)  # 1200 × 700 px: sharp on high-density screens
     plt.close(fig)
     tmp.replace(path)
 

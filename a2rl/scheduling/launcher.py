@@ -32,7 +32,8 @@ from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.audit import AuditRecord, audited
 from a2rl.run.isolation import choose
 from a2rl.run.job import run_agent_job
-from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
+from a2rl.scheduling.monitor import SweepState, collect, jobs_alive, reap_lost
+from a2rl.scheduling.progress import Progress
 from a2rl.scheduling.readiness import refuse_unready
 from a2rl.store.services import record_service_job
 from a2rl.records import RecordError, now
@@ -47,6 +48,7 @@ from a2rl.spec.tasks import get_task
 from a2rl.tasklib.prepare import ensure_prepared
 
 DEFAULT_SWEEPS = Path("a2rl-sweeps")
+PROGRESS_S = 30.0  # the follower's progress block at least this often when stdout is no terminal
 SUBMIT_LOCK_TIMEOUT_S = 600
 TOPUP_MEM_GB = 0.5  # the top-up job only reads the sweep's files and asks the scheduler
 
@@ -288,10 +290,20 @@ class Launcher:
         self.jobs.update(zip((run.run_id for run in runs), ids))
         self.deferred = [run.run_id for run in runs[len(ids) :]]
 
-    def follow(self, poll_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> int:
+    def follow(
+        self,
+        poll_s: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+        progress_s: float = PROGRESS_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> int:
         """Live progress until every run has a result, topping up deferred runs. Reads files every `poll_s`;
-        the scheduler's own cache limits how often it is asked. Exit code 0 when no run failed."""
-        t0, last, tty = time.monotonic(), "", sys.stdout.isatty()
+        the scheduler's own cache limits how often it is asked. Exit code 0 when no run failed. On a terminal
+        one line is rewritten in place; otherwise (a log file, a Slurm job's output) a block of lines is printed
+        whenever anything in it changed and at least every `progress_s` seconds."""
+        t0, last, tty = clock(), "", sys.stdout.isatty()
+        shown: tuple[list[str], float] = ([], float("-inf"))  # the last block printed (no terminal), and when
+        progress = Progress(self.sweep)
         warned: set[str] = set()
         told: set[str] | None = None  # runs whose end was printed; those ended before following are not
         while True:
@@ -322,11 +334,12 @@ class Launcher:
                 if "grader" not in warned:
                     warned.add("grader")
                     print(f"\nWARNING: no grader is alive and none could be started now ({e})", flush=True)
-            line = st.line(time.monotonic() - t0)
+            line = st.line(clock() - t0)
             if tty:
+                line = terminal_line(line, progress, st)
                 print("\r" + line.ljust(len(last)), end="", flush=True)
-            elif line.split("] ", 1)[1] != last.split("] ", 1)[-1]:
-                print(line, flush=True)
+            else:
+                shown = log_block(line, progress, st, shown, clock(), progress_s)
             last = line
             if st.finished == st.total and not (st.ungraded and st.graders_alive):  # a grader still at them: wait
                 print("\n" if tty else "", end="")
@@ -335,6 +348,31 @@ class Launcher:
                     return 1
                 return 1 if st.failed else 0
             sleep(poll_s)
+
+
+def terminal_line(line: str, progress: Progress, st: SweepState) -> str:
+    """The follower's one line on a terminal, with each running run's progress, cut at the terminal's width."""
+    import shutil
+
+    runs = [
+        f"{run_id.split('__')[1]}/{run_id.rsplit('__', 1)[-1]}: {progress.run_line(run_id)}"
+        for run_id in st.running_ids
+    ]
+    return " · ".join([line, *runs])[: shutil.get_terminal_size().columns - 1]
+
+
+def log_block(
+    line: str, progress: Progress, st: SweepState, shown: tuple[list[str], float], t: float, every_s: float
+) -> tuple[list[str], float]:
+    """Print the progress line and a line per running run and live grader (a log file's view) when any of it
+    changed or `every_s` has passed since the last print; returns what was printed last, and when."""
+    block = [line, *progress.lines(st, st.running_ids)]
+    old, at = shown
+    same = old[1:] == block[1:] and old[:1] and old[0].split("] ", 1)[1] == line.split("] ", 1)[1]
+    if same and t - at < every_s:
+        return shown
+    print("\n".join(block), flush=True)
+    return block, t
 
 
 def pending_runs(sweep: SweepDir, runs: list[RunSpec], retry_failed: bool, schedulers: Schedulers) -> list[RunSpec]:

@@ -28,6 +28,7 @@ class SweepState:
     quota: int = 0  # stopped past a cap (limits.workspace_gb)
     failed: int = 0
     running: int = 0
+    running_ids: list[str] = field(default_factory=list)  # the running runs, in the sweep's order
     waiting: int = 0  # submitted, not started yet
     deferred: int = 0  # waiting for room under the queue limit (not submitted yet)
     graded: int = 0
@@ -51,14 +52,14 @@ class SweepState:
         return self.ok + self.timeout + self.quota + self.failed
 
     def run_line(self, run_id: str) -> str:
-        """One finished run: how it ended, its best score against its baseline, and its tokens and cost."""
+        """One finished run: how it ended, its best score against the base model's, and its tokens and cost."""
         r = self.ended[run_id]
         parts = [
             f"{run_id}: {r.status}",
             ("best —" if r.best is None else f"best {r.best:.2f}")
             + (" on the feedback part" if r.feedback == "split" else ""),
             *([f"final {r.final:.2f} ({r.final_n} items, {r.final_selected_by})"] if r.final is not None else []),
-            "baseline —" if r.baseline is None else f"baseline {r.baseline:.2f}",
+            "base model —" if r.baseline is None else f"base model {r.baseline:.2f}",
             f"{r.submissions} submission{'s' if r.submissions != 1 else ''} ({r.valid_submissions} valid)",
         ]
         tokens, cost = self.usage.get(run_id, (None, None))
@@ -168,12 +169,14 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
                 st.lost[run.run_id] = f"job ended without a result: {gone}"
             elif running:
                 st.running += 1
+                st.running_ids.append(run.run_id)
             elif status is not None and status.state == "deferred":
                 st.deferred += 1
             else:
                 st.waiting += 1
         if result is not None and (status := sweep.status(run.run_id)) is not None and status.waiting_for_scores():
             st.running += 1  # its job completes the result with the scores it waits for
+            st.running_ids.append(run.run_id)
         elif result is not None:
             setattr(st, result.status, getattr(st, result.status) + 1)
             st.ended[run.run_id] = result
@@ -208,6 +211,7 @@ def collect(sweep: SweepDir, schedulers: Schedulers | None = None) -> SweepState
                 del st.ended[run_id]
                 setattr(st, result.status, getattr(st, result.status) - 1)
                 st.running += 1
+                st.running_ids.append(run_id)
     for task in sweep.spec.tasks:
         for model in sweep.spec.model_entries:
             for protocol in sweep.spec.protocols:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from a2rl.errors import closest, unknown_name
+
 CACHE = Path(os.environ.get("A2RL_CACHE", Path.home() / ".cache" / "a2rl"))
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("tiny-llama",)
@@ -24,7 +26,7 @@ def check_model_ref(path: str) -> str | None:
     directory exists is the launching machine's question (model_dir_problem, scheduling/readiness.py)."""
     if path.startswith(BUILTIN_PREFIX):
         name = path.removeprefix(BUILTIN_PREFIX)
-        return None if name in BUILTINS else f"unknown built-in model {name!r} (known: {', '.join(BUILTINS)})"
+        return None if name in BUILTINS else unknown_name("built-in model", name, BUILTINS)
     return None
 
 
@@ -34,7 +36,8 @@ def model_dir_problem(path: str) -> str | None:
         return None
     p = Path(path)
     if not p.is_dir():
-        return f"model directory {path!r} does not exist"
+        hint = f" (did you mean 'builtin:{c}'?)" if (c := closest(p.name, BUILTINS)) else ""
+        return f"model directory {path!r} does not exist{hint}"
     if not any(p.glob("*.safetensors")):
         return f"model directory {path!r} holds no *.safetensors weights"
     return None

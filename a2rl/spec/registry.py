@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from a2rl.errors import SpecError, format_validation_error
+from a2rl.errors import SpecError, format_validation_error, unknown_name
 
 PACKAGE = Path(__file__).resolve().parents[1]  # the a2rl package
 
@@ -37,9 +37,20 @@ def load_yaml(path: Path) -> object:
     try:
         return yaml.safe_load(Path(path).read_text())
     except FileNotFoundError:
-        raise SpecError([f"{path}: file not found"]) from None
+        raise SpecError([f"{path} does not exist"]) from None
+    except IsADirectoryError:
+        raise SpecError([f"{path} is a directory, not a YAML file"]) from None
     except yaml.YAMLError as e:
-        raise SpecError([f"{path}: YAML syntax error: {e}".replace("\n", " ")]) from None
+        raise SpecError([yaml_error(path, e)]) from None
+
+
+def yaml_error(path: Path, e: yaml.YAMLError) -> str:
+    """'sweep.yaml, line 3, column 9: YAML syntax error: mapping values are not allowed here' (PyYAML's own text
+    names "<unicode string>" for text read first, and spans lines)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+    what = ": ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
+    return f"{where}: YAML syntax error: {' '.join(what.split())}"
 
 
 def parse_yaml_file(model: type[T], path: Path) -> T:
@@ -49,7 +60,7 @@ def parse_yaml_file(model: type[T], path: Path) -> T:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise SpecError([f"{path}: {line}" for line in format_validation_error(e)]) from None
+        raise SpecError([f"{path}: {line}" for line in format_validation_error(e, model)]) from None
 
 
 class Registry(Generic[T]):
@@ -82,7 +93,7 @@ class Registry(Generic[T]):
     def path(self, name: str) -> Path:
         files = self._files()
         if name not in files:
-            raise SpecError([f"unknown {self.kind} {name!r} (known: {', '.join(sorted(files)) or 'none'})"])
+            raise SpecError([unknown_name(self.kind, name, sorted(files))])
         return files[name]
 
     def get(self, name: str) -> T:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from a2rl.errors import SpecError, format_validation_error
+from a2rl.errors import SpecError, format_validation_error, unknown_name
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
 from a2rl.spec.registry import HOME, load_yaml
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
@@ -23,19 +23,18 @@ LOCAL_DRIVER = "local:"  # drivers served by the sweep itself: `local:<name of a
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
+DURATION_ERROR = "expected a positive number of seconds or a duration like '30m', '2h'"
+
+
 def parse_duration(v: Any) -> float:
-    """Seconds from 600, '600', '10m', '1.5h', '2d'."""
-    if isinstance(v, bool):
-        raise ValueError("expected seconds or a duration like '30m'")
-    if isinstance(v, (int, float)):
-        seconds = float(v)
-    else:
-        m = _DURATION.match(str(v))
-        if not m:
-            raise ValueError("expected seconds or a duration like '30m', '2h'")
-        seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    """Seconds from 600, '600', '10m', '1.5h', '2d'; every bad value (-300, '-5m', 'soon', 0, true) gets one
+    wording."""
+    m = None if isinstance(v, (bool, int, float)) else _DURATION.match(str(v))
+    if isinstance(v, bool) or not (isinstance(v, (int, float)) or m):
+        raise ValueError(DURATION_ERROR)
+    seconds = float(v) if m is None else float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
     if seconds <= 0:
-        raise ValueError("must be positive")
+        raise ValueError(DURATION_ERROR)
     return seconds
 
 
@@ -360,7 +359,7 @@ def load_sweep(path: Path) -> SweepSpec:
     try:
         spec, problems, invalid = SweepSpec.model_validate(data), [], set()
     except ValidationError as e:
-        problems, invalid = format_validation_error(e), {err["loc"][0] for err in e.errors()}
+        problems, invalid = format_validation_error(e, SweepSpec), {err["loc"][0] for err in e.errors()}
         spec = SweepSpec.model_validate(
             {
                 **{k: v for k, v in data.items() if k not in invalid},
@@ -424,7 +423,7 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
     known_tasks = tasks.names()
     for i, t in enumerate(spec.tasks if valid("tasks", "task_paths") else []):
         if t not in known_tasks:
-            problems.append(f"tasks[{i}]: unknown task {t!r} (known: {', '.join(known_tasks)})")
+            problems.append(f"tasks[{i}]: {unknown_name('task', t, known_tasks)}")
             continue
         try:
             task = tasks.get(t)
@@ -439,7 +438,7 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
     known_agents = agents.names()
     for i, a in enumerate(spec.agent_entries if valid("agents", "agent_paths") else []):
         if a.name not in known_agents:
-            problems.append(f"agents[{i}]: unknown agent {a.name!r} (known: {', '.join(known_agents)})")
+            problems.append(f"agents[{i}]: {unknown_name('agent', a.name, known_agents)}")
             continue
         try:
             stack = agents.get(a.name)
@@ -468,18 +467,12 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
                 )
     modes = known_modes()
     presets = preset_registry().names()
-    problems += [
-        f"modes[{i}]: unknown mode {m!r} (known: {', '.join(modes)})"
-        for i, m in enumerate(spec.modes)
-        if m not in modes
-    ]
+    problems += [f"modes[{i}]: {unknown_name('mode', m, modes)}" for i, m in enumerate(spec.modes) if m not in modes]
     for i, m in enumerate(spec.model_entries if valid("models") else []):
         if err := check_model_ref(m.path):  # a directory's presence: scheduling/readiness.py, at launch
             problems.append(f"models[{i}].path: {err}")
         if m.generation not in presets:
-            problems.append(
-                f"models[{i}].generation: unknown generation preset {m.generation!r} (known: {', '.join(presets)})"
-            )
+            problems.append(f"models[{i}].generation: {unknown_name('generation preset', m.generation, presets)}")
     for name, d in spec.local_drivers.items():
         if not re.match(NAME, name):
             problems.append(f"local_drivers.{name}: a driver name may hold letters, digits, '_', '.' and '-'")
@@ -515,9 +508,7 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
         from a2rl.spec.clusters import cluster_registry
 
         if spec.cluster not in cluster_registry().names():
-            problems.append(
-                f"cluster: unknown cluster profile {spec.cluster!r} (known: {', '.join(cluster_registry().names())})"
-            )
+            problems.append(f"cluster: {unknown_name('cluster profile', spec.cluster, cluster_registry().names())}")
         else:
             try:  # a bad profile (an unknown key, a wrong type) fails at launch, not at submission
                 cluster_registry().get(spec.cluster)

@@ -4,6 +4,7 @@ of a generated held-out split."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import secrets
 from pathlib import Path
@@ -21,13 +22,17 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 SEED_FILE = "SEED"  # under heldout/, beside the split it generated
+HELDOUT_SEED_ENV = "A2RL_HELDOUT_SEED"
 
 
 def heldout_seed(heldout_dir: Path) -> int:
     """A seed for generating a held-out split, drawn from the OS's secret source and recorded only in
     heldout/SEED: the public generator and its fixed train seed, which an agent may know, cannot rebuild the
-    held-out items (each data root draws its own)."""
-    seed = secrets.randbits(64)
+    held-out items (each data root draws its own). $A2RL_HELDOUT_SEED fixes it instead, for a demo whose table must
+    be the same on every machine (tools/demo.sh, into its own data root): never for a benchmark, where an agent
+    that knows the seed can rebuild the held-out items."""
+    fixed = os.environ.get(HELDOUT_SEED_ENV)
+    seed = int(fixed) if fixed else secrets.randbits(64)
     Path(heldout_dir).mkdir(parents=True, exist_ok=True)
     (Path(heldout_dir) / SEED_FILE).write_text(f"{seed}\n")
     return seed
