@@ -10,6 +10,8 @@ from a2rl.store.results import AgentUsage, RunResult, write_result
 
 
 class Outcome(RunState):
+    """AgentRun's (run/job.py) result."""
+
     def _log_text(self) -> str:
         log_path = self.dir / "agent.log"
         return log_path.read_text(errors="replace") if log_path.exists() else ""

@@ -17,6 +17,8 @@ log = logging.getLogger("a2rl.job")
 
 
 class Resuming(RunState):
+    """AgentRun's (run/job.py) workspace kept for a resume, and archived at the end."""
+
     def _scratch_workspace(self) -> Path | None:
         """The run's workspace when it lies outside the sweep directory (scratch the job may not keep), else None."""
         try:

@@ -19,6 +19,8 @@ KILL_MARGIN_S = 15.0  # the grading wait ends this long before the scheduler kil
 
 
 class WrapUp(RunState):
+    """AgentRun's (run/job.py) wrap-up: the warning, and the auto-submission at the end."""
+
     def _warn(self, ws: Workspace, message: str) -> None:
         (ws.root / "WRAP_UP").write_text(message + "\n")
         self._log(f"wrap-up warning: {message}")
