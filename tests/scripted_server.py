@@ -20,18 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from a2rl.drivers.protocols import (
-    ProtocolError,
-    Reply,
-    Request,
-    ToolCall,
-    Usage,
-    parse_request,
-    render,
-    render_error,
-    route,
-    send,
-)
+from a2rl.drivers.protocols import ProtocolError, Reply, Request, ToolCall, Usage, route, send
+from a2rl.drivers.wire_replies import render, render_error
+from a2rl.drivers.wire_requests import parse_request
 from a2rl.httpjson import running
 
 TRAIN = '''\

@@ -16,7 +16,9 @@ import pytest
 from test_judge import completion, stub_llm  # noqa: E402
 
 from a2rl.reference import pipeline as P  # noqa: E402
-from a2rl.grading.daemon import evaluate_model  # noqa: E402
+from a2rl.reference.formats import instruction_text, reference_text  # noqa: E402
+from a2rl.reference.rewards import judge_reward  # noqa: E402
+from a2rl.grading.evaluate import evaluate_model  # noqa: E402
 from a2rl.llm.judge import ChatClient  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
@@ -49,7 +51,7 @@ def data(data_root):
 
 def test_judge_reward_is_the_training_judges_pairwise_verdict_in_both_orders():
     with stub_llm(shorter_wins) as (url, seen):
-        reward = P.judge_reward(ChatClient(url, "train-judge", retries=0))
+        reward = judge_reward(ChatClient(url, "train-judge", retries=0))
         got = reward(
             completions=[" ok\n", "a much longer answer than the reference"],
             instruction=["Say ok."] * 2,
@@ -127,7 +129,7 @@ def test_sft_then_grpo_with_rewards_from_the_training_judge(data_root, data, tin
 
     # 2 steps x 2 prompts x 2 completions, each judged in both orders; only train rows reach the judge
     assert len(seen) == 2 * 2 * 2 * 2
-    instructions, references = {P.instruction_text(r) for r in train}, {P.reference_text(r) for r in train}
+    instructions, references = {instruction_text(r) for r in train}, {reference_text(r) for r in train}
     for s in seen:
         instruction, a, b = SHOWN.search(s["body"]["messages"][-1]["content"]).groups()
         assert instruction in instructions and (a in references or b in references)

@@ -17,6 +17,7 @@ pytest.importorskip("trl")
 from transformers import AutoTokenizer  # noqa: E402
 
 from a2rl.reference import pipeline as P  # noqa: E402
+from a2rl.reference.formats import Chat, STATIC_FORMATS, check_rows  # noqa: E402
 from a2rl.tasklib.pairwise import generate_answers  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
 from a2rl.tasklib.evaluator import load_evaluator
@@ -61,8 +62,8 @@ def graded_as_heldout(task: str, data, rows: list[dict], tmp_path: Path) -> Path
 def test_sft_and_grpo_prompts_are_what_the_grader_sends(task, protocol, prepared, tok, tmp_path):
     data = prepared[task]
     rows = read_jsonl(data.train_dir / "train.jsonl")
-    route = P.check_rows(get_task(task).spec.train_format, rows).routes[protocol]
-    pairs, grpo = route.sft_pairs(rows, P.Chat(tok)), route.grpo_rows(rows, P.Chat(tok))
+    route = check_rows(get_task(task).spec.train_format, rows).routes[protocol]
+    pairs, grpo = route.sft_pairs(rows, Chat(tok)), route.grpo_rows(rows, Chat(tok))
     items = rows[-N:]  # past gsm8k's exemplars
     reply = {p["prompt"]: p["completion"].removesuffix(tok.eos_token) for p in pairs[-N:]}
     grader = FakeGenerator(script=lambda prompt: reply[prompt], cut=True, tokenizer=tok)
@@ -82,11 +83,11 @@ def test_sft_and_grpo_prompts_are_what_the_grader_sends(task, protocol, prepared
 def test_instruction_prompts_are_what_the_grader_sends_under_both_protocols(prepared, tok):
     rows = read_jsonl(prepared["alpacaeval"].train_dir / "train.jsonl")[:N]
     rows = [{"instruction": r["instruction"], "output": r["output"]} for r in rows]  # as the test rows: no "input"
-    routes = P.STATIC_FORMATS["instruction_reference"].routes
+    routes = STATIC_FORMATS["instruction_reference"].routes
     assert routes["paper"] is routes["a2rl"]  # alpacaeval's evaluate answers with generate_answers under both
     policy = FakeGenerator("ok", tokenizer=tok)
     generate_answers(policy, [r["instruction"] for r in rows], max_new_tokens=8, batch_size=8)
-    assert [p["prompt"] for p in routes["paper"].sft_pairs(rows, P.Chat(tok))] == policy.prompts
+    assert [p["prompt"] for p in routes["paper"].sft_pairs(rows, Chat(tok))] == policy.prompts
 
 
 THINKING = (
@@ -111,10 +112,10 @@ def test_chat_prompts_are_rendered_with_the_runs_chat_template_kwargs(
     preset = get_preset("qwen3-nothinking")
     monkeypatch.setenv("WORKSPACE", str(tmp_path))
     (tmp_path / "run_meta.json").write_text(json.dumps({"chat_template_kwargs": preset.chat_template_kwargs}))
-    chat = P.Chat(tok, P.template_kwargs())
+    chat = Chat(tok, P.template_kwargs())
     rows = read_jsonl(prepared[task].train_dir / "train.jsonl")[-N:]
     rows = [{k: v for k, v in r.items() if k != "input"} for r in rows]  # alpacaeval: as the test rows
-    prompts = [p["prompt"] for p in P.STATIC_FORMATS[fmt].routes["paper"].sft_pairs(rows, chat)]
+    prompts = [p["prompt"] for p in STATIC_FORMATS[fmt].routes["paper"].sft_pairs(rows, chat)]
     assert all("<think>" in p for p in prompts)
     grader = FakeGenerator("ok", tokenizer=tok, preset=preset)
     if task == "alpacaeval":
@@ -184,6 +185,4 @@ def test_a_short_run_under_paper_submits_models_paper_scores(task_name, options,
         ("sft", 2, "paper"),
         ("grpo", 1, "paper"),
     ]
-    assert (
-        stages[1].hyperparameters["reward"] == P.STATIC_FORMATS[task.spec.train_format].routes["paper"].reward.__name__
-    )
+    assert stages[1].hyperparameters["reward"] == STATIC_FORMATS[task.spec.train_format].routes["paper"].reward.__name__

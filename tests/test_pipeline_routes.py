@@ -18,6 +18,10 @@ import pytest
 import torch  # noqa: E402
 
 from a2rl.reference import pipeline as P  # noqa: E402
+from a2rl.reference.formats import STATIC_FORMATS  # noqa: E402
+from a2rl.reference.process import device_args, gpu_count, launch_command  # noqa: E402
+from a2rl.reference.rewards import final_number_reward, unit_test_reward  # noqa: E402
+from a2rl.reference.schedule import Schedule, StopAt, stage_seconds  # noqa: E402
 from a2rl.errors import SpecError  # noqa: E402
 from a2rl.reporting.metrics import typed  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
@@ -38,7 +42,7 @@ def test_every_task_declares_a_format_the_pipeline_has_a_route_for():
     formats = {name: get_task(name).spec.train_format for name in task_registry().names()}
     assert formats["gsm8k"] == "qa_numeric" and formats["humaneval"] == "code_with_tests"
     assert formats["alpacaeval"] == "instruction_reference" and formats["alfworld"] == "env_trajectories"
-    assert set(typing.get_args(TrainFormat)) == {*P.STATIC_FORMATS, "env_trajectories"}  # each has a route
+    assert set(typing.get_args(TrainFormat)) == {*STATIC_FORMATS, "env_trajectories"}  # each has a route
     assert set(formats.values()) <= set(typing.get_args(TrainFormat))
 
 
@@ -62,11 +66,11 @@ def test_the_format_comes_from_the_workspaces_run_meta(tmp_path, monkeypatch):
 
 
 def test_gpus_come_from_the_job_and_each_gets_a_process(monkeypatch):
-    assert P.gpu_count({"CUDA_VISIBLE_DEVICES": "4,5,6"}, True, 8) == 3
-    assert P.gpu_count({}, True, 2) == 2
-    assert P.gpu_count({"CUDA_VISIBLE_DEVICES": "0,1"}, False, 0) == 0
+    assert gpu_count({"CUDA_VISIBLE_DEVICES": "4,5,6"}, True, 8) == 3
+    assert gpu_count({}, True, 2) == 2
+    assert gpu_count({"CUDA_VISIBLE_DEVICES": "0,1"}, False, 0) == 0
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    cmd = P.launch_command(["--sft-steps", "3"], 3, True, None, port=29600)
+    cmd = launch_command(["--sft-steps", "3"], 3, True, None, port=29600)
     assert cmd[1:] == [
         "-m",
         "accelerate.commands.launch",
@@ -85,13 +89,13 @@ def test_gpus_come_from_the_job_and_each_gets_a_process(monkeypatch):
         "3",
     ]
     zero3 = HOME / "configs" / "agents" / "deepspeed" / "zero3.json"
-    ds = P.launch_command([], 2, True, zero3)
+    ds = launch_command([], 2, True, zero3)
     assert ds[11:14] == ["--use_deepspeed", "--deepspeed_config_file", str(zero3)] and "--multi_gpu" not in ds
-    cpu = P.launch_command([], 2, False, None)  # CPU processes: fp32, torchrun's workers in a gloo group
+    cpu = launch_command([], 2, False, None)  # CPU processes: fp32, torchrun's workers in a gloo group
     assert cpu[9:13] == ["--mixed_precision", "no", "--multi_gpu", "--module"] and int(cpu[8]) > 0  # a free port
-    assert P.launch_command([], 1, True, None) is None and P.launch_command([], 1, False, None) is None
+    assert launch_command([], 1, True, None) is None and launch_command([], 1, False, None) is None
     monkeypatch.setenv("LOCAL_RANK", "0")  # a launched worker trains itself
-    assert P.launch_command([], 4, True, None) is None
+    assert launch_command([], 4, True, None) is None
 
 
 def test_more_processes_than_gpus_is_a_one_line_error(tmp_path, monkeypatch, capsys):
@@ -106,8 +110,8 @@ def test_more_processes_than_gpus_is_a_one_line_error(tmp_path, monkeypatch, cap
 
 
 def test_bf16_on_gpu_fp32_on_cpu():
-    assert P.device_args(True) == {"bf16": True, "use_cpu": False}
-    assert P.device_args(False) == {"bf16": False, "use_cpu": True}
+    assert device_args(True) == {"bf16": True, "use_cpu": False}
+    assert device_args(False) == {"bf16": False, "use_cpu": True}
 
 
 def test_named_deepspeed_configs_resolve_in_the_stacks_folder():
@@ -119,13 +123,13 @@ def test_named_deepspeed_configs_resolve_in_the_stacks_folder():
 
 
 def test_stages_share_the_budget_left_and_stop_at_their_deadline():
-    assert P.stage_seconds(1000, 2) == 425.0  # 15% kept for the last submission
-    assert P.stage_seconds(100, 1) == 40.0  # at least a minute kept
+    assert stage_seconds(1000, 2) == 425.0  # 15% kept for the last submission
+    assert stage_seconds(100, 1) == 40.0  # at least a minute kept
     clock, left = FakeClock(), iter([1000.0, 300.0])
-    schedule = P.Schedule(["sft", "grpo"], remaining=lambda: next(left), clock=clock)
+    schedule = Schedule(["sft", "grpo"], remaining=lambda: next(left), clock=clock)
     assert schedule.deadline("sft") == clock() + 425.0
     assert schedule.deadline("grpo") == clock() + 240.0  # the one stage left takes all but the reserve
-    stop = P.StopAt(clock() + 5, clock)
+    stop = StopAt(clock() + 5, clock)
     control = SimpleNamespace(should_training_stop=False)
     stop.on_step_end(None, None, control)
     assert not control.should_training_stop
@@ -136,14 +140,14 @@ def test_stages_share_the_budget_left_and_stop_at_their_deadline():
 
 def test_rewards_are_the_graders_checks():
     gold = "She has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"
-    assert P.final_number_reward(
+    assert final_number_reward(
         [" 3 + 4 = 7.\n#### 7\n\nQuestion: 8", " #### 8", " 7 then\n\nQuestion: #### 9"], [gold] * 3
     ) == [1.0, 0.0, 1.0]  # cut where the grader stops generating
 
 
 def test_unit_test_reward_runs_the_visible_tests(tmp_path):
     rows = read_jsonl(ensure_prepared(get_task("humaneval"), tmp_path).train_dir / "train.jsonl")[:2]
-    rewards = P.unit_test_reward(
+    rewards = unit_test_reward(
         [r["canonical_solution"] for r in rows] + ["    return None\n"],
         [r["prompt"] for r in rows] + [rows[0]["prompt"]],
         [r["test"] for r in rows] + [rows[0]["test"]],
@@ -239,7 +243,7 @@ def test_sft_then_grpo_on_the_fixture_rows_submits_scorable_models(task_name, op
     stages = StageLog.load(out / "stages.json")
     assert [(s.name, s.steps, s.model_dir) for s in stages.stages] == [("sft", 3, "sft"), ("grpo", 2, "grpo")]
     assert stages.stages[0].hyperparameters["dtype"] == "float32" and stages.route() == "SFT→GRPO"
-    reward = P.STATIC_FORMATS[task.spec.train_format].routes["a2rl"].reward
+    reward = STATIC_FORMATS[task.spec.train_format].routes["a2rl"].reward
     assert stages.stages[1].hyperparameters["reward"] == reward.__name__
 
 

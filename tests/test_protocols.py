@@ -92,7 +92,7 @@ def test_each_protocol_has_its_own_baseline_ledger_entries_result_and_row(two_pr
     grader = GradingDaemon(sweep)
     task = get_task("echo", [tmp_path / "tasks"])
     data = ensure_prepared(task, sweep.data_root())
-    for protocol, run in runs.items():
+    for run in runs.values():
         ws = create_workspace(
             sweep.workspace(run.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO
         )

@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 import a2rl.run.budget as budget_module
+import a2rl.run.heartbeat as heartbeat_module
 import a2rl.run.job as job_module
 import a2rl.run.runsetup as runsetup_module
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.run.job import AgentRun, wait_for_grading
 from a2rl.run.workspace import Workspace, is_blank, restore_for_resume, save_for_resume
+from a2rl.run.wrapup import KILL_MARGIN_S
 from a2rl.scheduling.local import LocalScheduler
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.store.ledger import LedgerEntry
@@ -45,7 +47,7 @@ def test_grading_wait_reacts_to_a_time_limit_signal_during_the_wait():
         sleep=clock.sleep,
     )
     assert why == "time limit"
-    assert kill[0] - job_module.KILL_MARGIN_S <= clock.now < kill[0] - job_module.KILL_MARGIN_S + 1.0
+    assert kill[0] - KILL_MARGIN_S <= clock.now < kill[0] - KILL_MARGIN_S + 1.0
 
 
 def test_grading_wait_ends_at_sigterm_at_max_wait_and_when_graded():
@@ -251,6 +253,7 @@ def test_setup_is_recorded_apart_and_not_charged_to_the_budget(tmp_path, monkeyp
         return real_create(*args, **kw)
 
     monkeypatch.setattr(job_module, "time", clock)
+    monkeypatch.setattr(heartbeat_module, "time", clock)  # the attempt's start (AgentRun.t0)
     monkeypatch.setattr(budget_module, "time", clock)
     monkeypatch.setattr(runsetup_module, "create_workspace", slow_create)  # set-up, before the clock
     sweep = new_sweep(tmp_path, grader={"max_wait_s": 1})

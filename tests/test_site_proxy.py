@@ -419,7 +419,8 @@ def test_the_agent_clis_send_their_api_calls_through_https_proxy(tmp_path):
         quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         p = subprocess.Popen([str(cli), *args], cwd=home, env={**base, **env}, start_new_session=True, **quiet)
         try:
-            until(lambda: f"CONNECT {name}.stand-in.test:443 HTTP/1.1" in proxy.lines, 120, f"{name}'s CONNECT")
+            connect = f"CONNECT {name}.stand-in.test:443 HTTP/1.1"
+            until(lambda connect=connect: connect in proxy.lines, 120, f"{name}'s CONNECT")
         finally:
             os.killpg(p.pid, 9)
             p.wait()

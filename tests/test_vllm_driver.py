@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from a2rl.drivers import protocols, toolcalls
+from a2rl.drivers import protocols, toolcalls, wire_replies, wire_requests
 from a2rl.drivers.chatserver import serve
 from a2rl.drivers.vllmclient import VLLMChatModel
 from fakes import RecordingVLLMServer
@@ -89,7 +89,7 @@ def test_every_protocol_reaches_vllm_as_the_chat_template_prompt(vllm_driver, pr
     status, data = _post(root + path, body, key("k"))
     assert status == 200, data
     [sent] = vllm.requests
-    req = protocols.parse_request(protocols.route("POST", path), body)
+    req = wire_requests.parse_request(protocols.route("POST", path), body)
     tok = backend.tokenizer
     ids = tok(toolcalls.chat_prompt(tok, req), add_special_tokens=False)["input_ids"]
     # the rendered prompt, its end kept where it exceeds the tiny model's 512 positions (anthropic's does),
@@ -131,7 +131,7 @@ def test_a_malformed_tool_call_from_vllm_is_a_422(vllm_driver, protocol):
     doc = json.loads(data)
     message = doc["error"]["message"]
     assert status == 422 and message.startswith("malformed tool call: the model wrote a tool call that is not JSON")
-    assert doc == json.loads(protocols.render_error(protocol, 422, message).chunks[0])  # the protocol's own form
+    assert doc == json.loads(wire_replies.render_error(protocol, 422, message).chunks[0])  # the protocol's own form
     vllm.reply = lambda ids: "fine"  # and the server still answers
     assert _post(root + path, body, key("k"))[0] == 200
 

@@ -7,18 +7,9 @@ import json
 
 import pytest
 
-from a2rl.drivers.protocols import (
-    ProtocolError,
-    Reply,
-    ToolCall,
-    ToolResult,
-    Usage,
-    parse_request,
-    render,
-    render_error,
-    route,
-    sse_events,
-)
+from a2rl.drivers.protocols import ProtocolError, Reply, ToolCall, ToolResult, Usage, route, sse_events
+from a2rl.drivers.wire_replies import render, render_error
+from a2rl.drivers.wire_requests import parse_request
 
 REPLY = Reply("On it.", [ToolCall("call_1", "bash", {"command": "ls code"})], Usage(100, 20, 30))
 

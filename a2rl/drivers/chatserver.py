@@ -22,7 +22,7 @@ from typing import Any
 
 from a2rl.httpjson import BadRequest as HTTPBadRequest, JSONRequestHandler, running
 from a2rl.llm.chat import MAX_TOP_LOGPROBS, chat_prompt
-from a2rl.drivers import protocols, toolcalls
+from a2rl.drivers import protocols, toolcalls, wire_replies, wire_requests
 
 log = logging.getLogger("a2rl.chatserver")
 
@@ -247,8 +247,10 @@ class _Handler(JSONRequestHandler):
                 # plain chat completions (the judge's) keep logprobs, stop strings and the weights fingerprint
                 self.send_json(200, self.server.backend.complete(body))
                 return
-            req = protocols.parse_request(r, body)
-            protocols.send(self, protocols.render(req, self.server.backend.respond(req), self.server.backend.model_id))
+            req = wire_requests.parse_request(r, body)
+            protocols.send(
+                self, wire_replies.render(req, self.server.backend.respond(req), self.server.backend.model_id)
+            )
         except HTTPBadRequest as e:
             self._error(e.status, str(e), protocol)
         except (BadRequest, protocols.ProtocolError) as e:
@@ -277,7 +279,7 @@ class _Handler(JSONRequestHandler):
         return False
 
     def _error(self, status: int, message: str, protocol: protocols.Protocol = "chat") -> None:
-        protocols.send(self, protocols.render_error(protocol, status, message))
+        protocols.send(self, wire_replies.render_error(protocol, status, message))
 
 
 @contextmanager

@@ -104,7 +104,7 @@ class GradingDaemon(Scaling, Scoring, Recording, FinalPart):
                     return 0
                 if self.clock() - quiet_since > self.settings.scale_idle_s and self.leave_to_others():
                     return 0
-                if self._survive(lambda: self._wait_for_change(seen), None, "queue") is None:
+                if self._survive(lambda seen=seen: self._wait_for_change(seen), None, "queue") is None:
                     self.sleep(self.settings.poll_s)
         finally:
             self._state = "exited"

@@ -36,6 +36,8 @@ def select_final(scored: list[LedgerEntry], rule: str) -> tuple[LedgerEntry, str
 
 
 class FinalPart(Grader):
+    """GradingDaemon's (grading/daemon.py) final part of each run under `feedback: split`."""
+
     def final_due(self, run_id: str) -> bool:
         """Whether the run's selected submission awaits its one final-part score: the run uses `feedback:
         split`, has ended (a verified result; its job no longer waits for scores), every submission it made is

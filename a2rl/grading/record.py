@@ -54,6 +54,8 @@ def ledger_entry(fields: dict, status: str, *, t0: float | None = None, **verdic
 
 
 class Recording(Grader):
+    """The record stage of GradingDaemon (grading/daemon.py)."""
+
     def _record(self, result: LedgerEntry, artifact: str | None) -> LedgerEntry:
         """Write the result once (the first of racing graders wins), retire its queue entry and delete its frozen
         copy (`artifact`, from the queue entry); the entry the ledger holds."""

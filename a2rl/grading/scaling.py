@@ -16,6 +16,8 @@ log = logging.getLogger("a2rl.grader")
 
 
 class Scaling(Grader):
+    """GradingDaemon's (grading/daemon.py) side of `grader.workers: auto`."""
+
     def scale_up(self) -> None:
         """workers auto: ask the pool for another grader when the oldest unclaimed submission has waited
         scale_wait_s (at most once per scale_wait_s per grader: a new grader takes a while to start). Called

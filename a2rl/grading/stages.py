@@ -51,6 +51,8 @@ class Submission:
 
 
 class Scoring(Grader):
+    """The verify, lineage and score stages of GradingDaemon (grading/daemon.py)."""
+
     def _score(self, artifact: str, model_name: str, task: Task, fields: dict, t0: float) -> LedgerEntry:
         """The submission's verdict: refused, or scored (reused where the weights or the grading key say it was
         scored before), or invalid where its model does not load or evaluate (the submission's fault)."""

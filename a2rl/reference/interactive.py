@@ -31,7 +31,9 @@ from types import ModuleType
 
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from a2rl.reference.pipeline import grpo_stage, log, sft_stage, submit
+from a2rl.reference.process import log
+from a2rl.reference.stages import grpo_stage, sft_stage
+from a2rl.reference.submitter import submit
 from a2rl.llm.chat import chat_prompt
 from a2rl.tasklib.envs import Fits, Messages, Transcript, close, load_task_env, play_transcripts, score_actions
 

@@ -234,15 +234,16 @@ def is_control(sweep: SweepDir, agent: str) -> bool:
         return False
 
 
-def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tuple[RunMetrics, list[SubmissionRow]]:
-    result = result or RunResult.load_verified(sweep.result_path(run_id), sweep.key)
-    run = sweep.run(run_id)
-    entries = sweep.ledger.entries(run_id)
-    snaps = {s.seq: s for s in load_snapshots(sweep.root, run_id)}
-    env1 = sweep.run_dir(run_id) / "env-1.json"  # the first attempt's start: a resumed run keeps its origin
-    t0 = json.loads(env1.read_text())["started_at"] if env1.exists() else result.started_at
-    base = result.baseline
-    stages = stage_log(sweep, run_id)
+def submission_rows(
+    sweep: SweepDir,
+    entries: list[LedgerEntry],
+    snaps: dict[int, CodeSnapshot],
+    stages: StageLog | None,
+    t0: float,
+    base: float | None,
+) -> list[SubmissionRow]:
+    """One row per ledger entry of a run: its score against the baseline and the previous valid one, when it came
+    (seconds from the run's start, `t0`), how it was trained and what its code snapshot changed."""
     rows: list[SubmissionRow] = []
     prev_valid: float | None = None
     for e in entries:
@@ -271,6 +272,19 @@ def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tupl
             )
         )
         prev_valid = e.score if e.score is not None else prev_valid
+    return rows
+
+
+def build(sweep: SweepDir, run_id: str, result: RunResult | None = None) -> tuple[RunMetrics, list[SubmissionRow]]:
+    result = result or RunResult.load_verified(sweep.result_path(run_id), sweep.key)
+    run = sweep.run(run_id)
+    entries = sweep.ledger.entries(run_id)
+    snaps = {s.seq: s for s in load_snapshots(sweep.root, run_id)}
+    env1 = sweep.run_dir(run_id) / "env-1.json"  # the first attempt's start: a resumed run keeps its origin
+    t0 = json.loads(env1.read_text())["started_at"] if env1.exists() else result.started_at
+    base = result.baseline
+    stages = stage_log(sweep, run_id)
+    rows = submission_rows(sweep, entries, snaps, stages, t0, base)
     valid = [r for r in rows if r.status == "scored"]
     best = max(valid, key=lambda r: r.score, default=None)
     improved = [r for r in valid if base is not None and r.score > base]

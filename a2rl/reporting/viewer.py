@@ -23,6 +23,7 @@ from a2rl.recording.snapshots import snapshot_dir
 from a2rl.recording.turns import transcript_turns
 from a2rl.records import RecordError, atomic_write_text
 from a2rl.reporting.metrics import stage_log
+from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 from a2rl.store.verdicts import load_final_verdicts
@@ -75,13 +76,8 @@ def _chunks(turns: list[dict]) -> list[list[dict]]:
     return out if out[0] else []
 
 
-def write_viewer(sweep: SweepDir, run_id: str, result: RunResult) -> Path:
-    """Build the run's viewer from what the sweep recorded (it can be rebuilt at any time); returns its page."""
-    run_dir = sweep.run_dir(run_id)
-    log = run_dir / "agent.log"
-    parser = result.usage.parser if result.usage else "none"
-    turns = viewer_turns(parser, log.read_text(errors="replace") if log.exists() else "")
-    entries = sweep.ledger.entries(run_id)
+def viewer_submissions(entries: list[LedgerEntry], result: RunResult, turns: list[dict]) -> list[dict]:
+    """The viewer's row of each submission: its clocks, tokens, verdict, and the turn that made it (if shown)."""
     submissions = []
     for i, e in enumerate(entries):
         where = next((t["n"] for t in turns if e.submission_id in t["x"]), None)  # the turn that made it, if shown
@@ -101,6 +97,16 @@ def write_viewer(sweep: SweepDir, run_id: str, result: RunResult) -> Path:
                 "turn": where,
             }
         )
+    return submissions
+
+
+def write_viewer(sweep: SweepDir, run_id: str, result: RunResult) -> Path:
+    """Build the run's viewer from what the sweep recorded (it can be rebuilt at any time); returns its page."""
+    run_dir = sweep.run_dir(run_id)
+    log = run_dir / "agent.log"
+    parser = result.usage.parser if result.usage else "none"
+    turns = viewer_turns(parser, log.read_text(errors="replace") if log.exists() else "")
+    submissions = viewer_submissions(sweep.ledger.entries(run_id), result, turns)
     snaps = snapshot_dir(sweep.root, run_id)
     final = viewer_path(sweep, run_id).parent
     # built beside the old one and swapped in: a reader never sees half a viewer, nor an earlier build's chunks

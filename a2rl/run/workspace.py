@@ -220,11 +220,11 @@ def restore_for_resume(ws: Workspace, src: Path) -> None:
 
 
 def _read_only(path: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(path):
+    for dirpath, _, filenames in os.walk(path):
         for f in filenames:
             if not os.path.islink(os.path.join(dirpath, f)):  # a train link's target is the shared prepared data
                 os.chmod(os.path.join(dirpath, f), stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    for dirpath, dirnames, _ in os.walk(path, topdown=False):
+    for dirpath, _, _ in os.walk(path, topdown=False):
         os.chmod(dirpath, 0o555)
 
 

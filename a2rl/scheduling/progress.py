@@ -29,9 +29,7 @@ PIPELINE = re.compile(
 def pipeline_stage(text: str) -> str | None:
     """The reference agent's stage and step from its log's last stage line: 'sft step 140/700', 'grpo started',
     'grpo skipped', 'done'; None when it logged none (another agent, or before its first stage)."""
-    m = None
-    for m in PIPELINE.finditer(text):
-        pass
+    m = next(iter(reversed(list(PIPELINE.finditer(text)))), None)  # the last stage line
     if m is None:
         return None
     if m["stage"]:

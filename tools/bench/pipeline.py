@@ -31,6 +31,8 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from a2rl.reference import pipeline as P
+    from a2rl.reference.formats import STATIC_FORMATS
+    from a2rl.reference.stages import grpo_stage, sft_stage
     from a2rl.store.modeldirs import resolve_model
     from a2rl.spec.tasks import get_task
     from a2rl.tasklib.prepare import ensure_prepared
@@ -42,7 +44,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         rows = read_jsonl(ensure_prepared(get_task("arith"), Path(tmp) / "data").train_dir / "train.jsonl")
-        fmt = P.STATIC_FORMATS["qa_short"].routes["paper"]  # arith: both protocols prompt alike
+        fmt = STATIC_FORMATS["qa_short"].routes["paper"]  # arith: both protocols prompt alike
         args = P.with_defaults(
             P.parse_args(["--sft-steps", str(opts.sft_steps), "--grpo-steps", str(opts.grpo_steps), "--no-schedule"]),
             "static",
@@ -51,8 +53,8 @@ def main() -> int:
         args.schedule = None
         tok = AutoTokenizer.from_pretrained(model)
         pairs = fmt.sft_pairs(rows, tok)
-        sft = P.sft_stage(args, model, pairs, out, max_length=fmt.max_length)
-        P.grpo_stage(args, sft, fmt.grpo_rows(rows, tok), fmt.reward, out)
+        sft = sft_stage(args, model, pairs, out, max_length=fmt.max_length)
+        grpo_stage(args, sft, fmt.grpo_rows(rows, tok), fmt.reward, out)
         stages = {s.name: s for s in StageLog.load(out / "stages.json").stages}
     per_pair = sum(len(tok(q["prompt"] + q["completion"])["input_ids"]) for q in pairs) / len(pairs)
     sft_tokens = stages["sft"].steps * args.sft_batch_size * per_pair
