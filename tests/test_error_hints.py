@@ -8,6 +8,7 @@ import pytest
 
 from a2rl.cli.main import main
 from a2rl.errors import SpecError
+from a2rl.scheduling.readiness import model_problems
 from a2rl.spec.sweep import load_sweep
 
 from conftest import write_sweep
@@ -66,7 +67,8 @@ def test_a_mistyped_key_of_an_agent_entry_is_named_once(tmp_path):
 
 
 def test_a_model_directory_named_like_a_builtin_points_at_the_builtin(tmp_path):
-    (found,) = problems(write_sweep(tmp_path, models=["tiny-llama"]))
+    # a directory's existence is the launching machine's check (scheduling/readiness.py), which launch refuses
+    (found,) = model_problems(load_sweep(write_sweep(tmp_path, models=["tiny-llama"])))
     assert found == f"models[0].path: model directory '{tmp_path / 'tiny-llama'}' does not exist " + (
         "(did you mean 'builtin:tiny-llama'?)"
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from a2rl.cli.validate import add_plan_arguments
 from a2rl.errors import SpecError
 from a2rl.run.audit import AuditError, audit_path
 from a2rl.run.isolation import SandboxError
@@ -25,16 +26,6 @@ def print_runs(runs: list[RunSpec]) -> None:
             [(r.run_id, r.task, r.agent.key, r.driver, r.model.name, r.seed, f"{r.budget_s:g}") for r in runs],
             headers=["run", "task", "agent", "driver", "model", "seed", "budget s"],
         )
-    )
-
-
-def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--submissions-per-run",
-        type=int,
-        default=10,
-        metavar="N",
-        help="submissions you expect per run, for the grading estimate of the capacity plan (default 10)",
     )
 
 

@@ -33,9 +33,7 @@ def engine_line(beat, backend: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
     from a2rl.scheduling.base import Schedulers
-    from a2rl.scheduling.fscheck import FsVerdict, verdict_path
     from a2rl.reporting.aggregate import foreign_note, untrusted_note
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import load_result
@@ -92,6 +90,22 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"grader {beat.holder}: {beat.state}, {beat.graded} graded · {engine_line(beat, sweep.spec.grader.backend)}"
         )
+    print_services(sweep, st, schedulers)
+    for problem in st.problems:
+        print(f"skipped: {problem}")
+    if note := untrusted_note(sweep.spec.isolation == "none"):
+        print(note.strip())
+    if note := foreign_note(foreign):
+        print(note.strip())
+    return 0
+
+
+def print_services(sweep, st, schedulers) -> None:
+    """The local drivers, the file-system verdict, and what a finished sweep left undone or retried."""
+    from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, jobs_path
+    from a2rl.scheduling.fscheck import FsVerdict, verdict_path
+    from a2rl.scheduling.monitor import jobs_alive
+
     for name in sweep.spec.local_drivers:
         endpoint = DriverEndpoint.load_or_none(endpoint_path(sweep, name))
         state = (
@@ -108,10 +122,3 @@ def run(args: argparse.Namespace) -> int:
     for line in (st.undone_line() if st.finished == st.total else "", st.retries_line()):
         if line:
             print(line)
-    for problem in st.problems:
-        print(f"skipped: {problem}")
-    if note := untrusted_note(sweep.spec.isolation == "none"):
-        print(note.strip())
-    if note := foreign_note(foreign):
-        print(note.strip())
-    return 0

@@ -13,9 +13,17 @@ import sys
 from pathlib import Path
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from a2rl.cli.launch import add_plan_arguments
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--submissions-per-run",
+        type=int,
+        default=10,
+        metavar="N",
+        help="submissions you expect per run, for the grading estimate of the capacity plan (default 10)",
+    )
 
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", type=Path, help="sweep.yaml, or a sweep directory")
     p.add_argument("--executor", choices=["local", "slurm", "auto"], help="plan for this executor, not the sweep's")
     p.add_argument(

@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from a2rl.records import Record, RecordError, now
+from a2rl.scheduling.mounts import Mount, mount_of
 from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape
 from a2rl.scheduling.node import NodeFacts, NodeProbe, ProbeReport, differences, node_facts, probe_dir, try_lock
 from a2rl.spec.clusters import profile_of
@@ -34,41 +34,6 @@ VERDICT = "fscheck.json"
 PROBE_TIME_S = 300  # the probe job's time limit: it takes seconds once it runs
 QUEUE_WAIT_S = 1800.0  # how long the probe job may wait in the queue before the check gives up
 POLL_S = 0.1
-
-
-@dataclass(frozen=True)
-class Mount:
-    point: str
-    fstype: str
-    options: str
-    source: str
-
-    def option(self, name: str) -> str | None:
-        """The value of a mount option (`""` for a flag), None where it is not set."""
-        for o in self.options.split(","):
-            key, _, value = o.partition("=")
-            if key == name:
-                return value
-        return None
-
-
-def _unescape(field: str) -> str:
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def mount_of(path: Path, mounts: str | None = None) -> Mount:
-    """The mount `path` lies on: the longest mount point above its real path in /proc/mounts (`mounts`)."""
-    text = Path("/proc/mounts").read_text() if mounts is None else mounts
-    real = os.path.realpath(path)
-    best = Mount("/", "unknown", "", "")
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) < 4:
-            continue
-        point = _unescape(f[1])
-        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best.point):
-            best = Mount(point, f[2], f[3], _unescape(f[0]))
-    return best
 
 
 def lock_fix(mount: Mount) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from a2rl.records import Record, now
+from a2rl.scheduling.mounts import mount_of
 from a2rl.spec.sweep import SweepSpec
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy")
@@ -58,8 +59,6 @@ class NodeFacts(BaseModel):
 
 
 def node_facts(directory: Path, spec: SweepSpec | None) -> NodeFacts:
-    from a2rl.scheduling.fscheck import mount_of
-
     mount = mount_of(directory)
     facts = NodeFacts(
         host=socket.gethostname(),
