@@ -15,6 +15,7 @@ from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.scheduling.base import Shape
 from a2rl.scheduling.graders import PoolOfJobs, replace_dead_grader, submit_grader
 from a2rl.scheduling.monitor import collect
+from a2rl.spec.sizing import grader_mem_gb
 from a2rl.store.services import ServiceJobs, record_service_job
 from test_grader_idle import IDLE_S, auto_sweep, beat
 from test_grader_replace import Cluster, FakeScheduler, schedulers, sweep_with_dead_grader
@@ -95,8 +96,9 @@ def test_a_grader_job_gets_its_shape_its_sweep_and_with_workers_auto_the_pool(tm
     (tmp_path / "fixed").mkdir()
     fixed, _ = auto_sweep(tmp_path / "fixed", workers=2)
     other = ShapeRecorder(cluster, tmp_path / "jobs")
-    submit_grader(fixed, other, 0)
+    submit_grader(fixed, other, 0, params={"big": 20_000_000_000})  # the launcher counted the models' parameters
     assert cluster.submitted[1].pool is None and other.shapes[0].python is None  # the launcher's interpreter
+    assert other.shapes[0].mem_gb == grader_mem_gb(fixed.spec, {"big": 20_000_000_000}) > 8  # from those counts
 
 
 def test_a_dead_grader_is_replaced_by_the_sweeps_first_grader_under_the_graders_lock(tmp_path, tiny_model):
