@@ -39,7 +39,7 @@ DEFAULT=(
   a2rl/records.py a2rl/grading/daemon.py a2rl/inspector/inspection.py
 )
 declare -A TESTS=(  # the tests that exercise a module (beyond those that import it by name)
-  [a2rl/recording/nofollow.py]="tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
+  [a2rl/recording/nofollow.py]="tests/test_nofollow.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
   [a2rl/run/artifacts.py]="tests/test_freeze_race.py tests/test_hostile_files.py tests/test_integrity.py tests/test_submissions.py"
   [a2rl/tasklib/leaks.py]="tests/test_leak_encodings.py tests/test_canary.py"
   [a2rl/grading/lineage.py]="tests/test_lineage.py"
