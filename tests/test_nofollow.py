@@ -85,3 +85,37 @@ def test_read_head_reads_a_regular_file_only(tmp_path):
     assert nofollow.read_head(code, Path("sub/gone.py"), 100) is None
     assert nofollow.read_head(code, Path("sub"), 100) is None
     assert nofollow.read_head(tmp_path / "ws" / "nothing", Path("a.py"), 100) is None
+
+
+def test_open_regular_refuses_what_is_not_a_regular_file_before_and_after_opening(tmp_path, monkeypatch):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "to-fifo").symlink_to(tmp_path / "fifo")
+    (tmp_path / "d").mkdir()
+    d = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        refused = {}
+        for name in ("fifo", "to-fifo", "d"):  # by lstat: never opened (a FIFO's open could block)
+            with pytest.raises(nofollow.Changed) as e:
+                nofollow.open_regular(name, d)
+            refused[name] = (e.value.errno, e.value.strerror)
+        assert refused == {
+            n: (errno.EINVAL, k) for n, k in [("fifo", "fifo"), ("to-fifo", "symlink"), ("d", "directory")]
+        }
+        # a FIFO swapped in after lstat saw a regular file: opened (O_NONBLOCK: it cannot block), then refused by fstat
+        (tmp_path / "f").write_text("x")
+        real_stat = os.stat
+
+        def stat(path, *args, **kwargs):
+            st = real_stat(path, *args, **kwargs)
+            if path == "f" and kwargs.get("dir_fd") is not None:
+                os.mkfifo(tmp_path / ".f")
+                os.rename(tmp_path / ".f", tmp_path / "f")
+            return st
+
+        monkeypatch.setattr(os, "stat", stat)
+        with pytest.raises(nofollow.Changed) as e:
+            nofollow.open_regular("f", d)
+        monkeypatch.undo()
+        assert (e.value.errno, e.value.strerror) == (errno.EINVAL, "fifo")
+    finally:
+        os.close(d)
