@@ -97,7 +97,7 @@ run_module() {
     >"$WORK/run.log" 2>&1) || { tr '\r' '\n' <"$WORK/run.log" | tail -30; echo "mutation.sh: mutmut run failed for $mod" >&2; exit 1; }
   (cd "$WORK/tree" && mutmut results --all true) >"$WORK/results.txt"
   rm -rf "$WORK/diffs" && mkdir "$WORK/diffs"
-  grep -v ': killed$' "$WORK/results.txt" | sed -n 's/^ *\([^ ]*\): .*/\1/p' | while read -r name; do
+  { grep -v ': killed$' "$WORK/results.txt" || true; } | sed -n 's/^ *\([^ ]*\): .*/\1/p' | while read -r name; do
     (cd "$WORK/tree" && mutmut show "$name") >"$WORK/diffs/$name" 2>&1 || true
   done
   python3 - "$mod" "$WORK/results.txt" "$EQUIVALENT" "$(($(date +%s) - t0))" "$WORK/diffs" <<'EOF' | tee "$WORK/module.txt"
@@ -135,5 +135,5 @@ for mod in "${mods[@]}"; do
   [ -f "$REPO/$mod" ] || { echo "mutation.sh: no module $mod in $REPO" >&2; exit 2; }
 done
 for mod in "${mods[@]}"; do run_module "$mod"; done
-echo "=== summary (timed out counts as not killed; see each module's lines above)"
+echo "=== summary (a mutant that timed out counts as killed; see each module's lines above)"
 printf '%s\n' "${summary[@]}"
