@@ -119,3 +119,35 @@ def test_open_regular_refuses_what_is_not_a_regular_file_before_and_after_openin
         assert (e.value.errno, e.value.strerror) == (errno.EINVAL, "fifo")
     finally:
         os.close(d)
+
+
+def test_walk_visits_files_before_subdirectories_within_its_limits(tmp_path):
+    for rel in ("a", "b", "skipme", "d1/c", "d1/d2/e", "d1/d2/d3/f"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+
+        def walked(**limits) -> list[tuple[str, str, bool, object]]:
+            return [
+                (rel, name, fd == -1, why if fd == -1 else why.st_size)
+                for rel, name, fd, why in nofollow.walk(root, skip=lambda rel, name: name == "skipme", **limits)
+            ]
+
+        deeper = ("d1/d2/d3", "d3", True, "deeper than 2 directories")
+        assert walked(max_depth=2) == [
+            ("a", "a", False, 1),
+            ("b", "b", False, 1),
+            ("d1/c", "c", False, 4),
+            ("d1/d2/e", "e", False, 7),
+            deeper,
+        ]
+        assert walked(max_depth=3)[-1] == ("d1/d2/d3/f", "f", False, 10)
+        over = ("d1/d2", "d2", True, "over 4 entries: the rest of the tree was not visited")
+        assert walked(max_entries=4) == [("a", "a", False, 1), ("b", "b", False, 1), ("d1/c", "c", False, 4), over]
+        # the 7th entry (d2 holds d3, then e): over, though d3 itself was only counted
+        assert walked(max_entries=6)[3:] == [
+            ("d1/d2/e", "e", True, "over 6 entries: the rest of the tree was not visited")
+        ]
+    finally:
+        os.close(root)
