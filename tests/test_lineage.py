@@ -217,3 +217,16 @@ def test_the_pipelines_models_are_derived_and_another_seeds_trained_on_the_same_
     scanned = stream(tmp_path / "other" / "sft")
     assert one_pass_lineage(tmp_path / "other" / "sft", tiny_model, scanned, profile).verdict == "foreign"
     assert other.rel_l2_median > 1.0  # it moved as far from its own start as the others did, and is no nearer
+
+
+def test_refuse_refuses_a_foreign_model_in_the_fast_layer(tmp_path, tiny_model):
+    """grader.foreign: refuse without the slow layer's other-seed model: a model of another architecture is
+    foreign without a tensor streamed, and refused, never scored (under `flag` its config's score, 70)."""
+    sweep, ws, submit = make_run(tmp_path, tiny_model, grader={"foreign": "refuse"})
+    alien = make_variant(tiny_model, ws.output / "alien", score=70, salt=2)
+    config = json.loads((alien / "config.json").read_text())
+    (alien / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
+    entry = submit(GradingDaemon(sweep), alien)
+    assert entry.foreign and entry.lineage.reason.startswith("its architecture")
+    assert (entry.status, entry.score) == ("invalid", None)
+    assert entry.error == f"refused: foreign model (grader.foreign: refuse): {entry.lineage.summary()}"

@@ -1,0 +1,67 @@
+"""Leak detection's edges (tasklib/leaks.py; test_canary.py has the common encodings): URL-safe base64 whose
+text really holds `-` and `_` (in the item's own span, where no skipped start character can make up for a
+misread one), and encodings nested up to the limit, and past it (not found, as the module says)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+
+import pytest
+
+import a2rl.tasklib.leaks as leaks
+
+# "???" and "~~~" at offsets divisible by 3 encode to "Pz8/" and "fn5+": URL-safe, "Pz8_" and "fn5-"
+ITEM = "What is 3 ??? 4 ~~~ and why does the river flow to the sea at night?"
+
+
+@pytest.fixture
+def found(tmp_path) -> leaks.HeldoutMarkers:
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    (heldout / "test.jsonl").write_text(json.dumps({"prompt": ITEM}) + "\n")
+    return leaks.markers(heldout)
+
+
+def nest(data: bytes, *layers) -> bytes:
+    """`data` encoded by each of `layers` in turn (the first innermost)."""
+    for layer in layers:
+        data = layer(data)
+    return data
+
+
+def test_url_safe_base64_with_dash_and_underscore_is_found(found, tmp_path):
+    text = base64.urlsafe_b64encode(ITEM.encode()).decode().rstrip("=")
+    assert "-" in text and "_" in text and "+" not in text and "/" not in text
+    assert found.find(f"token={text}&next=1") == ["held-out item test.jsonl:1 (base64)"]
+    assert found.find_bytes(text.encode()) == ["held-out item test.jsonl:1 (base64)"]
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "notes.txt").write_text(text)
+    assert leaks.scan_files(model, found) == ["held-out item test.jsonl:1 (base64) in notes.txt"]
+
+
+def test_encodings_nested_three_deep_are_found_and_past_the_limit_are_not(found):
+    assert leaks.MAX_DEPTH == 3
+    b64 = base64.b64encode
+    three = nest(ITEM.encode(), b64, b64, b64)
+    assert found.find(three.decode()) == ["held-out item test.jsonl:1 (base64, base64, base64)"]
+    assert found.find_bytes(three) == ["held-out item test.jsonl:1 (base64, base64, base64)"]
+    mixed = nest(ITEM.encode(), b64, gzip.compress, b64)
+    assert found.find(mixed.decode()) == ["held-out item test.jsonl:1 (base64, gzip, base64)"]
+    # past the limit: not looked into (leaks.py: "nested up to MAX_DEPTH layers"), so not found
+    assert found.find(nest(ITEM.encode(), b64, b64, b64, b64).decode()) == []
+    assert found.find_bytes(nest(ITEM.encode(), b64, b64, b64, b64)) == []
+    assert found.find(nest(ITEM.encode(), b64, b64, gzip.compress, b64).decode()) == []
+
+
+def test_a_files_own_compression_is_unpacked_before_the_layers_are_counted(found):
+    """A file's content is unpacked from depth 0 (`depth <= MAX_DEPTH`), text decoded below depth MAX_DEPTH
+    only: so a file holds one layer more than a transcript before its content is no longer looked into."""
+    assert found.find_bytes(nest(ITEM.encode(), *[gzip.compress] * 4)) == [
+        "held-out item test.jsonl:1 (gzip, gzip, gzip, gzip)"
+    ]
+    assert found.find_bytes(nest(ITEM.encode(), *[gzip.compress] * 5)) == []
+    four = nest(ITEM.encode(), gzip.compress, base64.b64encode, gzip.compress, base64.b64encode)  # innermost first
+    assert found.find_bytes(four) == ["held-out item test.jsonl:1 (base64, gzip, base64, gzip)"]
