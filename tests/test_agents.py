@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.spec.agents import agent_registry
 from a2rl.drivers.endpoint import DriverEndpoint
 from a2rl.recording.snapshots import load_snapshots
-from a2rl.store.results import RunResult
 from a2rl.reporting.metrics import RunMetrics
+from a2rl.spec.agents import agent_registry
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import default_agent_python, load_sweep
+from a2rl.store.results import RunResult
 from conftest import FIXTURES, a2rl, write_sweep
 from fakes import cli_wrapper
 from test_runs import launch, only_result

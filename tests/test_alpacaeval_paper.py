@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from a2rl.tasklib.taskdata import read_jsonl
-from fakes import FakeGenerator
-from test_judge import completion, stub_llm
 
 from a2rl.grading.evaluate import evaluate_model
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared
+from a2rl.tasklib.taskdata import read_jsonl
+from fakes import FakeGenerator
+from test_judge import completion, stub_llm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 TASK = get_task("alpacaeval")

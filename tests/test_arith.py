@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from a2rl.spec.sweep import default_agent_python
 from a2rl.tasklib.taskdata import read_jsonl
 from fakes import FakeGenerator

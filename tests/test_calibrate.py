@@ -16,9 +16,9 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import get_task
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.noise import NoiseRecord, noise_path
 from a2rl.store.results import write_result
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES, REPO, a2rl, write_sweep
 
 sys.path.insert(0, str(FIXTURES / "agents"))

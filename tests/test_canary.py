@@ -28,8 +28,8 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import CANARY, get_task
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.results import RunResult
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES, REPO, write_sweep
 
 sys.path.insert(0, str(FIXTURES / "agents"))

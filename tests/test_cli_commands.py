@@ -9,7 +9,8 @@ import sys
 
 import a2rl
 from a2rl.cli.main import main
-from conftest import a2rl as run_a2rl, write_sweep
+from conftest import a2rl as run_a2rl
+from conftest import write_sweep
 
 
 def test_validate_checks_a_sweep_and_writes_and_builds_nothing(tmp_path, capsys):

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 import pytest
 
 from a2rl.cli.main import main
-
 from conftest import a2rl
 
 

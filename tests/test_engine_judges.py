@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm import vllm_backend
 from a2rl.llm.backends import CPU_SETTINGS, BackendSettings, Engine
-from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.judge import EngineJudge, JudgeError, judge_client
-from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.taskdata import read_jsonl
+from a2rl.weights import weights_hash
 from fakes import RecordingSamplingParams, RecordingVLLM
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -10,7 +10,6 @@ from a2rl.cli.main import main
 from a2rl.errors import SpecError
 from a2rl.scheduling.readiness import model_problems
 from a2rl.spec.sweep import load_sweep
-
 from conftest import write_sweep
 
 DURATION = "expected a positive number of seconds or a duration like '30m', '2h'"

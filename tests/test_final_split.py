@@ -36,9 +36,9 @@ from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import create_workspace
 from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import PARTS_DIR, TaskSpec, get_task
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import load_result, write_result
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.weights import weights_hash
 from conftest import FIXTURES, REPO, a2rl, write_sweep
 from fakes import FakeGenerator

@@ -17,22 +17,21 @@ from pathlib import Path
 
 import pytest
 
+import a2rl.run.client as client_mod
 import a2rl.scheduling.launcher as launcher_mod
 import a2rl.store.queue as queue_mod
 import a2rl.store.retries as retries_mod
-import a2rl.run.client as client_mod
 from a2rl import records
 from a2rl.grading.daemon import GradingDaemon
+from a2rl.records import RecordError
 from a2rl.run.api import GradingAPI
 from a2rl.run.budget import Budget
 from a2rl.run.client import post_submit
 from a2rl.run.submit import RETRY_AFTER_S, NotEnqueued, RunSubmitter
 from a2rl.run.workspace import create_workspace
-from a2rl.spec.tasks import get_task
-from a2rl.tasklib.prepare import ensure_prepared
-from a2rl.records import RecordError
 from a2rl.scheduling.base import Schedulers
 from a2rl.scheduling.launcher import Launcher, open_sweep
+from a2rl.spec.tasks import get_task
 from a2rl.store import freshness, integrity
 from a2rl.store.freshness import Watch
 from a2rl.store.integrity import KEY_FILE, create_key, read_key
@@ -41,6 +40,7 @@ from a2rl.store.queue import Lease, SubmissionQueue
 from a2rl.store.results import load_result, mark_lost
 from a2rl.store.retries import RETRIES, read_retries
 from a2rl.store.sweepdir import STALE_S, RunStatus
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES, REPO, a2rl, until, write_sweep
 from fakes import FakeClock
 

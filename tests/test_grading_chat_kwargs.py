@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm import inference, vllm_backend
 from a2rl.llm.backends import BackendSettings, Engine
-from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.chat import chat_prompt
-from a2rl.tasklib.pairwise import generate_answers
 from a2rl.spec.generation import get_preset
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.pairwise import generate_answers
 from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES
 from fakes import FakeGenerator, RecordingSamplingParams, RecordingVLLM

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from a2rl.llm.backends import BackendSettings, Engine, vllm_installed
 from a2rl.grading.evaluate import evaluate_model
+from a2rl.llm.backends import BackendSettings, Engine, vllm_installed
 from a2rl.spec.generation import get_preset
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.prepare import ensure_prepared

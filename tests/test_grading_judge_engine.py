@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm import vllm_backend
 from a2rl.llm.backends import BackendSettings, Engine
-from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.inference import Generator
 from a2rl.spec.generation import get_preset
-from a2rl.weights import weights_hash
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.prepare import ensure_prepared
+from a2rl.weights import weights_hash
 from fakes import RecordingSamplingParams, RecordingVLLM
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from a2rl.errors import SpecError
-from a2rl.weights import parameter_count
 from a2rl.spec.sizing import grader_mem_gb, memory_need, shape_problems
-from a2rl.store.modeldirs import check_shapes
 from a2rl.spec.sweep import load_sweep
+from a2rl.store.modeldirs import check_shapes
+from a2rl.weights import parameter_count
 from conftest import a2rl, write_sweep
 
 QWEN25_7B = dict(vocab=152064, hidden=3584, inter=18944, layers=28, kv=512)

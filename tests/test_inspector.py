@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.inspector import rubric
+from a2rl.cli.main import main
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path, wait_for_endpoint
 from a2rl.drivers.server import DriverServer
+from a2rl.inspector import rubric
 from a2rl.inspector.inspection import inspect_at_end, inspect_run, read_answer
 from a2rl.inspector.material import build_material
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.recording.turns import transcript_turns
-from a2rl.cli.main import main
 from a2rl.reporting.metrics import build
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import InspectorSettings, RecordingSettings, SweepSpec

@@ -15,15 +15,15 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from a2rl.grading.evaluate import evaluate_model
-from a2rl.llm.inference import Generator
 from a2rl.drivers.chatserver import serve_local_model
+from a2rl.grading.evaluate import evaluate_model
 from a2rl.httpjson import JSONRequestHandler, running
-from a2rl.llm.judge import ChatClient, JudgeError
 from a2rl.llm.chat import chat_prompt
-from a2rl.weights import weights_hash
+from a2rl.llm.inference import Generator
+from a2rl.llm.judge import ChatClient, JudgeError
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.prepare import ensure_prepared
+from a2rl.weights import weights_hash
 
 Reply = Callable[[dict, dict], tuple[int, dict]]  # (request body, headers) -> (status, response body)
 

@@ -15,7 +15,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.error import HTTPError
-from urllib.request import Request as HTTPRequest, urlopen
+from urllib.request import Request as HTTPRequest
+from urllib.request import urlopen
 
 import pytest
 

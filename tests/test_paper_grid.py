@@ -14,8 +14,8 @@ import yaml
 from a2rl.cli.main import main
 from a2rl.spec.grid import expand
 from a2rl.spec.sizing import grader_mem_gb
-from a2rl.store.modeldirs import check_shapes
 from a2rl.spec.sweep import load_sweep
+from a2rl.store.modeldirs import check_shapes
 from conftest import REPO, a2rl
 from test_grading_resources import QWEN25_7B, shaped_model
 

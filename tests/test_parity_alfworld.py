@@ -10,11 +10,11 @@ import json
 import shutil
 
 import pytest
-from conftest import FIXTURES
-from fakes import FakeGenerator
 
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
+from conftest import FIXTURES
+from fakes import FakeGenerator
 
 TASK = get_task("alfworld")
 EVAL = load_evaluator(TASK)

@@ -24,11 +24,11 @@ import pandas as pd
 import pytest
 from alpaca_eval import annotators, utils
 from alpaca_eval.metrics import glm_winrate
-from test_judge import completion, stub_llm
 
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
 from conftest import FIXTURES
+from test_judge import completion, stub_llm
 
 pytestmark = [
     pytest.mark.slow,  # alpaca_eval's CV'd GLM, seven times on each side (~30 s)

@@ -9,12 +9,12 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import FIXTURES
-from fakes import FakeGenerator
 
 from a2rl.llm.stops import stop_strings
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
+from conftest import FIXTURES
+from fakes import FakeGenerator
 
 ev = load_evaluator(get_task("deepsearchqa"))
 PARITY = json.loads((FIXTURES / "parity" / "deepsearchqa.json").read_text())

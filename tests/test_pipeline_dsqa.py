@@ -12,20 +12,20 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_judge import completion, stub_llm
-from test_pipeline_envs import run_pipeline
-from test_sandbox import PY, needs_bwrap
 
-from a2rl.run.runsetup import agent_command
 from a2rl.run.isolation import choose
+from a2rl.run.runsetup import agent_command
 from a2rl.run.sandbox import AgentSandbox
 from a2rl.run.workspace import create_workspace, linked_files
 from a2rl.spec.tasks import get_task
-from a2rl.tasklib.evaluator import load_evaluator
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.envs import TASK_ENV_NAMES, load_task_env, replay
+from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.leaks import markers
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.taskdata import read_jsonl
+from test_judge import completion, stub_llm
+from test_pipeline_envs import run_pipeline
+from test_sandbox import PY, needs_bwrap
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
 TASK = get_task("deepsearchqa")

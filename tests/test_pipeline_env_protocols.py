@@ -18,9 +18,9 @@ from transformers import AutoTokenizer  # noqa: E402
 from a2rl.reference.interactive import GraderLoop  # noqa: E402
 from a2rl.spec.generation import GenerationPreset, get_preset  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
+from a2rl.tasklib.envs import load_task_env  # noqa: E402
 from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared
-from a2rl.tasklib.envs import load_task_env  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl, write_jsonl  # noqa: E402
 from fakes import FakeGenerator  # noqa: E402
 from test_pipeline_envs import prepare_alfworld, prepare_textworld, prepare_webshop  # noqa: E402

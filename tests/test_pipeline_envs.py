@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from a2rl.spec.tasks import get_task
-from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.envs import TASK_ENV_NAMES, load_module, load_task_env, replay, score_actions
+from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.taskdata import read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures"

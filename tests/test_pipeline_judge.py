@@ -10,19 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
-
 from transformers import AutoTokenizer  # noqa: E402
-from a2rl.tasklib.taskdata import read_jsonl
-from fakes import FakeGenerator  # noqa: E402
 
 from a2rl.reference.pipeline import STATIC_FORMATS, Chat, check_rows  # noqa: E402
+from a2rl.tasklib.taskdata import read_jsonl
+from fakes import FakeGenerator  # noqa: E402
 
 JUDGED = STATIC_FORMATS["instruction_reference"].routes["paper"]  # both protocols prompt alike
 from a2rl.llm.inference import Generator  # noqa: E402
 from a2rl.llm.judge import Completion  # noqa: E402
-from a2rl.tasklib.pairwise import compare_to_references  # noqa: E402
 from a2rl.spec.tasks import TaskData, get_task  # noqa: E402
+from a2rl.tasklib.pairwise import compare_to_references  # noqa: E402
 from a2rl.tasklib.prepare import ensure_prepared  # noqa: E402
 
 TASK = get_task("localjudge")

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import pytest
 
-
-from test_judge import completion, stub_llm  # noqa: E402
-
+from a2rl.grading.evaluate import evaluate_model  # noqa: E402
+from a2rl.llm.judge import ChatClient  # noqa: E402
 from a2rl.reference import pipeline as P  # noqa: E402
 from a2rl.reference.formats import instruction_text, reference_text  # noqa: E402
 from a2rl.reference.rewards import judge_reward  # noqa: E402
-from a2rl.grading.evaluate import evaluate_model  # noqa: E402
-from a2rl.llm.judge import ChatClient  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.stages import StageLog  # noqa: E402
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.taskdata import read_jsonl  # noqa: E402
+from test_judge import completion, stub_llm  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 TASK = get_task("alpacaeval")

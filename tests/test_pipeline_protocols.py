@@ -17,12 +17,12 @@ pytest.importorskip("trl")
 from transformers import AutoTokenizer  # noqa: E402
 
 from a2rl.reference import pipeline as P  # noqa: E402
-from a2rl.reference.formats import Chat, STATIC_FORMATS, check_rows  # noqa: E402
-from a2rl.tasklib.pairwise import generate_answers  # noqa: E402
+from a2rl.reference.formats import STATIC_FORMATS, Chat, check_rows  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
-from a2rl.tasklib.evaluator import load_evaluator
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.stages import StageLog  # noqa: E402
+from a2rl.tasklib.evaluator import load_evaluator
+from a2rl.tasklib.pairwise import generate_answers  # noqa: E402
+from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.taskdata import read_jsonl, write_jsonl  # noqa: E402
 from fakes import FakeGenerator  # noqa: E402
 from test_pipeline_routes import SOURCES, run_pipeline, scored  # noqa: E402

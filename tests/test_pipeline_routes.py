@@ -13,23 +13,21 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-
 import torch  # noqa: E402
 
+from a2rl.errors import SpecError  # noqa: E402
 from a2rl.reference import pipeline as P  # noqa: E402
 from a2rl.reference.formats import STATIC_FORMATS  # noqa: E402
 from a2rl.reference.process import device_args, gpu_count, launch_command  # noqa: E402
 from a2rl.reference.rewards import final_number_reward, unit_test_reward  # noqa: E402
 from a2rl.reference.schedule import Schedule, StopAt, stage_seconds  # noqa: E402
-from a2rl.errors import SpecError  # noqa: E402
 from a2rl.reporting.metrics import typed  # noqa: E402
 from a2rl.run.artifacts import Limits, check_artifact  # noqa: E402
 from a2rl.spec.registry import HOME  # noqa: E402
 from a2rl.spec.tasks import TrainFormat, get_task, task_registry  # noqa: E402
+from a2rl.store.stages import Stage, StageLog, collect_stage_log  # noqa: E402
 from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared
-from a2rl.store.stages import Stage, StageLog, collect_stage_log  # noqa: E402
 from a2rl.tasklib.taskdata import read_jsonl  # noqa: E402
 from fakes import FakeClock  # noqa: E402
 

@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
-from fakes import FakeGenerator
-from test_task_alfworld import FakeAlfEnv, SOURCE
 
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
+from fakes import FakeGenerator
+from test_task_alfworld import SOURCE, FakeAlfEnv
 
 TASK = get_task("alfworld")
 EVAL = load_evaluator(TASK)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fakes import FakeGenerator
-from test_judge import completion, stub_llm
 
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.evaluator import load_evaluator
+from fakes import FakeGenerator
+from test_judge import completion, stub_llm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "deepsearchqa"
 TASK = get_task("deepsearchqa")

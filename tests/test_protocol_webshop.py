@@ -9,6 +9,7 @@ import random
 import re
 
 import pytest
+
 from fakes import FakeGenerator
 from test_task_webshop import EVAL, FIXTURES, N_HELDOUT, PREP, TASK, _prepare, ws
 

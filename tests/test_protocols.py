@@ -17,9 +17,9 @@ from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import SweepSpec
 from a2rl.spec.tasks import get_task
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.baselines import load_baseline
 from a2rl.store.results import write_result
+from a2rl.tasklib.prepare import ensure_prepared
 from conftest import FIXTURES, REPO, errors_of, write_sweep
 
 sys.path.insert(0, str(FIXTURES / "agents"))

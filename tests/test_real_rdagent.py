@@ -7,7 +7,6 @@ output, its feedback step, before its run ends `timeout` with its last model aut
 
 from __future__ import annotations
 
-
 from pathlib import Path
 
 import pytest

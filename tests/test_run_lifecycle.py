@@ -21,8 +21,8 @@ from a2rl.grading.daemon import GradingDaemon
 from a2rl.run.job import AgentRun, wait_for_grading
 from a2rl.run.workspace import Workspace, is_blank, restore_for_resume, save_for_resume
 from a2rl.run.wrapup import KILL_MARGIN_S
-from a2rl.scheduling.local import LocalScheduler
 from a2rl.scheduling.launcher import open_sweep
+from a2rl.scheduling.local import LocalScheduler
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import RunResult, mark_lost, refresh_result
 from a2rl.store.sweepdir import SweepDir

@@ -13,7 +13,6 @@ from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 from conftest import FIXTURES, a2rl, slurm_available, until, write_sweep
 
-
 if not slurm_available():
     pytest.skip("no Slurm cluster (start one with tools/slurm/up.sh, or run tools/test.sh)", allow_module_level=True)
 

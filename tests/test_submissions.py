@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.run.budget import Budget, BudgetExhausted
 from a2rl.grading.daemon import GradingDaemon
-from a2rl.scheduling.launcher import open_sweep
 from a2rl.run.api import GradingAPI
+from a2rl.run.budget import Budget, BudgetExhausted
 from a2rl.run.submit import RunSubmitter
+from a2rl.run.workspace import create_workspace
+from a2rl.scheduling.launcher import open_sweep
 from a2rl.spec.tasks import get_task
 from a2rl.tasklib.prepare import ensure_prepared
-from a2rl.run.workspace import create_workspace
 from conftest import FIXTURES, REPO, write_sweep
 
 sys.path.insert(0, str(FIXTURES / "agents"))
@@ -215,8 +215,8 @@ def test_a_code_record_that_cannot_be_taken_is_itself_recorded(run, tiny_model, 
     """code/ swapped for a symlink out of the workspace: the snapshot refuses to follow it, and the submission's
     queue entry, ledger entry and run report say that its code record is missing and why; it is graded as usual."""
     from a2rl.recording.snapshots import load_snapshots
-    from a2rl.reporting.runreport import write_run_report
     from a2rl.records import now
+    from a2rl.reporting.runreport import write_run_report
     from a2rl.store.results import write_result
 
     sweep, ws, _, submit = run

@@ -9,11 +9,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fakes import FakeGenerator
 
-from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.envs import load_module
 from a2rl.tasklib.evaluator import load_evaluator
+from fakes import FakeGenerator
 
 SOURCE = Path(__file__).parent / "fixtures" / "alfworld" / "json_2.1.1"  # two hand-written playable games
 TASK = get_task("alfworld")

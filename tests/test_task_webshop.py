@@ -18,11 +18,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fakes import FakeGenerator
 
-from a2rl.tasklib.envs import load_module
 from a2rl.spec.tasks import get_task
+from a2rl.tasklib.envs import load_module
 from a2rl.tasklib.evaluator import load_evaluator
+from fakes import FakeGenerator
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webshop"  # a few rows of each upstream file, same format
 TASK = get_task("webshop")

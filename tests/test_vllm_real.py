@@ -24,8 +24,8 @@ from a2rl.grading.evaluate import evaluate_model
 from a2rl.spec.generation import get_preset
 from a2rl.spec.sweep import vllm_python
 from a2rl.spec.tasks import get_task
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.tasklib.envs import load_module
+from a2rl.tasklib.prepare import ensure_prepared
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent

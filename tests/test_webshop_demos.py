@@ -9,10 +9,10 @@ import json
 import shutil
 
 import pytest
-from test_task_webshop import FIXTURES, PREP, _prepare, il_zip
 
 from a2rl.tasklib.envs import load_task_env, replay
 from a2rl.tasklib.taskdata import read_jsonl
+from test_task_webshop import FIXTURES, PREP, _prepare, il_zip
 
 
 def fixture_demos() -> list[dict]:

@@ -39,8 +39,8 @@ def processes() -> dict:
 
 
 def main(jobs_path: str, out_path: str) -> int:
-    from a2rl.llm.backends import BackendSettings, Engine
     from a2rl.grading.evaluate import evaluate_model
+    from a2rl.llm.backends import BackendSettings, Engine
     from a2rl.spec.generation import get_preset
     from a2rl.spec.tasks import get_task
 

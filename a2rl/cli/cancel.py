@@ -16,11 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from a2rl.records import atomic_write_text
     from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, reap_lost
     from a2rl.store.results import mark_lost
     from a2rl.store.services import service_jobs
-    from a2rl.records import atomic_write_text
 
     sweep = open_sweep_dir(args.sweep_dir)
     runs = [r for r in sweep.runs() if args.run in (None, r.run_id)]

@@ -33,8 +33,8 @@ def engine_line(beat, backend: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from a2rl.scheduling.base import Schedulers
     from a2rl.reporting.aggregate import foreign_note, untrusted_note
+    from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import load_result
 

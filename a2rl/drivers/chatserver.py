@@ -20,9 +20,10 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from a2rl.httpjson import BadRequest as HTTPBadRequest, JSONRequestHandler, running
-from a2rl.llm.chat import MAX_TOP_LOGPROBS, chat_prompt
 from a2rl.drivers import protocols, toolcalls, wire_replies, wire_requests
+from a2rl.httpjson import BadRequest as HTTPBadRequest
+from a2rl.httpjson import JSONRequestHandler, running
+from a2rl.llm.chat import MAX_TOP_LOGPROBS, chat_prompt
 
 log = logging.getLogger("a2rl.chatserver")
 

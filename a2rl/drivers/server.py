@@ -33,16 +33,16 @@ from urllib.error import URLError
 
 import submitit
 
-from a2rl.spec.agents import cli_flags
-from a2rl.errors import InfraError
-from a2rl.store.modeldirs import resolve_model
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
-from a2rl.store.verdicts import inspection_path
+from a2rl.errors import InfraError
 from a2rl.records import now
 from a2rl.siteproxy import urlopen
+from a2rl.spec.agents import cli_flags
 from a2rl.spec.sweep import LocalDriver, driver_python, local_driver_name
+from a2rl.store.modeldirs import resolve_model
 from a2rl.store.results import FinishedRuns
 from a2rl.store.sweepdir import HEARTBEAT_S, SweepDir
+from a2rl.store.verdicts import inspection_path
 
 log = logging.getLogger("a2rl.driver")
 

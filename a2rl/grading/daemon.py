@@ -37,10 +37,10 @@ from a2rl.grading.record import Recording, claim_fields, ledger_entry
 from a2rl.grading.scaling import Scaling
 from a2rl.grading.stages import Scoring
 from a2rl.records import RecordError, disk_full, now, while_full
-from a2rl.store.retries import RETRIES, transient
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.queue import Claim
 from a2rl.store.results import ResultHook, no_hook
+from a2rl.store.retries import RETRIES, transient
 from a2rl.store.sweepdir import SweepDir
 
 log = logging.getLogger("a2rl.grader")

@@ -7,9 +7,9 @@ import logging
 
 from filelock import Timeout
 
-from a2rl.store.locks import sweep_lock
 from a2rl.grading.grader import Grader
 from a2rl.records import now
+from a2rl.store.locks import sweep_lock
 from a2rl.store.sweepdir import HEARTBEAT_S
 
 log = logging.getLogger("a2rl.grader")

@@ -16,16 +16,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from a2rl.store.locks import sweep_lock
-
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.inspector.material import Material, build_material
 from a2rl.inspector.rubric import QUESTIONS, RUBRIC_VERSION, prompt_template, rubric_sha256
 from a2rl.llm.judge import AnthropicClient, ChatClient, Completion, JudgeError
 from a2rl.records import now
 from a2rl.reporting.runreport import rebuild_run_report
-from a2rl.store.results import load_result
 from a2rl.spec.sweep import InspectorSettings
+from a2rl.store.locks import sweep_lock
+from a2rl.store.results import load_result
 from a2rl.store.sweepdir import SweepDir
 from a2rl.store.verdicts import (
     ANSWER_CHARS,

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from a2rl.errors import SpecError
-from a2rl.records import RecordError
 from a2rl.recording.snapshots import load_snapshots, snapshot_dir
 from a2rl.recording.turns import Turn, transcript_turns
+from a2rl.records import RecordError
 from a2rl.spec.agents import agent_registry
 from a2rl.store.results import load_result
 from a2rl.store.sweepdir import SweepDir

@@ -23,8 +23,8 @@ from transformers import (
 )
 
 from a2rl.llm.contextcap import ContextCap, context_length
-from a2rl.spec.generation import GenerationPreset
 from a2rl.llm.stops import cut_at_stop, stop_strings
+from a2rl.spec.generation import GenerationPreset
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 

@@ -26,13 +26,13 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 from urllib.request import Request
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from a2rl.errors import InfraError, format_validation_error
 from a2rl.llm.backends import CPU_SETTINGS, Engine
 from a2rl.llm.chat import Messages, chat_prompt
 from a2rl.siteproxy import urlopen
 from a2rl.store.modeldirs import resolve_model
-
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = logging.getLogger("a2rl.judge")
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from a2rl.errors import InfraError
 from a2rl.llm.contextcap import ContextCap, context_length
-from a2rl.llm.stops import cut_at_stop, stop_strings
 from a2rl.llm.inference import tokenizer_source
+from a2rl.llm.stops import cut_at_stop, stop_strings
 from a2rl.spec.generation import GenerationPreset
 
 log = logging.getLogger("a2rl.grader")

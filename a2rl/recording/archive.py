@@ -7,11 +7,10 @@ import os
 import shutil
 from pathlib import Path
 
-from a2rl.records import Record, now, sha256_file
 from a2rl.recording import nofollow
 from a2rl.recording.snapshots import SkippedFile, SnapshotFile, collect
+from a2rl.records import Record, now, sha256_file
 from a2rl.spec.sweep import RecordingSettings
-
 
 WORKSPACE_SKIP = frozenset({"data", "models", "home", "tmp"})  # copies of inputs, links, caches
 

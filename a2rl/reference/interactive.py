@@ -31,10 +31,10 @@ from types import ModuleType
 
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
+from a2rl.llm.chat import chat_prompt
 from a2rl.reference.process import log
 from a2rl.reference.stages import grpo_stage, sft_stage
 from a2rl.reference.submitter import submit
-from a2rl.llm.chat import chat_prompt
 from a2rl.tasklib.envs import Fits, Messages, Transcript, close, load_task_env, play_transcripts, score_actions
 
 ROLLOUT_EPISODES = 64  # training episodes the SFT policy plays for GRPO states (webshop has thousands of goals)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-
 T0 = time.monotonic()
 
 

@@ -22,7 +22,6 @@ from a2rl.reference.schedule import Schedule, StopAt
 from a2rl.reference.submitter import record_stage
 from a2rl.store.stages import Stage
 
-
 # Job logs are files: progress bars only add carriage-return noise.
 datasets.disable_progress_bars()
 transformers.utils.logging.disable_progress_bar()

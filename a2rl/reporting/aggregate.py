@@ -31,8 +31,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from a2rl.errors import SpecError
-from a2rl.reporting.metrics import RunMetrics, is_control
 from a2rl.records import RecordError, read_many
+from a2rl.reporting.metrics import RunMetrics, is_control
 from a2rl.spec.grid import RunSpec
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.store.noise import NoiseRecord, load_noise

@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Literal
 
 from a2rl.errors import SpecError
+from a2rl.recording.snapshots import CodeSnapshot, blob_path, load_snapshots, snapshot_text
 from a2rl.records import Record, RecordError
 from a2rl.spec.agents import agent_registry
-from a2rl.recording.snapshots import CodeSnapshot, blob_path, load_snapshots, snapshot_text
 from a2rl.spec.tasks import task_data
-from a2rl.tasklib.leaks import HeldoutMarkers, markers
 from a2rl.store.ledger import LedgerEntry, LineageVerdict
 from a2rl.store.results import RunResult
 from a2rl.store.stages import STAGES_FILE, StageLog
-from a2rl.store.verdicts import FinalVerdict, Verdict, load_final_verdicts, worst
 from a2rl.store.sweepdir import SweepDir
+from a2rl.store.verdicts import FinalVerdict, Verdict, load_final_verdicts, worst
+from a2rl.tasklib.leaks import HeldoutMarkers, markers
 
 FailureType = Literal[
     "code_error_runtime",

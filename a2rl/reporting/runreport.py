@@ -13,15 +13,14 @@ the sweep recorded (result, ledger, code snapshots, transcript), so it can be re
 
 from __future__ import annotations
 
-import logging
-
 import json
+import logging
 from pathlib import Path
 
 from a2rl.recording.snapshots import snapshot_dir
+from a2rl.records import atomic_write_text
 from a2rl.reporting.metrics import RunMetrics, SubmissionRow, build
 from a2rl.reporting.viewer import write_viewer
-from a2rl.records import atomic_write_text
 from a2rl.store.results import RunResult
 from a2rl.store.sweepdir import SweepDir
 

@@ -25,14 +25,14 @@ from pydantic import BaseModel
 from tabulate import tabulate
 
 from a2rl.records import Record, now
+from a2rl.run.isolation import Choice, choose
 from a2rl.run.process import AgentProcess
 from a2rl.run.runsetup import agent_command, agent_environment, set_up
-from a2rl.run.isolation import Choice, choose
 from a2rl.run.sandbox import AgentSandbox, python_prefixes
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import get_task
-from a2rl.tasklib.prepare import ensure_prepared
 from a2rl.store.sweepdir import SweepDir
+from a2rl.tasklib.prepare import ensure_prepared
 
 CANARY_VAR = "A2RL_AUDIT_CANARY"
 PROBE_TIMEOUT_S = 300.0  # liveness only: the probe's own attempts each time out after a few seconds

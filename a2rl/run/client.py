@@ -11,7 +11,6 @@ import urllib.error
 import urllib.request
 from typing import Callable
 
-
 RETRIES_503 = 5  # a 503 with Retry-After (the sweep directory busy or failing for now) is tried again this often
 MOST_WAIT_S = 60.0  # whatever Retry-After says
 

@@ -38,11 +38,11 @@ from a2rl.run.api import GradingAPI
 from a2rl.run.budget import Budget
 from a2rl.run.caps import RunCaps
 from a2rl.run.environment import record_environment
+from a2rl.run.isolation import choose
 from a2rl.run.outcome import Outcome
 from a2rl.run.process import AgentProcess
 from a2rl.run.resume import Resuming
 from a2rl.run.runsetup import RunSetup, agent_command, agent_environment, set_up
-from a2rl.run.isolation import choose
 from a2rl.run.sandbox import AgentSandbox
 from a2rl.run.submit import RunSubmitter
 from a2rl.run.workspace import RunMeta, Workspace

@@ -13,12 +13,12 @@ from a2rl.run.sandbox import AgentSandbox, with_link_targets
 from a2rl.run.workspace import Workspace, agent_env, create_workspace, linked_files
 from a2rl.spec.agents import AgentStack, agent_registry
 from a2rl.spec.grid import RunSpec
-from a2rl.store.modeldirs import resolve_model
 from a2rl.spec.registry import HOME
 from a2rl.spec.sweep import agent_python
 from a2rl.spec.tasks import Task, get_task
-from a2rl.tasklib.prepare import ensure_prepared
+from a2rl.store.modeldirs import resolve_model
 from a2rl.store.sweepdir import SweepDir
+from a2rl.tasklib.prepare import ensure_prepared
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Callable
 
 from a2rl.run.isolation import APPTAINER_EXEC, APPTAINER_NO_NET, Choice, find_bwrap, system_links

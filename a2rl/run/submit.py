@@ -15,10 +15,8 @@ from typing import Any, Callable
 
 from filelock import Timeout
 
+from a2rl.recording.snapshots import snapshot_code
 from a2rl.records import RecordError, StorageFull, disk_full
-from a2rl.store.retries import RETRIES
-from a2rl.store.baselines import BaselineRecord, load_baseline
-from a2rl.run.budget import Budget
 from a2rl.run.artifacts import (
     Artifact,
     ArtifactError,
@@ -28,13 +26,14 @@ from a2rl.run.artifacts import (
     freeze,
     resolve_submission,
 )
+from a2rl.run.budget import Budget
+from a2rl.run.workspace import Workspace
+from a2rl.spec.grid import RunSpec
+from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import AgentUsage
-from a2rl.recording.snapshots import snapshot_code
-from a2rl.spec.grid import RunSpec
+from a2rl.store.retries import RETRIES
 from a2rl.store.sweepdir import SweepDir
-from a2rl.run.workspace import Workspace
-
 
 log = logging.getLogger("a2rl.submit")
 

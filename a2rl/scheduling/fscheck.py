@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from a2rl.records import Record, RecordError, now
-from a2rl.scheduling.mounts import Mount, mount_of
 from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape
+from a2rl.scheduling.mounts import Mount, mount_of
 from a2rl.scheduling.node import NodeFacts, NodeProbe, ProbeReport, differences, node_facts, probe_dir, try_lock
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.sweep import SweepSpec

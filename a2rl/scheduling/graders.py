@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a2rl.store.locks import sweep_lock
-
 from a2rl.grading.daemon import GraderJob
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.scheduling.base import Scheduler, Schedulers, Shape
 from a2rl.scheduling.monitor import SweepState, jobs_alive
 from a2rl.spec.sizing import grader_mem_gb
-from a2rl.store.modeldirs import model_params
 from a2rl.spec.sweep import grader_python
+from a2rl.store.locks import sweep_lock
+from a2rl.store.modeldirs import model_params
 from a2rl.store.services import record_service_job
 from a2rl.store.sweepdir import SweepDir
 

@@ -20,31 +20,31 @@ from pathlib import Path
 from typing import Callable
 
 import submitit
-from a2rl.store.locks import SweepLock, sweep_lock
 
-from a2rl.errors import SpecError
-from a2rl.scheduling.fscheck import checked
-from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, resolve_kind
 from a2rl.drivers.endpoint import drivers_used, jobs_path
 from a2rl.drivers.server import DriverServerJob
+from a2rl.errors import SpecError
 from a2rl.inspector.inspection import inspect_at_end
+from a2rl.records import RecordError, now
 from a2rl.reporting.runreport import rebuild_run_report
 from a2rl.run.audit import AuditRecord, audited
 from a2rl.run.isolation import choose
 from a2rl.run.job import run_agent_job
+from a2rl.scheduling.base import QueueFull, Scheduler, Schedulers, Shape, resolve_kind
+from a2rl.scheduling.fscheck import checked
+from a2rl.scheduling.graders import replace_dead_grader, submit_grader
 from a2rl.scheduling.monitor import SweepState, collect, jobs_alive, reap_lost
 from a2rl.scheduling.progress import Progress
 from a2rl.scheduling.readiness import refuse_unready
-from a2rl.store.services import record_service_job
-from a2rl.records import RecordError, now
-from a2rl.store.retries import RETRIES, transient
-from a2rl.store.results import FinishedRuns, load_result
 from a2rl.spec.grid import RunSpec, expand
-from a2rl.scheduling.graders import replace_dead_grader, submit_grader
-from a2rl.store.modeldirs import check_shapes
 from a2rl.spec.sweep import SweepSpec, load_sweep
-from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.spec.tasks import get_task
+from a2rl.store.locks import SweepLock, sweep_lock
+from a2rl.store.modeldirs import check_shapes
+from a2rl.store.results import FinishedRuns, load_result
+from a2rl.store.retries import RETRIES, transient
+from a2rl.store.services import record_service_job
+from a2rl.store.sweepdir import RunStatus, SweepDir
 from a2rl.tasklib.prepare import ensure_prepared
 
 DEFAULT_SWEEPS = Path("a2rl-sweeps")

@@ -10,13 +10,13 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from a2rl.store.baselines import BaselineRecord, load_baseline
-from a2rl.scheduling.base import JobState, Schedulers
 from a2rl.records import RecordError
+from a2rl.scheduling.base import JobState, Schedulers
+from a2rl.spec.grid import RunSpec
+from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.store.results import RunResult, load_result, mark_lost
 from a2rl.store.retries import read_retries, retried
 from a2rl.store.services import ServiceJobs, service_jobs
-from a2rl.spec.grid import RunSpec
 from a2rl.store.sweepdir import STALE_S, GraderBeat, SweepDir
 
 

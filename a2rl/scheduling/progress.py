@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from a2rl.records import now
 from a2rl.recording.turns import transcript_turns
+from a2rl.records import now
 from a2rl.scheduling.monitor import SweepState
 from a2rl.spec.agents import agent_registry
 from a2rl.store.queue import Lease

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from a2rl.spec.agents import FREE, agent_registry
 from a2rl.records import Record
+from a2rl.spec.agents import FREE, agent_registry
 from a2rl.spec.sweep import AgentEntry, ModelEntry, SweepSpec
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
 

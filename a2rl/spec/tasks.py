@@ -22,7 +22,6 @@ from a2rl.errors import SpecError
 from a2rl.records import Record, RecordError
 from a2rl.spec.registry import HOME, PACKAGE, Registry
 
-
 CANARY = "CANARY"  # under heldout/; evaluators read their own files by name, never every file there
 # How a task is scored: `paper` reproduces the reference implementation's evaluation (numbers comparable with
 # the paper's Table 2, its quirks included); `a2rl` is ours with its bugs fixed. Evaluators get it as

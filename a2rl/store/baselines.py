@@ -11,15 +11,13 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from a2rl.store.locks import sweep_lock
-
-from a2rl.store.modeldirs import resolve_model
-from a2rl.weights import weights_hash
 from a2rl.records import RecordError, now
-from a2rl.store.integrity import SignedRecord, create_key, read_key
-from a2rl.store.sweepdir import SweepDir
 from a2rl.spec.tasks import EvalProtocol, Part, Task
-
+from a2rl.store.integrity import SignedRecord, create_key, read_key
+from a2rl.store.locks import sweep_lock
+from a2rl.store.modeldirs import resolve_model
+from a2rl.store.sweepdir import SweepDir
+from a2rl.weights import weights_hash
 
 log = logging.getLogger("a2rl.baselines")
 

@@ -13,16 +13,16 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from a2rl.store.locks import SweepLock, sweep_lock
 from pydantic import BaseModel
 
-from a2rl.store.baselines import BaselineRecord, baseline_path, load_baseline
-from a2rl.store.integrity import SignedRecord
-from a2rl.store.ledger import LedgerEntry
-from a2rl.store.retries import retried, transient
 from a2rl.records import RecordError, now
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import EvalProtocol
+from a2rl.store.baselines import BaselineRecord, baseline_path, load_baseline
+from a2rl.store.integrity import SignedRecord
+from a2rl.store.ledger import LedgerEntry
+from a2rl.store.locks import SweepLock, sweep_lock
+from a2rl.store.retries import retried, transient
 from a2rl.store.sweepdir import SweepDir
 
 # Told each time a run's result is written or refreshed, by whoever runs the job or grader (scheduling passes the

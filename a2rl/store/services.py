@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a2rl.store.locks import sweep_lock
-
 from a2rl.records import Record
+from a2rl.store.locks import sweep_lock
 from a2rl.store.sweepdir import SweepDir
 
 

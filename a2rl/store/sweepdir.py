@@ -25,17 +25,17 @@ from pathlib import Path
 from typing import Literal
 
 from a2rl import __version__
-from a2rl.store.freshness import heartbeat_stale
-from a2rl.store.integrity import create_key, read_key
-from a2rl.store.ledger import Ledger
-from a2rl.store.retries import RETRIES, retried
 from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import default_data_root
 from a2rl.spec.roots import SCRATCH_FIX, default_scratch, expand_root, private_dir, usable_dir
-from a2rl.store.queue import SubmissionQueue
 from a2rl.spec.sweep import SweepSpec
+from a2rl.store.freshness import heartbeat_stale
+from a2rl.store.integrity import create_key, read_key
+from a2rl.store.ledger import Ledger
+from a2rl.store.queue import SubmissionQueue
+from a2rl.store.retries import RETRIES, retried
 
 HEARTBEAT_S = 10.0
 STALE_S = 6 * HEARTBEAT_S  # a run or grader silent for this long is presumed dead

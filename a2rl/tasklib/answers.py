@@ -8,7 +8,6 @@ from decimal import Decimal
 
 from a2rl.llm.stops import cut_at_stop
 
-
 # ---------------------------------------------------------------- GSM8K
 # a2rl: where the model starts a question of its own (a blank line alone cut multi-paragraph answers)
 GSM8K_STOP = "\n\nQuestion:"

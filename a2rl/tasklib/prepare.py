@@ -10,12 +10,11 @@ import secrets
 import shutil
 from pathlib import Path
 
-from a2rl.store.locks import sweep_lock
-
 from a2rl.errors import SpecError
 from a2rl.records import RecordError, now, sha256_file
 from a2rl.spec.roots import DATA_FIX, guarded
 from a2rl.spec.tasks import CANARY, PARTS_DIR, PreparedData, SplitRecord, Task, TaskData
+from a2rl.store.locks import sweep_lock
 from a2rl.tasklib.envs import load_module
 
 

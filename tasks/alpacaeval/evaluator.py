@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from a2rl.llm.judge import ChatClient, Completion, EngineJudge, JudgeError, judge_client
 from a2rl.llm.chat import Messages
+from a2rl.llm.judge import ChatClient, Completion, EngineJudge, JudgeError, judge_client
 from a2rl.tasklib.pairwise import compare_to_references, generate_answers, win_rate_summary
 
 RIDGE = 0.01

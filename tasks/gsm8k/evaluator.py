@@ -19,13 +19,19 @@ from pathlib import Path
 from a2rl.llm.chat import policy_prompt
 
 # The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
-from a2rl.tasklib.answers import GSM8K_STOP as STOP, extract_number
+from a2rl.tasklib.answers import GSM8K_STOP as STOP
+from a2rl.tasklib.answers import extract_number
 from a2rl.tasklib.answers import (
     gsm8k_paper_correct as paper_correct,
+)
+from a2rl.tasklib.answers import (
     gsm8k_paper_prediction as paper_prediction,
+)
+from a2rl.tasklib.answers import (
     gsm8k_paper_reference as paper_reference,
 )
-from a2rl.tasklib.prompts import gsm8k_paper_messages as paper_messages, gsm8k_prompt as build_prompt
+from a2rl.tasklib.prompts import gsm8k_paper_messages as paper_messages
+from a2rl.tasklib.prompts import gsm8k_prompt as build_prompt
 
 MAX_NEW_TOKENS = {"paper": 512, "a2rl": 256}
 

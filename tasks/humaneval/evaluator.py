@@ -14,18 +14,20 @@ check(entry_point).
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 from collections import Counter
 from pathlib import Path
 
 from a2rl.llm.chat import policy_prompt
-from a2rl.tasklib.coderunner import run_many
 
 # The prompts and checks live in a2rl.tasklib, shared with the reference agent, which trains on these prompts.
-from a2rl.tasklib.answers import HUMANEVAL_PAPER_NAME as HUMAN_EVAL_NAME, HUMANEVAL_STOP as STOP_SEQUENCES
-from a2rl.tasklib.answers import cut_at_stop, first_code_block, humaneval_paper_program as paper_program
+from a2rl.tasklib.answers import HUMANEVAL_PAPER_NAME as HUMAN_EVAL_NAME
+from a2rl.tasklib.answers import HUMANEVAL_STOP as STOP_SEQUENCES
+from a2rl.tasklib.answers import cut_at_stop, first_code_block
+from a2rl.tasklib.answers import humaneval_paper_program as paper_program
 from a2rl.tasklib.answers import humaneval_program as build_program
+from a2rl.tasklib.coderunner import run_many
 from a2rl.tasklib.prompts import humaneval_paper_messages
 
 MAX_NEW_TOKENS = {"paper": 8192, "a2rl": 512}

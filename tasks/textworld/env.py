@@ -16,9 +16,11 @@ from typing import Any, Callable
 import textworld
 
 try:  # the grader, or an agent environment with a2rl installed
-    from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, rollout as _rollout
+    from a2rl.tasklib.envs import Episode, Fits, ReactTranscript
+    from a2rl.tasklib.envs import rollout as _rollout
 except ImportError:  # the agent's workspace: prepare ships a2rl/tasklib/envs.py next to this file as react.py
-    from react import Episode, Fits, ReactTranscript, rollout as _rollout  # type: ignore[no-redef]
+    from react import Episode, Fits, ReactTranscript  # type: ignore[no-redef]
+    from react import rollout as _rollout
 
 HEADER = (
     "You are playing a text adventure game. Complete the task described in the first observation. "

@@ -32,9 +32,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 try:  # the grader, or an agent environment with a2rl installed
-    from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout
+    from a2rl.tasklib.envs import Episode, Fits, ReactTranscript, Render, Transcript
+    from a2rl.tasklib.envs import rollout as _rollout
 except ImportError:  # the agent's workspace: prepare ships a2rl/tasklib/envs.py next to this file as react.py
-    from react import Episode, Fits, ReactTranscript, Render, Transcript, rollout as _rollout  # type: ignore[no-redef]
+    from react import Episode, Fits, ReactTranscript, Render, Transcript  # type: ignore[no-redef]
+    from react import rollout as _rollout
 
 HEADER = (
     "You are shopping on WebShop, a simulated online store, for the product an instruction describes. "

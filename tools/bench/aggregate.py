@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from a2rl.records import Record
 from a2rl.reporting.aggregate import Sweeps, format_tables, tables
 from a2rl.reporting.html import write_report
 from a2rl.reporting.metrics import RunMetrics
-from a2rl.records import Record
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import SweepSpec
 from a2rl.store.baselines import BaselineRecord, baseline_path

@@ -74,13 +74,13 @@ def variant(base: Path, dest: Path, i: int) -> Path:
 
 def measure(args: argparse.Namespace, backend: str) -> dict:
     """This backend's figures, in this interpreter."""
-    from a2rl.llm.backends import Engine, resolve_settings, visible_gpus
     from a2rl.grading.daemon import evaluate_model
+    from a2rl.llm.backends import Engine, resolve_settings, visible_gpus
     from a2rl.spec.generation import get_preset
-    from a2rl.weights import parameter_count, weights_hash
     from a2rl.spec.sweep import GraderSettings
     from a2rl.spec.tasks import get_task
     from a2rl.tasklib.prepare import ensure_prepared
+    from a2rl.weights import parameter_count, weights_hash
 
     work = Path(tempfile.mkdtemp(prefix="a2rl-bench-grading-"))
     try:

@@ -118,10 +118,10 @@ def calibrate(runs: Path, steps: list[int]) -> None:
     from a2rl.grading.lineage import COSINE_MIN, lineage, tensor_distances
     from a2rl.grading.onepass import SAMPLE, one_pass_lineage, stream
     from a2rl.grading.profiles import base_profile
-    from a2rl.store.modeldirs import resolve_model
     from a2rl.spec.tasks import get_task
-    from a2rl.tasklib.prepare import ensure_prepared
+    from a2rl.store.modeldirs import resolve_model
     from a2rl.store.tinymodel import build_tiny_model
+    from a2rl.tasklib.prepare import ensure_prepared
 
     base = resolve_model("builtin:tiny-llama")
     other = build_tiny_model(runs / "seed1", seed=1)

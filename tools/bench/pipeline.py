@@ -33,10 +33,10 @@ def main() -> int:
     from a2rl.reference import pipeline as P
     from a2rl.reference.formats import STATIC_FORMATS
     from a2rl.reference.stages import grpo_stage, sft_stage
-    from a2rl.store.modeldirs import resolve_model
     from a2rl.spec.tasks import get_task
-    from a2rl.tasklib.prepare import ensure_prepared
+    from a2rl.store.modeldirs import resolve_model
     from a2rl.store.stages import StageLog
+    from a2rl.tasklib.prepare import ensure_prepared
     from a2rl.tasklib.taskdata import read_jsonl
 
     torch.set_num_threads(opts.threads)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
 from common import FIXTURES, write_fixture
 
 N = 60  # instructions

