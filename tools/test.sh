@@ -55,25 +55,16 @@ fi
 # the tests need every task's engine, the textworld/alfworld ones (which compile from source) included, and the
 # upstream scorers the parity tests run (parity: alpaca_eval)
 A2RL_EXTRAS=${A2RL_EXTRAS:-train,test,tasks,parity,games} bash tools/setup-env.sh "$VENV"
-# the shared-file-system and clock tests (tests/test_shared_fs.py, test_fscheck.py): a FUSE view per node (bindfs,
-# fuse3), clocks shifted per node (libfaketime); they skip, saying why, only where FUSE itself is absent
-for pkg in bindfs fuse3 faketime; do
+# Debian packages the tests run for real: a FUSE view per node (bindfs, fuse3: tests/test_shared_fs.py,
+# test_fscheck.py), clocks shifted per node and per process (libfaketime: test_shared_fs.py, test_fs_faults.py), the
+# site proxy and the stand-in API's certificate (tinyproxy, openssl: tests/test_site_proxy.py), the HTML report's
+# browser (chromium: tests/test_report_browser.py)
+for pkg in bindfs fuse3 faketime tinyproxy openssl chromium; do
   if ! dpkg -s "$pkg" >/dev/null 2>&1; then
     say "installing $pkg (Debian's package)"
     bash tools/apt-install.sh "$pkg" || say "WARNING: no $pkg and cannot apt-get it; the tests that need it will fail"
   fi
 done
-if ! command -v chromium >/dev/null; then  # the HTML report's browser test (tests/test_report_browser.py)
-  say "installing chromium (Debian's package)"
-  bash tools/apt-install.sh chromium || say "WARNING: no chromium and cannot apt-get it; the report's browser test will fail"
-fi
-for pkg in tinyproxy openssl; do  # tests/test_site_proxy.py: the site proxy, the stand-in API's certificate
-  command -v "$pkg" >/dev/null || bash tools/apt-install.sh "$pkg" || say "WARNING: no $pkg; tests/test_site_proxy.py will fail"
-done
-if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then  # clocks hours apart (tests/test_fs_faults.py)
-  say "installing faketime (Debian's package)"
-  bash tools/apt-install.sh faketime || say "WARNING: no faketime and cannot apt-get it; the two-clock lease test will fail"
-fi
 
 # ---- the vLLM environment (vLLM's CPU build here): graders with backend vllm, the vllm local driver, and
 # tests/test_vllm_real.py + the vllm driver test run in it; A2RL_VLLM_PYTHON tells the tests and sweeps where.
