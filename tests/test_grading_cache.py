@@ -53,7 +53,9 @@ def test_same_weights_reuse_the_score_and_the_ledger_says_so(tmp_path, tiny_mode
     grader = GradingDaemon(sweep)
     first = submit(grader, make_variant(tiny_model, ws.output / "a", score=40, salt=5))
     compared = []  # a cache hit takes the earlier entry's lineage: the weights are not streamed again
-    monkeypatch.setattr(stages, "lineage", lambda *a: compared.append(a) or pytest.fail("lineage computed again"))
+    monkeypatch.setattr(
+        stages, "submission_lineage", lambda *a: compared.append(a) or pytest.fail("lineage computed again")
+    )
     again = submit(grader, shutil.copytree(ws.output / "a", ws.output / "a-copy"))
     monkeypatch.undo()
     assert not compared and again.lineage == first.lineage and first.lineage.verdict == "derived"
