@@ -371,7 +371,7 @@ def test_command_line_formats_and_errors(sweep, tmp_path):
         "Table 2: tiny-llama",
         "pass@k: expected best improvement over k runs",
     ]
-    assert doc["tables"][0]["rows"][0] == ["baseline", "10.00", "FAILED"]
+    assert doc["tables"][0]["rows"][0] == ["base model", "10.00", "FAILED"]
     latex = a2rl("aggregate", str(sweep.root), "--by", "mode", "--format", "latex", check=True).stdout
     assert "\\begin{tabular}" in latex and "sft-only" in latex
     csv_text = a2rl("aggregate", str(sweep.root), "--scaling", "--format", "csv", check=True).stdout
