@@ -113,8 +113,9 @@ def _sweep_as(owner, other) -> None:
             for name in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
                 assert os.lstat(name).st_uid == owner.pw_uid, f"{name} is not {OWNER}'s"
 
+    data_root = Path(SweepDir(sweep).spec.data_root.replace("~", str(home), 1))  # the demo's own, under its home
     secret = {
-        "held-out data": cache / "data" / "arith" / "heldout" / "test.jsonl",
+        "held-out data": data_root / "arith" / "heldout" / "test.jsonl",
         "sweep key": sweep / ".a2rl-key",
         "ledger": next((sweep / "ledger").rglob("*.json")),
         "submissions": sweep / "submissions",
