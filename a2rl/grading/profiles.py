@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from filelock import FileLock, Timeout
+from filelock import Timeout
 
 from a2rl.grading.onepass import PROFILE_VERSION, SAMPLE, Scanned, TensorSample, one_pass_lineage, stream
 from a2rl.store.ledger import Lineage
+from a2rl.store.locks import sweep_lock
 
 log = logging.getLogger("a2rl.profiles")
 
@@ -92,7 +93,7 @@ def cached_profile(directory: Path, digest: str, base_dir: Path, key: bytes, loc
         return found
     Path(directory).mkdir(parents=True, exist_ok=True)
     try:
-        with FileLock(str(Path(directory) / f"{digest}.lock"), timeout=lock_timeout_s):
+        with sweep_lock(Path(directory) / f"{digest}.lock", timeout=lock_timeout_s):
             return load_profile(directory, digest, key) or _make(directory, digest, base_dir, key)
     except Timeout:  # another grader is still reading the base: read it too (the files are replaced atomically)
         log.warning(
