@@ -29,9 +29,10 @@ PIPELINE = re.compile(
 def pipeline_stage(text: str) -> str | None:
     """The reference agent's stage and step from its log's last stage line: 'sft step 140/700', 'grpo started',
     'grpo skipped', 'done'; None when it logged none (another agent, or before its first stage)."""
-    m = next(iter(reversed(list(PIPELINE.finditer(text)))), None)  # the last stage line
-    if m is None:
+    lines = list(PIPELINE.finditer(text))
+    if not lines:
         return None
+    m = lines[-1]  # the last stage line
     if m["stage"]:
         return f"{m['stage']} step {m['step']}/{m['of']}"
     if m["start"]:
