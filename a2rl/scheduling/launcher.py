@@ -223,7 +223,8 @@ class Launcher:
         for a sweep that cannot launch."""
         sweep, runs = open_sweep(target, sweep_dir)
         launcher = cls(sweep, resolve_kind(executor or sweep.spec.executor))
-        choice = choose(sweep.spec.isolation, sweep.spec.network)  # refused here, before preparing or queuing
+        # the audit's isolation (open_sweep already refused one that does not start: scheduling/readiness.py)
+        choice = choose(sweep.spec.isolation, sweep.spec.network)
         launcher.prepare()
         audit = audited(sweep, allow_leaks, choice)
         if audit.leaks and not audit.allow_leaks:
