@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from a2rl.scheduling.base import JobState, Scheduler, Shape
@@ -61,4 +62,13 @@ def _pid_state(job_id: str) -> JobState:
         return JobState(False, f"local job process {job_id} has exited", "EXITED")
     except (ValueError, PermissionError):
         return JobState(None)
+    if _zombie(job_id):  # ended, not yet reaped by the launch that started it: as gone as an exited one
+        return JobState(False, f"local job process {job_id} has exited", "EXITED")
     return JobState(True, state="RUNNING")
+
+
+def _zombie(job_id: str) -> bool:
+    try:  # /proc/PID/stat: "PID (COMM) STATE ..."; COMM may hold spaces and parentheses, STATE follows the last ")"
+        return Path(f"/proc/{int(job_id)}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
