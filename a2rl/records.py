@@ -1,7 +1,8 @@
 """Versioned on-disk records and the atomic file operations every writer uses.
 
-Every file a2rl writes is a pydantic model with a `schema_version`; readers refuse versions they do not know
-instead of guessing, and read an older version only where its record says how (`Record.upgrade`). Writes go to
+Every file a2rl writes is a pydantic model with a `schema_version` ("MAJOR.MINOR" from record format 1.0 on; an
+int before). Readers read every older version through its upgrade steps (upgrades.py, the one place that says how),
+refuse newer ones and never guess. Writes go to
 a temp file in the same directory and are renamed into place, so a reader (or a writer killed mid-way) never
 sees half a file.
 """
@@ -21,6 +22,8 @@ from typing import Callable, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from a2rl.upgrades import UpgradeError, upgrade
+
 R = TypeVar("R", bound="Record")
 T = TypeVar("T")
 log = logging.getLogger("a2rl.records")
@@ -32,13 +35,22 @@ class RecordError(Exception):
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    SCHEMA: ClassVar[int] = 1
-    schema_version: int = 0  # stamped by dump()
+    SCHEMA: ClassVar[str] = "1.0"  # this a2rl's version of the record: a change adds its step to upgrades.py
+    schema_version: int | str = 0  # stamped by dump(); an int only in records of the 0.x releases
 
     def dump(self, path: Path) -> None:
-        data = self.model_dump(mode="json")
-        data["schema_version"] = self.SCHEMA
-        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(path, self.json_text())
+
+    def _stamped(self) -> dict:
+        return {**self.model_dump(mode="json"), "schema_version": self.SCHEMA}
+
+    def json_text(self) -> str:
+        """The record as its file holds it, stamped with this a2rl's version."""
+        return json.dumps(self._stamped(), indent=1, sort_keys=True) + "\n"
+
+    def json_line(self) -> str:
+        """The record as one line of a .jsonl file."""
+        return json.dumps(self._stamped()) + "\n"
 
     @classmethod
     def load(cls: type[R], path: Path, raw: bytes | OSError | None = None) -> R:
@@ -64,20 +76,23 @@ class Record(BaseModel):
             data = json.loads(raw.decode())
         except ValueError as e:
             raise RecordError(f"cannot read {cls.__name__} from {path}: {e}") from e
-        version = data.get("schema_version") if isinstance(data, dict) else None
-        if isinstance(version, int) and 0 < version < cls.SCHEMA and (up := cls.upgrade(data, version)) is not None:
-            data, version = {**up, "schema_version": cls.SCHEMA}, cls.SCHEMA
-        if version != cls.SCHEMA:
-            raise RecordError(f"{path}: {cls.__name__} schema_version {version!r}, this a2rl reads {cls.SCHEMA}")
+        if not isinstance(data, dict):
+            raise RecordError(f"{path}: not a {cls.__name__} (a JSON {type(data).__name__}, not an object)")
+        original = data
+        if data.get("schema_version") != cls.SCHEMA:
+            try:
+                data = upgrade(cls.__name__, data, cls.SCHEMA)
+            except UpgradeError as e:
+                raise RecordError(f"{path}: {e}") from None
         try:
-            return cls.model_validate(data)
+            rec = cls.model_validate(data)
         except ValueError as e:  # a record of the right version with the wrong shape is as unreadable
             raise RecordError(f"{path}: not a valid {cls.__name__}: {str(e).splitlines()[0]}") from None
+        rec._read_from(original)
+        return rec
 
-    @classmethod
-    def upgrade(cls, data: dict, version: int) -> dict | None:
-        """An older `version`'s fields as this version's (None: that version cannot be read)."""
-        return None
+    def _read_from(self, original: dict) -> None:
+        """Called with the fields as the file held them, before any upgrade (SignedRecord verifies those)."""
 
     @classmethod
     def load_or_none(cls: type[R], path: Path, raw: bytes | OSError | None = None) -> R | None:
@@ -94,9 +109,7 @@ class Record(BaseModel):
         A hard link fails with EEXIST where another writer got there first, on local disks and NFS alike, so
         two graders recording the same submission leave exactly one entry.
         """
-        data = self.model_dump(mode="json")
-        data["schema_version"] = self.SCHEMA
-        tmp = _write_temp(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp = _write_temp(path, self.json_text())
         try:
             os.link(tmp, path)
             return True

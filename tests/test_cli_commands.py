@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-import a2rl
 from a2rl.cli.main import main
+from a2rl.version import __version__
 from conftest import a2rl as run_a2rl
 from conftest import write_sweep
 
@@ -56,5 +56,5 @@ def test_ls_lists_each_registry_and_version_prints_the_version(capsys):
     ]:
         assert main(["ls", what]) == 0
         assert expected in capsys.readouterr().out
-    assert run_a2rl("--version", check=True).stdout.strip() == f"a2rl {a2rl.__version__}"
+    assert run_a2rl("--version", check=True).stdout.strip() == f"a2rl {__version__}"
     assert run_a2rl("ls", "nothing").returncode == 2

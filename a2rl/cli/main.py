@@ -7,8 +7,8 @@ import argparse
 import importlib
 import sys
 
-from a2rl import __version__
 from a2rl.cli.common import NotASweep
+from a2rl.version import __version__
 
 # name → (module under a2rl.cli, one-line help)
 COMMANDS = {
@@ -19,6 +19,7 @@ COMMANDS = {
     "report": ("report", "write a static HTML report of one or several sweeps"),
     "runreport": ("runreport", "rebuild run reports (runs/<id>/report/) from the sweep directory"),
     "inspect": ("inspector", "an LLM judge flags rule violations in runs (verdicts with evidence; scores unchanged)"),
+    "migrate": ("migrate", "rewrite a sweep directory's records of older a2rl releases as this a2rl's versions"),
     "cancel": ("cancel", "cancel a sweep's unfinished runs (or one run) and its service jobs"),
     "doctor": (
         "doctor",

@@ -18,7 +18,6 @@ WORKSPACE_SKIP = frozenset({"data", "models", "home", "tmp"})  # copies of input
 class WorkspaceArchive(Record):
     """runs/<id>/workspace/manifest.json: what of the agent's workspace was kept after the run."""
 
-    SCHEMA = 2  # 2 raw_path; non-regular files listed as skipped by type
     run_id: str
     source: str  # the workspace on scratch
     archived_at: float

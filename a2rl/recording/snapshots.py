@@ -43,7 +43,6 @@ class SkippedFile(BaseModel):
 
 
 class CodeSnapshot(Record):
-    SCHEMA = 2  # 2 raw_path; non-regular files listed as skipped by type
     run_id: str
     submission_id: str
     seq: int

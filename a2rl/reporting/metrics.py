@@ -50,7 +50,6 @@ TrainTypeSource = Literal["code", "self-reported"]
 class SubmissionRow(Record):
     """One line of summary.jsonl."""
 
-    SCHEMA = 4  # 2 added train_type_source; 3 snapshot_error; 4 lineage, lineage_reason
     iteration: int  # the submission's seq (1-based)
     submission_id: str
     at_s: float  # seconds from the run's start (wall clock)
@@ -87,7 +86,6 @@ SPLIT_FIELDS = {
 class RunMetrics(Record):
     # 2 added leaks; 3 route and train_type_source; 4 protocol; 5 inspector_flag, inspector_verdicts,
     # foreign_submissions; 6 feedback ... selection_gap
-    SCHEMA = 6
     run_id: str
     task: str
     agent: str

@@ -13,7 +13,6 @@ the sweep recorded (result, ledger, code snapshots, transcript), so it can be re
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -166,7 +165,7 @@ def write_run_report(sweep: SweepDir, run_id: str, result: RunResult | None = No
     metrics.dump(out / "metrics.json")
     atomic_write_text(
         out / "summary.jsonl",
-        "".join(json.dumps({**r.model_dump(mode="json"), "schema_version": r.SCHEMA}) + "\n" for r in rows),
+        "".join(r.json_line() for r in rows),
     )
     atomic_write_text(out / "summary.md", markdown(metrics, rows, snapshot_dir(sweep.root, run_id)))
     plot(metrics, out / "trajectory.png")

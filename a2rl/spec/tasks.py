@@ -92,7 +92,6 @@ class TaskSpec(BaseModel):
 
 
 class PreparedData(Record):
-    SCHEMA = 2  # 2 added prepare_fingerprint; prepared() treats version-1 records as stale
     task: str
     prepared_at: float
     prepare_fingerprint: str  # Task.prepare_fingerprint() of the script that wrote the data
@@ -103,7 +102,6 @@ class SplitRecord(Record):
     """heldout-parts/split.json: which held-out file was divided (its checksum: a new prepare divides again) and
     the sizes it was divided into. The seed lies beside it in SEED, read by nobody."""
 
-    SCHEMA = 1
     file: str
     file_sha256: str
     feedback: int

@@ -23,7 +23,6 @@ log = logging.getLogger("a2rl.baselines")
 
 
 class BaselineRecord(SignedRecord):
-    SCHEMA = 4  # 2 added hmac, 3 protocol, 4 part, final_score
     task: str
     protocol: EvalProtocol
     model: str

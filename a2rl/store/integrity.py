@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import TypeVar
 
+from pydantic import PrivateAttr
+
 from a2rl.records import Record, RecordError, missing
 from a2rl.store.retries import retried
 
@@ -79,15 +81,23 @@ class SignedRecord(Record):
     without the hmac field itself."""
 
     hmac: str | None = None
+    # an upgraded record's fields as its file held them (records.py): what its writer signed
+    _signed: dict | None = PrivateAttr(default=None)
+
+    def _read_from(self, original: dict) -> None:
+        self._signed = {k: v for k, v in original.items() if k != "hmac"}
 
     def digest(self, key: bytes) -> str:
-        data = self.model_dump(mode="json", exclude={"hmac"})
-        data["schema_version"] = self.SCHEMA
+        data = self._signed
+        if data is None:
+            data = self.model_dump(mode="json", exclude={"hmac"})
+            data["schema_version"] = self.SCHEMA
         return _hmac.new(
             key, json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), hashlib.sha256
         ).hexdigest()
 
     def sign(self: S, key: bytes) -> S:
+        self._signed = None  # signs what this a2rl writes
         self.hmac = self.digest(key)
         return self
 

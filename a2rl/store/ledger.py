@@ -58,10 +58,6 @@ class Lineage(BaseModel):
 
 
 class LedgerEntry(SignedRecord):
-    # SCHEMA 2 added hmac, 3 leaks, 4 protocol, 5 generation, backend, grading_key, cached_from, 6 budget_used_s,
-    # tokens, cost_usd, 7 snapshot_error, 8 engine, 9 lineage, 10 part, n_items, marked_final, selected_by
-    # (feedback: split)
-    SCHEMA = 10
     submission_id: str
     run_id: str
     seq: int

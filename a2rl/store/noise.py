@@ -19,7 +19,6 @@ NOISE_SDS = 2.0
 
 
 class NoiseRecord(SignedRecord):
-    SCHEMA = 1
     task: str
     model: str
     protocol: str

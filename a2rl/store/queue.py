@@ -39,8 +39,6 @@ WATCH_S = 0.05  # how often an idle grader stats pending/: one stat is cheap, th
 
 
 class QueueEntry(SignedRecord):
-    SCHEMA = 5  # 2 added hmac: the run's job signs, the grader verifies before grading; 3 budget_used_s, tokens
-    # (the grader copies them into the ledger entry); 4 snapshot_error; 5 final
     submission_id: str
     run_id: str
     seq: int
@@ -59,7 +57,6 @@ class Lease(Record):
     """Who grades a submission. Readers judge it by `renewals` on their own clock (store/freshness.py); the
     writer's wall-clock stamps are for people reading the file, never compared across nodes."""
 
-    SCHEMA = 2  # 2: renewals, released (version 1's release set expires_at to 0)
     submission_id: str
     holder: str
     claimed_at: float
@@ -67,10 +64,6 @@ class Lease(Record):
     attempt: int
     renewals: int = 0  # the holder adds one at each renewal: a reader that sees it change knows the holder lives
     released: bool = False  # given back (grading could not run): free at once
-
-    @classmethod
-    def upgrade(cls, data: dict, version: int) -> dict | None:
-        return {**data, "released": data.get("expires_at") == 0.0}
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,6 @@ class RunResult(SignedRecord):
     # 2: hmac, uncharged_seconds, setup_seconds, setup_seconds_by_attempt; 3: protocol; 4: submitted_budget_s,
     # submitted_tokens; 5: status quota, caps_hit; 6: foreign_submissions; 7: feedback, feedback_n, final*,
     # baseline_final, selection_gap
-    SCHEMA = 7
     run_id: str
     task: str
     protocol: EvalProtocol  # how the submissions and the baseline were scored

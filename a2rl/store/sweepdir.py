@@ -24,7 +24,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from a2rl import __version__
 from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
@@ -36,6 +35,7 @@ from a2rl.store.integrity import create_key, read_key
 from a2rl.store.ledger import Ledger
 from a2rl.store.queue import SubmissionQueue
 from a2rl.store.retries import RETRIES, retried
+from a2rl.version import __version__
 
 HEARTBEAT_S = 10.0
 STALE_S = 6 * HEARTBEAT_S  # a run or grader silent for this long is presumed dead
@@ -57,7 +57,6 @@ class RunStatus(Record):
     then by the run's job: running, finishing (its result is written and the job waits for the scores of its
     submissions), finished, or interrupted (stopped by SIGTERM; a requeued job resumes it)."""
 
-    SCHEMA = 3  # 2: setup_seconds, states deferred and finished; 3: uncharged_seconds
     run_id: str
     state: Literal["deferred", "submitted", "running", "finishing", "finished", "interrupted"]
     job_id: str | None = None
@@ -79,7 +78,6 @@ class RunStatus(Record):
 
 
 class GraderBeat(Record):
-    SCHEMA = 2  # 2: starts, reloads, reload_failures
     holder: str
     host: str
     pid: int

@@ -1,0 +1,157 @@
+"""Record format 1.0 (docs/development.md, "Record formats"): the committed fixture sweeps (tests/fixtures/sweeps/,
+built by tools/fixtures/build_sweep.py) print the stored outputs of `status`, `aggregate` (every layout, format
+and view), `report` and `inspect --show` (tools/fixtures/expected.py --update stores them); the sweep of the
+release before 1.0 prints the same before and after `a2rl migrate`; and the upgrade policy holds for every record
+class and every version that release wrote. Records only: no job, no model."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from a2rl import upgrades
+from a2rl.cli.main import main
+from a2rl.records import Record, RecordError, now
+from a2rl.scheduling.migrate import BACKUP_DIR, KINDS, record_files
+from a2rl.store.integrity import SignedRecord
+from a2rl.store.ledger import LedgerEntry
+from a2rl.store.sweepdir import GraderBeat, SweepDir
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tools/fixtures"))
+import expected  # noqa: E402
+
+PRE = expected.SWEEPS / "pre-1.0"
+
+
+def same_as_stored(found: dict[str, str], fixture: str) -> None:
+    want = expected.stored(fixture)
+    for name in expected.CASES:
+        diff = "".join(difflib.unified_diff(want[name].splitlines(True), found[name].splitlines(True), n=1))
+        assert not diff, f"{fixture}/{name} differs from its stored output (tools/fixtures/expected.py):\n{diff}"
+
+
+def version_of(path: Path) -> list:
+    lines = path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]
+    return [json.loads(line).get("schema_version") for line in lines if line.strip()]
+
+
+def record_classes() -> set[type[Record]]:
+    def below(c: type) -> set[type]:
+        return {s for sub in c.__subclasses__() for s in {sub, *below(sub)}}
+
+    return {c for c in below(Record) if c is not SignedRecord and c.__module__.startswith("a2rl.")}
+
+
+def test_the_1_0_sweep_prints_the_stored_outputs_and_needs_no_migration(tmp_path, capsys):
+    sweep = expected.copy_of("1.0", tmp_path)
+    same_as_stored(expected.outputs(sweep), "1.0")
+    files = record_files(sweep)
+    assert files and all(set(version_of(p)) <= {cls.SCHEMA} for p, cls in files)
+    assert main(["migrate", str(sweep)]) == 0
+    assert capsys.readouterr().out.startswith(f"nothing to migrate: all {len(files)} record files in {sweep}")
+    assert not (sweep / BACKUP_DIR).exists()
+
+
+def test_the_release_before_reads_the_same_before_and_after_migrate(tmp_path, capsys):
+    sweep = expected.copy_of("pre-1.0", tmp_path)
+    same_as_stored(expected.outputs(sweep), "pre-1.0")  # upgraded as read, nothing written
+    old = {p: p.read_bytes() for p, _ in record_files(sweep)}
+    assert all(b == (PRE / p.relative_to(sweep)).read_bytes() for p, b in old.items())
+    assert main(["migrate", str(sweep)]) == 0
+    line = capsys.readouterr().out
+    (backup,) = (sweep / BACKUP_DIR).iterdir()
+    assert line.startswith("migrated ") and f"(originals in {backup})" in line and line.count("\n") == 1, line
+    for path, cls in record_files(sweep):
+        assert set(version_of(path)) <= {cls.SCHEMA}, path
+        if path.read_bytes() != old[path]:  # rewritten: its original is in the backup, byte for byte
+            assert (backup / path.relative_to(sweep)).read_bytes() == old[path]
+        if issubclass(cls, SignedRecord):  # signed again with the sweep's key
+            cls.load(path).verify(SweepDir(sweep).key, path)
+    same_as_stored(expected.outputs(sweep), "pre-1.0")
+    assert main(["migrate", str(sweep)]) == 0  # idempotent
+    assert capsys.readouterr().out.startswith("nothing to migrate")
+    assert len(list((sweep / BACKUP_DIR).iterdir())) == 1
+
+
+def test_every_record_class_reads_each_version_the_release_before_wrote():
+    classes = record_classes()
+    assert {c.__name__ for c in classes} <= set(upgrades.PRE_1_0), "a record class without its 0.x versions"
+    assert {c for _, c in KINDS} <= classes
+    seen = set()
+    for path, cls in record_files(PRE):
+        for v in version_of(path):
+            assert isinstance(v, int) and v in upgrades.PRE_1_0[cls.__name__], (path, v)
+            seen.add(cls)
+    # every JSON file of the fixture that holds a versioned record is one migrate finds
+    found = {p for p, _ in record_files(PRE)}
+    for path in PRE.rglob("*.json"):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and "schema_version" in data:
+            assert path in found, f"{path}: a record `a2rl migrate` does not know (scheduling/migrate.py KINDS)"
+    assert len(seen) >= 15  # the fixture holds most kinds of record
+
+
+def test_a_0x_int_is_never_taken_for_a_1x_version_and_newer_ones_are_refused(tmp_path):
+    entry = next(PRE.glob("ledger/*/*.json"))
+    data = json.loads(entry.read_text())
+    assert isinstance(data["schema_version"], int)
+    read = LedgerEntry.load(entry).verify(SweepDir(PRE).key, entry)  # upgraded, and its writer's signature holds
+    assert read.schema_version == LedgerEntry.SCHEMA
+    for version, why in [
+        (1, "older than any a2rl 1.x reads"),  # the ledger's first 0.x version: refused by the release before too
+        ("1", "is not a record version"),
+        ("99.0", "newer than this a2rl reads"),
+        (f"{LedgerEntry.SCHEMA}.1", "is not a record version"),
+    ]:
+        (tmp_path / "e.json").write_text(json.dumps({**data, "schema_version": version}))
+        with pytest.raises(RecordError, match=why):
+            LedgerEntry.load(tmp_path / "e.json")
+    tampered = {**data, "score": 99.0}
+    (tmp_path / "t.json").write_text(json.dumps(tampered))
+    with pytest.raises(RecordError, match="does not verify"):
+        LedgerEntry.load(tmp_path / "t.json").verify(SweepDir(PRE).key, tmp_path / "t.json")
+
+
+class Probe(Record):
+    SCHEMA = "1.2"
+    count: int
+    unit: str
+
+
+def test_steps_chain_from_a_0x_version_through_each_1x_one(tmp_path, monkeypatch):
+    """How a later release bumps a record: its SCHEMA, and a step from the version before in upgrades.py."""
+    monkeypatch.setitem(upgrades.PRE_1_0, "Probe", {3: lambda d: {"count": d["n"]}})
+    steps = {"1.0": ("1.1", lambda d: {**d, "unit": "items"}), "1.1": ("1.2", lambda d: {**d, "count": d["count"] * 2})}
+    monkeypatch.setitem(upgrades.STEPS, "Probe", steps)
+    for data, want in [
+        ({"schema_version": 3, "n": 5}, (10, "items")),
+        ({"schema_version": "1.1", "count": 4, "unit": "s"}, (8, "s")),
+        ({"schema_version": "1.2", "count": 4, "unit": "s"}, (4, "s")),
+    ]:
+        (tmp_path / "p.json").write_text(json.dumps(data))
+        got = Probe.load(tmp_path / "p.json")
+        assert (got.count, got.unit, got.schema_version) == (*want, "1.2")
+    (tmp_path / "p.json").write_text(json.dumps({"schema_version": "1.3", "count": 1, "unit": "s"}))
+    with pytest.raises(RecordError, match="newer than this a2rl reads"):
+        Probe.load(tmp_path / "p.json")
+
+
+def test_migrate_refuses_a_sweep_at_work_and_changes_nothing(tmp_path, capsys):
+    sweep = expected.copy_of("pre-1.0", tmp_path)
+    t = now()
+    host, pid = socket.gethostname(), os.getpid()
+    beat = GraderBeat(holder="grader9", host=host, pid=pid, started_at=t, heartbeat_at=t, graded=0, state="idle")
+    beat.dump(sweep / "graders" / "grader9.json")
+    before = {p: p.read_bytes() for p, _ in record_files(sweep)}
+    assert main(["migrate", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {sweep} is at work (grader grader9)") and err.count("\n") == 1, err
+    assert {p: p.read_bytes() for p, _ in record_files(sweep)} == before
+    assert not (sweep / BACKUP_DIR).exists()
