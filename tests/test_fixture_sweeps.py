@@ -14,11 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from a2rl import upgrades
 from a2rl.cli.main import main
 from a2rl.records import Record, RecordError, now
 from a2rl.scheduling.migrate import BACKUP_DIR, KINDS, record_files
+from a2rl.spec.sweep import load_sweep
 from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.sweepdir import GraderBeat, SweepDir
@@ -155,3 +157,14 @@ def test_migrate_refuses_a_sweep_at_work_and_changes_nothing(tmp_path, capsys):
     assert err.startswith(f"error: {sweep} is at work (grader grader9)") and err.count("\n") == 1, err
     assert {p: p.read_bytes() for p, _ in record_files(sweep)} == before
     assert not (sweep / BACKUP_DIR).exists()
+
+
+@pytest.mark.parametrize("fixture", expected.FIXTURES)
+def test_the_sweep_files_written_for_1_0_and_before_still_validate(tmp_path, fixture):
+    """The other half of the promise: a sweep.yaml written for 1.0 keeps validating (its agent path made this
+    checkout's: the fixture was built in another)."""
+    spec = yaml.safe_load((expected.SWEEPS / fixture / "sweep.yaml").read_text())
+    spec["agent_paths"] = [str(REPO / "tests/fixtures/agents")]
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    loaded = load_sweep(tmp_path / "sweep.yaml")
+    assert [a.name for a in loaded.agents] == ["submitter", "sleeper"] and loaded.inspector is not None
