@@ -97,10 +97,12 @@ def upgrade(kind: str, data: dict, target: str) -> dict:
         raise UpgradeError(f"{kind} schema_version {version!r} is not a record version (an int, or 'MAJOR.MINOR')")
     steps = STEPS.get(kind, {})
     while version != target:
-        if parse(version) > (parse(target) or (0, 0)) or version not in steps:
+        if parse(version) > (parse(target) or (0, 0)):
             raise UpgradeError(
                 f"{kind} version {version} is newer than this a2rl reads ({target}): upgrade a2rl to read it"
             )
+        if version not in steps:
+            raise UpgradeError(f"{kind} version {version} has no upgrade step to {target} (a2rl/upgrades.py STEPS)")
         version, step = steps[version]
         data = {**step(data), "schema_version": version}
     return data

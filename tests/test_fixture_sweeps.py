@@ -140,9 +140,10 @@ def test_steps_chain_from_a_0x_version_through_each_1x_one(tmp_path, monkeypatch
         (tmp_path / "p.json").write_text(json.dumps(data))
         got = Probe.load(tmp_path / "p.json")
         assert (got.count, got.unit, got.schema_version) == (*want, "1.2")
-    (tmp_path / "p.json").write_text(json.dumps({"schema_version": "1.3", "count": 1, "unit": "s"}))
-    with pytest.raises(RecordError, match="newer than this a2rl reads"):
-        Probe.load(tmp_path / "p.json")
+    for version, why in [("1.3", "newer than this a2rl reads"), ("0.9", "has no upgrade step to 1.2")]:
+        (tmp_path / "p.json").write_text(json.dumps({"schema_version": version, "count": 1, "unit": "s"}))
+        with pytest.raises(RecordError, match=why):
+            Probe.load(tmp_path / "p.json")
 
 
 def test_migrate_refuses_a_sweep_at_work_and_changes_nothing(tmp_path, capsys):
