@@ -450,3 +450,21 @@ def test_the_capacity_plan_counts_hours_arrays_jobs_and_the_queue_limit(tmp_path
     assert capacity.gpu_line(slurm(runner, FakeClock(), spec), 13) == (
         "GPU limits: unknown (sacctmgr is not there or did not answer)"
     )
+
+
+def test_a_local_job_that_ended_unreaped_is_not_alive():
+    """A cancelled local job's process ends before the launch that started it reaps it (a zombie): the monitor
+    must see it gone, or the run waits for its result forever."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 60, "the child to exit")
+        (state,) = make_scheduler("local").states([str(child.pid)]).values()
+        assert state.alive is False and "has exited" in state.reason
+    finally:
+        child.wait()
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        assert make_scheduler("local").states([str(alive.pid)])[str(alive.pid)].alive is True
+    finally:
+        alive.kill()
+        alive.wait()
