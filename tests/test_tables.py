@@ -173,7 +173,12 @@ def finish(
 
 @pytest.fixture
 def sweep(tmp_path) -> SweepDir:
-    sweep = make_sweep(tmp_path / "a")
+    return build_sweep(tmp_path / "a")
+
+
+def build_sweep(root: Path) -> SweepDir:
+    """The synthetic sweep of this module (tests/test_exports.py reads it too)."""
+    sweep = make_sweep(root)
     # gsm8k (baseline 10), free: 40 and 30; seed 2 failed (infrastructure)
     finish(
         sweep, "gsm8k", "free", 0, [(20, 1000, 20.0), (60, 5000, 40.0)], usage=(4000, 1000, 0.5), train_type="SFT+GRPO"
@@ -367,15 +372,17 @@ def test_conflicting_sweeps_are_an_error(sweep, tmp_path):
 def test_command_line_formats_and_errors(sweep, tmp_path):
     out = a2rl("aggregate", str(sweep.root), "--layout", "paper", "--pass-at", "1,2", "--format", "json", check=True)
     doc = json.loads(out.stdout)
-    assert [t["title"] for t in doc["tables"]] == [
-        "Table 2: tiny-llama",
-        "pass@k: expected best improvement over k runs",
-    ]
-    assert doc["tables"][0]["rows"][0] == ["base model", "10.00", "FAILED"]
+    assert list(doc["tables"]) == ["paper", "pass_at"]
+    free = next(r for r in doc["tables"]["paper"] if (r["task"], r["mode"]) == ("gsm8k", "free"))
+    assert (free["baseline"], free["mean"], free["sem"], free["n"], free["runs"]) == (10.0, 35.0, 5.0, 2, 3)
     latex = a2rl("aggregate", str(sweep.root), "--by", "mode", "--format", "latex", check=True).stdout
     assert "\\begin{tabular}" in latex and "sft-only" in latex
     csv_text = a2rl("aggregate", str(sweep.root), "--scaling", "--format", "csv", check=True).stdout
-    assert csv_text.splitlines()[0].startswith("model,task,agent,driver,mode,protocol,@25% budget")
+    assert csv_text.splitlines()[0] == "model,task,agent,driver,mode,protocol,at,point,mean,sem,n,runs"
+    several = a2rl("aggregate", str(sweep.root), "--scaling", "--usage", "--format", "csv")
+    assert several.returncode == 2 and "2 tables (scaling, usage) need --out DIR" in several.stderr
+    out = a2rl("aggregate", str(sweep.root), "--scaling", "--usage", "--format", "csv", "--out", str(tmp_path / "o"))
+    assert out.stdout.split() == [str(tmp_path / "o" / "scaling.csv"), str(tmp_path / "o" / "usage.csv")]
     bad = a2rl("aggregate", str(sweep.root), str(sweep.root))
     assert bad.returncode == 2 and bad.stderr.startswith("error: the same run") and "Traceback" not in bad.stderr
     bad = a2rl("aggregate", str(sweep.root), "--pass-at", "0")
