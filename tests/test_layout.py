@@ -10,7 +10,7 @@ PKG = Path(__file__).resolve().parent.parent / "a2rl"
 # earlier layers never import later ones; a layer may import itself
 # (reporting reads what runs and graders recorded; they tell it through a result hook scheduling passes them)
 LAYERS = [
-    {"errors", "records", "httpjson", "siteproxy", "weights"},
+    {"errors", "records", "httpjson", "siteproxy", "weights", "version"},
     {"spec"},
     {"store"},
     {"llm"},
@@ -23,7 +23,7 @@ LAYERS = [
     {"inspector"},
     {"scheduling"},
     {"reference"},
-    {"cli", "launch", "aggregate", "__main__"},
+    {"cli", "launch", "aggregate", "__main__", "api"},
 ]
 
 

@@ -1,0 +1,3 @@
+"""The one place a2rl's version is written."""
+
+__version__ = "1.0.0"
