@@ -40,7 +40,13 @@ from conftest import a2rl
 
 
 def make_sweep(
-    root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",), agents=("claude",)
+    root,
+    seeds=(0, 1, 2),
+    budget=100,
+    tasks=("gsm8k", "humaneval"),
+    protocols=("paper",),
+    agents=("claude",),
+    base_scores=(("gsm8k", 10.0), ("humaneval", None)),  # None: the baseline failed
 ) -> SweepDir:
     spec = SweepSpec.model_validate(
         {
@@ -58,7 +64,7 @@ def make_sweep(
     )
     sweep = SweepDir(root)
     sweep.create(spec, "", expand(spec))
-    for task, score in (("gsm8k", 10.0), ("humaneval", None)):
+    for task, score in base_scores:
         for protocol in protocols if task in tasks else ():
             score = score if protocol == "paper" or score is None else score / 2  # a2rl: 5
             BaselineRecord(
