@@ -14,6 +14,8 @@ import pytest
 
 import a2rl
 from a2rl.errors import SpecError
+from a2rl.scheduling.launcher import open_sweep
+from a2rl.store.results import mark_lost
 from conftest import REPO, write_sweep
 from test_tables import build_sweep, finish, make_sweep
 
@@ -80,13 +82,14 @@ def test_launch_raises_what_the_command_refuses(tmp_path):
     assert not (tmp_path / "sd").exists()
 
 
-@pytest.mark.slow  # a real local launch of one run (the echo task, the baseline agent)
-def test_launch_and_wait_returns_the_launch(tmp_path, capsys):
-    done = a2rl.launch(write_sweep(tmp_path), sweep_dir=tmp_path / "sd", wait=True, progress_s=5)
-    assert done.sweep.root == tmp_path / "sd" and len(done.runs) == 1 and not done.finished
-    runs = a2rl.open_sweep(done.sweep.root).runs()
-    assert list(runs["status"]) == ["ok"] and runs["run_id"][0] == done.runs[0].run_id
-    assert a2rl.launch(tmp_path / "sd").finished  # launched again: nothing to submit
+@pytest.mark.slow  # a launch prepares what its runs share and audits the sandbox (~25 s here)
+def test_launch_returns_the_launch(tmp_path):
+    """Launched again when every run has ended (here: failed, lost), the real launch path submits nothing."""
+    sweep, runs = open_sweep(write_sweep(tmp_path), tmp_path / "sd")
+    mark_lost(sweep, runs[0], "lost in a test")
+    done = a2rl.launch(sweep.root, wait=True)
+    assert done.finished and done.sweep.root == sweep.root and [r.run_id for r in done.runs] == [runs[0].run_id]
+    assert list(a2rl.open_sweep(sweep.root).runs()["status"]) == ["failed"]
 
 
 def example_code() -> str:
