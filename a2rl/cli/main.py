@@ -7,8 +7,8 @@ import argparse
 import importlib
 import sys
 
-from a2rl import __version__
 from a2rl.cli.common import NotASweep
+from a2rl.version import __version__
 
 # name → (module under a2rl.cli, one-line help)
 COMMANDS = {

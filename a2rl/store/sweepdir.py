@@ -24,7 +24,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from a2rl import __version__
 from a2rl.records import Record, RecordError, atomic_write_text, now
 from a2rl.spec.clusters import profile_of
 from a2rl.spec.grid import RunSpec
@@ -36,6 +35,7 @@ from a2rl.store.integrity import create_key, read_key
 from a2rl.store.ledger import Ledger
 from a2rl.store.queue import SubmissionQueue
 from a2rl.store.retries import RETRIES, retried
+from a2rl.version import __version__
 
 HEARTBEAT_S = 10.0
 STALE_S = 6 * HEARTBEAT_S  # a run or grader silent for this long is presumed dead
