@@ -376,9 +376,9 @@ def test_conflicting_sweeps_are_an_error(sweep, tmp_path):
 
 @pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_command_line_formats_and_errors(sweep, tmp_path):
-    out = a2rl("aggregate", str(sweep.root), "--layout", "paper", "--pass-at", "1,2", "--format", "json", check=True)
-    doc = json.loads(out.stdout)
-    assert list(doc["tables"]) == ["paper", "pass_at"]
+    args = ("--layout", "paper", "--pass-at", "1,2", "--per-run", "--format", "json")
+    doc = json.loads(a2rl("aggregate", str(sweep.root), *args, check=True).stdout)
+    assert list(doc["tables"]) == ["paper", "pass_at", "runs"] and len(doc["tables"]["runs"]) == 12
     free = next(r for r in doc["tables"]["paper"] if (r["task"], r["mode"]) == ("gsm8k", "free"))
     assert (free["baseline"], free["mean"], free["sem"], free["n"], free["runs"]) == (10.0, 35.0, 5.0, 2, 3)
     latex = a2rl("aggregate", str(sweep.root), "--by", "mode", "--format", "latex", check=True).stdout
@@ -391,6 +391,8 @@ def test_command_line_formats_and_errors(sweep, tmp_path):
     assert out.stdout.split() == [str(tmp_path / "o" / "scaling.csv"), str(tmp_path / "o" / "usage.csv")]
     bad = a2rl("aggregate", str(sweep.root), str(sweep.root))
     assert bad.returncode == 2 and bad.stderr.startswith("error: the same run") and "Traceback" not in bad.stderr
+    bad = a2rl("aggregate", str(sweep.root), "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "error: --out is for --format csv, json, parquet" in bad.stderr
     bad = a2rl("aggregate", str(sweep.root), "--pass-at", "0")
     assert bad.returncode == 2 and "k values must be 1 or more" in bad.stderr
 
