@@ -115,5 +115,5 @@ def test_unfinished_and_failed_runs_stay_in_their_modes_row(sweep):
 
 def test_csv_has_a_mode_column(sweep):
     lines = render(sweep, "csv", []).splitlines()
-    assert lines[0].split(",")[:5] == ["task", "agent", "driver", "mode", "model"]
-    assert [line.split(",")[3] for line in lines[1:]] == ["free", "sft-only"]
+    assert lines[0].split(",")[:5] == ["model", "task", "agent", "driver", "mode"]
+    assert [line.split(",")[4] for line in lines[1:]] == ["free", "sft-only"]

@@ -8,6 +8,8 @@ how it reads the answer back and where the verdicts go."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import threading
@@ -419,9 +421,8 @@ def test_command_line_report_and_override(sweep, judge):
     assert len(list((sweep.run_dir(planted) / "inspections").glob("*.json"))) == 1
     # the flags table and the HTML report
     flags = a2rl("aggregate", str(sweep.root), "--flags", "--format", "csv", check=True).stdout
-    assert "grader_tampering" in flags.splitlines()[0]
-    row = next(line for line in flags.splitlines() if line.startswith(planted))
-    assert "clean (overridden)" in row
+    row = next(r for r in csv.DictReader(io.StringIO(flags)) if r["run_id"] == planted)
+    assert (row["grader_tampering"], row["grader_tampering_overridden"]) == ("clean", "True")
     page = Path(a2rl("report", str(sweep.root), check=True).stdout.strip()).read_text()
     assert "Inspector" in page and "overridden" in page
 

@@ -40,7 +40,13 @@ from conftest import a2rl
 
 
 def make_sweep(
-    root, seeds=(0, 1, 2), budget=100, tasks=("gsm8k", "humaneval"), protocols=("paper",), agents=("claude",)
+    root,
+    seeds=(0, 1, 2),
+    budget=100,
+    tasks=("gsm8k", "humaneval"),
+    protocols=("paper",),
+    agents=("claude",),
+    base_scores=(("gsm8k", 10.0), ("humaneval", None)),  # None: the baseline failed
 ) -> SweepDir:
     spec = SweepSpec.model_validate(
         {
@@ -58,7 +64,7 @@ def make_sweep(
     )
     sweep = SweepDir(root)
     sweep.create(spec, "", expand(spec))
-    for task, score in (("gsm8k", 10.0), ("humaneval", None)):
+    for task, score in base_scores:
         for protocol in protocols if task in tasks else ():
             score = score if protocol == "paper" or score is None else score / 2  # a2rl: 5
             BaselineRecord(
@@ -173,7 +179,12 @@ def finish(
 
 @pytest.fixture
 def sweep(tmp_path) -> SweepDir:
-    sweep = make_sweep(tmp_path / "a")
+    return build_sweep(tmp_path / "a")
+
+
+def build_sweep(root: Path) -> SweepDir:
+    """The synthetic sweep of this module (tests/test_exports.py reads it too)."""
+    sweep = make_sweep(root)
     # gsm8k (baseline 10), free: 40 and 30; seed 2 failed (infrastructure)
     finish(
         sweep, "gsm8k", "free", 0, [(20, 1000, 20.0), (60, 5000, 40.0)], usage=(4000, 1000, 0.5), train_type="SFT+GRPO"
@@ -365,19 +376,23 @@ def test_conflicting_sweeps_are_an_error(sweep, tmp_path):
 
 @pytest.mark.slow  # 3-9 s: kept out of the fast layer
 def test_command_line_formats_and_errors(sweep, tmp_path):
-    out = a2rl("aggregate", str(sweep.root), "--layout", "paper", "--pass-at", "1,2", "--format", "json", check=True)
-    doc = json.loads(out.stdout)
-    assert [t["title"] for t in doc["tables"]] == [
-        "Table 2: tiny-llama",
-        "pass@k: expected best improvement over k runs",
-    ]
-    assert doc["tables"][0]["rows"][0] == ["base model", "10.00", "FAILED"]
+    args = ("--layout", "paper", "--pass-at", "1,2", "--per-run", "--format", "json")
+    doc = json.loads(a2rl("aggregate", str(sweep.root), *args, check=True).stdout)
+    assert list(doc["tables"]) == ["paper", "pass_at", "runs"] and len(doc["tables"]["runs"]) == 12
+    free = next(r for r in doc["tables"]["paper"] if (r["task"], r["mode"]) == ("gsm8k", "free"))
+    assert (free["baseline"], free["mean"], free["sem"], free["n"], free["runs"]) == (10.0, 35.0, 5.0, 2, 3)
     latex = a2rl("aggregate", str(sweep.root), "--by", "mode", "--format", "latex", check=True).stdout
     assert "\\begin{tabular}" in latex and "sft-only" in latex
     csv_text = a2rl("aggregate", str(sweep.root), "--scaling", "--format", "csv", check=True).stdout
-    assert csv_text.splitlines()[0].startswith("model,task,agent,driver,mode,protocol,@25% budget")
+    assert csv_text.splitlines()[0] == "model,task,agent,driver,mode,protocol,at,point,mean,sem,n,runs"
+    several = a2rl("aggregate", str(sweep.root), "--scaling", "--usage", "--format", "csv")
+    assert several.returncode == 2 and "2 tables (scaling, usage) need --out DIR" in several.stderr
+    out = a2rl("aggregate", str(sweep.root), "--scaling", "--usage", "--format", "csv", "--out", str(tmp_path / "o"))
+    assert out.stdout.split() == [str(tmp_path / "o" / "scaling.csv"), str(tmp_path / "o" / "usage.csv")]
     bad = a2rl("aggregate", str(sweep.root), str(sweep.root))
     assert bad.returncode == 2 and bad.stderr.startswith("error: the same run") and "Traceback" not in bad.stderr
+    bad = a2rl("aggregate", str(sweep.root), "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "error: --out is for --format csv, json, parquet" in bad.stderr
     bad = a2rl("aggregate", str(sweep.root), "--pass-at", "0")
     assert bad.returncode == 2 and "k values must be 1 or more" in bad.stderr
 

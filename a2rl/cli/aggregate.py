@@ -9,7 +9,7 @@ from pathlib import Path
 from a2rl.cli.common import not_a_sweep
 from a2rl.errors import SpecError
 from a2rl.records import RecordError
-from a2rl.reporting.aggregate import FORMATS, Sweeps, format_tables, tables
+from a2rl.reporting.aggregate import FORMATS, TIDY, Sweeps, export, format_tables, notes, tables
 from a2rl.store.sweepdir import SweepDir
 
 
@@ -35,7 +35,10 @@ def table_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routes", action="store_true", help="training of each run's best submission")
     p.add_argument("--failures", action="store_true", help="failures by cause: infrastructure or agent")
     p.add_argument("--usage", action="store_true", help="tokens and cost per cell")
-    p.add_argument("--submissions", action="store_true", help="submissions per run")
+    p.add_argument(
+        "--submissions", action="store_true", help="submissions per run (csv/json/parquet: a row per submission)"
+    )
+    p.add_argument("--per-run", action="store_true", help="a row per run: status, score, improvement, tokens, cost")
     p.add_argument("--flags", action="store_true", help="the inspector's verdicts per run (a2rl inspect)")
 
 
@@ -61,13 +64,25 @@ def selected(sw: Sweeps, args: argparse.Namespace):
         failures=args.failures,
         usage=args.usage,
         submissions=args.submissions,
+        per_run=args.per_run,
         flags=args.flags,
     )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep_dirs", type=Path, nargs="+", metavar="SWEEP_DIR")
-    p.add_argument("--format", default="simple", choices=FORMATS)
+    p.add_argument(
+        "--format",
+        default="simple",
+        choices=FORMATS,
+        help="simple, github, latex: display strings; csv, json, parquet: tidy data (numbers, a row per cell)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="csv, json, parquet: write each table to DIR/<table>.<format> (needed for parquet and several csv tables)",
+    )
     table_options(p)
 
 
@@ -80,8 +95,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.out is not None and args.format not in TIDY:
+            raise SpecError([f"--out is for --format {', '.join(TIDY)}; {args.format} prints to stdout"])
         sw = open_sweeps(args.sweep_dirs)
-        print(format_tables(sw, selected(sw, args), args.format))
+        if args.format in TIDY:
+            print(export(sw, selected(sw, args), args.format, args.out))
+            if args.format != "json" or args.out is not None:  # json holds its notes; csv has no room for them
+                for note in notes(sw):
+                    print(f"note: {note}", file=sys.stderr)
+        else:
+            print(format_tables(sw, selected(sw, args), args.format))
     except SpecError as e:
         print("\n".join(f"error: {line}" for line in e.lines), file=sys.stderr)
         return 2

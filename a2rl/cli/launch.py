@@ -16,7 +16,7 @@ from a2rl.cli.validate import add_plan_arguments
 from a2rl.errors import SpecError
 from a2rl.run.audit import AuditError, audit_path
 from a2rl.run.isolation import SandboxError
-from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher, read_target
+from a2rl.scheduling.launcher import DEFAULT_SWEEPS, Launcher
 from a2rl.spec.grid import RunSpec
 
 
@@ -72,12 +72,13 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.dry_run:
-            from a2rl.cli.validate import report
+            from a2rl.cli.validate import check, report
 
-            spec, runs, _ = read_target(args.target)
-            print_runs(runs)
-            print(f"{len(runs)} runs (dry run: nothing submitted)")
-            return report(args.target, spec, runs, args.executor, args.submissions_per_run)
+            v = check(args.target)
+            if v.spec is not None:
+                print_runs(v.runs)
+                print(f"{len(v.runs)} runs (dry run: nothing submitted)")
+            return report(v, args.executor, args.submissions_per_run)
         done = Launcher.launch(
             args.target,
             sweep_dir=args.sweep_dir,

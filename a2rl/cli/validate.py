@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from a2rl.errors import SpecError
+
+if TYPE_CHECKING:  # imported where used: the command line builds its parser without them
+    from a2rl.scheduling.readiness import Item
+    from a2rl.spec.grid import RunSpec
+    from a2rl.spec.sweep import SweepSpec
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,15 +44,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_plan_arguments(p)
 
 
-def run(args: argparse.Namespace) -> int:
-    from a2rl.errors import SpecError
+@dataclass
+class Validation:
+    """What `a2rl validate` found (a2rl.validate returns it): the spec and its runs where the file is valid; `errors`
+    (the file: schema, references, job shapes) are errors anywhere; `refused`, what launch refuses on this machine
+    (scheduling/readiness.py), are errors unless `elsewhere` (they are checked on the launching machine)."""
+
+    target: Path
+    spec: SweepSpec | None
+    runs: list[RunSpec] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    readiness: list[Item] = field(default_factory=list)
+    planned: dict[str, tuple[int, str]] = field(default_factory=dict)  # model -> (parameters, where from)
+    elsewhere: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """The file is valid and, unless `elsewhere`, launch would accept it here."""
+        return self.spec is not None and not self.errors and (self.elsewhere or not self.refused)
+
+
+def check(target: Path, *, elsewhere: bool = False) -> Validation:
+    """Validate `target` (a sweep.yaml or a sweep directory) as a launch would, with no side effects."""
     from a2rl.scheduling.launcher import read_target
+    from a2rl.scheduling.readiness import readiness
+    from a2rl.spec.sizing import shape_problems
+    from a2rl.store.modeldirs import planned_params
 
     try:
-        spec, runs, _ = read_target(args.target)
+        spec, runs, _ = read_target(target)
     except SpecError as e:
-        return errors(e.lines)
-    return report(args.target, spec, runs, args.executor, args.submissions_per_run, elsewhere=args.elsewhere)
+        return Validation(target, None, errors=e.lines, elsewhere=elsewhere)
+    planned = planned_params(spec)
+    items = readiness(spec)
+    return Validation(
+        target,
+        spec,
+        runs,
+        errors=shape_problems(spec, {name: n for name, (n, _) in planned.items()}),
+        refused=[line for item in items for line in item.problems],
+        readiness=items,
+        planned=planned,
+        elsewhere=elsewhere,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return report(check(args.target, elsewhere=args.elsewhere), args.executor, args.submissions_per_run)
 
 
 def errors(lines: list[str]) -> int:
@@ -52,37 +100,34 @@ def errors(lines: list[str]) -> int:
     return 2
 
 
-def report(target: Path, spec, runs: list, executor: str | None, per_run: int, *, elsewhere: bool = False) -> int:
-    """The checks and the plan of a valid sweep file; 2 where launch would refuse it (here, unless `elsewhere`)."""
+def report(v: Validation, executor: str | None, per_run: int) -> int:
+    """Print the checks and the plan of a sweep file; 2 where it is invalid, or launch would refuse it (here,
+    unless `elsewhere`)."""
     from a2rl.scheduling.capacity import print_plan
-    from a2rl.scheduling.readiness import readiness
-    from a2rl.spec.sizing import shape_problems
-    from a2rl.store.modeldirs import planned_params
 
-    planned = planned_params(spec)
-    params = {name: n for name, (n, _) in planned.items()}
-    unknown = [m.name for m in spec.model_entries if m.name not in planned]
+    if v.spec is None:
+        return errors(v.errors)
+    spec, elsewhere = v.spec, v.elsewhere
+    unknown = [m.name for m in spec.model_entries if m.name not in v.planned]
     print(
-        f"{target}: valid: {len(runs)} runs ({', '.join(spec.tasks)} × {len(spec.agents)} agent(s) × "
+        f"{v.target}: valid: {len(v.runs)} runs ({', '.join(spec.tasks)} × {len(spec.agents)} agent(s) × "
         f"{len(spec.models)} model(s))"
         + (f"; job shapes not checked for {', '.join(unknown)} (not built yet)" if unknown else "")
     )
-    if planned:
-        sizes = "; ".join(f"{name} {n / 1e9:.2f}B ({source})" for name, (n, source) in planned.items())
+    if v.planned:
+        sizes = "; ".join(f"{name} {n / 1e9:.2f}B ({source})" for name, (n, source) in v.planned.items())
         print(f"model sizes: {sizes}")
-    problems, refused = shape_problems(spec, params), []
     where = "on the launching machine (--elsewhere: not errors here)" if elsewhere else "on this machine"
     print(f"what launch checks {where}:")
-    for item in readiness(spec):
+    for item in v.readiness:
         print(f"  {item.name}: " + ("ok" if not item.problems else f"{len(item.problems)} problem(s)"))
         if elsewhere:
             print("".join(f"    launch will check: {line}\n" for line in item.problems), end="")
-        else:
-            refused += item.problems
-    print_plan(spec, runs, params, executor, per_run)
-    if not problems + refused:
+    print_plan(spec, v.runs, {name: n for name, (n, _) in v.planned.items()}, executor, per_run)
+    refused = [] if elsewhere else v.refused
+    if v.ok:
         return 0
-    errors(problems + refused)
+    errors(v.errors + refused)
     if refused:
         print(
             "error: launch refuses this sweep on this machine until these are fixed (launching from another "

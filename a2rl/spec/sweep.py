@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -332,12 +333,22 @@ def _absolutise(spec: SweepSpec, base: Path) -> SweepSpec:
 def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[str]:
     """Names that must exist in the registries, and files that must exist. Checks that depend on a field in
     `invalid` (which broke the schema, so `spec` holds a default or a placeholder there) are skipped."""
-    from a2rl.spec.agents import agent_registry, known_modes
-    from a2rl.spec.generation import preset_registry
-    from a2rl.spec.tasks import task_registry
 
     def valid(*fields: str) -> bool:
         return not invalid.intersection(fields)
+
+    return (
+        _check_tasks(spec, valid)
+        + _check_agents(spec, valid)
+        + _check_models(spec, valid)
+        + _check_interpreters(spec, valid)
+        + _check_cluster(spec)
+    )
+
+
+def _check_tasks(spec: SweepSpec, valid: Callable[..., bool]) -> list[str]:
+    """Every task named exists, loads, and has its description, evaluator and prepare files."""
+    from a2rl.spec.tasks import task_registry
 
     problems = []
     tasks = task_registry([Path(p) for p in spec.task_paths])
@@ -355,6 +366,14 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
         for field in ("description", "evaluator", "prepare"):
             if not (folder / getattr(task, field)).is_file():
                 problems.append(f"tasks[{i}]: task {t!r} has no {field} file {folder / getattr(task, field)}")
+    return problems
+
+
+def _check_agents(spec: SweepSpec, valid: Callable[..., bool]) -> list[str]:
+    """Every agent named exists, takes its args, and supports each of its drivers."""
+    from a2rl.spec.agents import agent_registry
+
+    problems = []
     agents = agent_registry([Path(p) for p in spec.agent_paths])
     known_agents = agents.names()
     for i, a in enumerate(spec.agent_entries if valid("agents", "agent_paths") else []):
@@ -386,9 +405,17 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
                     f"agents[{i}]: agent {a.name!r} cannot use local driver {d!r}: its stack declares "
                     f"no `openai_compatible` endpoint settings"
                 )
+    return problems
+
+
+def _check_models(spec: SweepSpec, valid: Callable[..., bool]) -> list[str]:
+    """The modes, the base models and their generation presets, the local drivers and the inspector's driver."""
+    from a2rl.spec.agents import known_modes
+    from a2rl.spec.generation import preset_registry
+
     modes = known_modes()
     presets = preset_registry().names()
-    problems += [f"modes[{i}]: {unknown_name('mode', m, modes)}" for i, m in enumerate(spec.modes) if m not in modes]
+    problems = [f"modes[{i}]: {unknown_name('mode', m, modes)}" for i, m in enumerate(spec.modes) if m not in modes]
     for i, m in enumerate(spec.model_entries if valid("models") else []):
         if err := check_model_ref(m.path):  # a directory's presence: scheduling/readiness.py, at launch
             problems.append(f"models[{i}].path: {err}")
@@ -410,6 +437,12 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
                 f"inspector.driver: {spec.inspector.driver!r} names no entry of local_drivers "
                 f"(defined: {', '.join(spec.local_drivers) or 'none'})"
             )
+    return problems
+
+
+def _check_interpreters(spec: SweepSpec, valid: Callable[..., bool]) -> list[str]:
+    """The task and agent directories, and the grader's and the agents' interpreters."""
+    problems = []
     for field in ("task_paths", "agent_paths"):
         for i, p in enumerate(getattr(spec, field)):
             if not Path(p).is_dir():
@@ -425,14 +458,19 @@ def check_references(spec: SweepSpec, invalid: set[str] = frozenset()) -> list[s
             f"agent_python: no interpreter at {python} (build the agents' environment with "
             f"tools/setup-agent-env.sh, or set agent_python / $A2RL_AGENT_PYTHON)"
         )
-    if spec.cluster is not None:
-        from a2rl.spec.clusters import cluster_registry
-
-        if spec.cluster not in cluster_registry().names():
-            problems.append(f"cluster: {unknown_name('cluster profile', spec.cluster, cluster_registry().names())}")
-        else:
-            try:  # a bad profile (an unknown key, a wrong type) fails at launch, not at submission
-                cluster_registry().get(spec.cluster)
-            except SpecError as e:
-                problems += [f"cluster: {line}" for line in e.lines]
     return problems
+
+
+def _check_cluster(spec: SweepSpec) -> list[str]:
+    """The cluster profile named exists and loads (a bad profile fails at launch, not at submission)."""
+    if spec.cluster is None:
+        return []
+    from a2rl.spec.clusters import cluster_registry
+
+    if spec.cluster not in cluster_registry().names():
+        return [f"cluster: {unknown_name('cluster profile', spec.cluster, cluster_registry().names())}"]
+    try:
+        cluster_registry().get(spec.cluster)
+    except SpecError as e:
+        return [f"cluster: {line}" for line in e.lines]
+    return []
