@@ -108,10 +108,9 @@ class RunSubmitter:
             )
         except ArtifactError as e:
             artifact, error = Artifact(""), str(e)
-        with artifact:
+        with artifact, _not_enqueued():
             if (needed := sum(artifact.sizes[n] for n in artifact.kept)) > (room := self.storage_room()):
                 raise OverStorageBudget(self.storage_bytes - room, needed, self.storage_bytes)
-        with artifact, _not_enqueued():
             entry = self.queue.submit(
                 self.run.run_id,
                 str(model_path),

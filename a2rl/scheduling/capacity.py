@@ -113,7 +113,6 @@ def plan(
         f"{hours(len(runs) * job_s * r.cpus)} CPU-hours"
     ]
     lines.append(_grading(spec, runs, params, submissions_per_run))
-    lines.append(storage_line(spec, runs, params, submissions_per_run))
     grader_s = job_s + g.idle_timeout_s
     workers = f"{g.first_workers}, up to {g.most_workers} (workers auto)" if g.autoscale else str(g.workers)
     lines.append(
@@ -139,6 +138,7 @@ def plan(
     lines.append(queue_line(scheduler, len(runs) + services))
     gpus = len(runs) * r.gpus + g.most_workers * g.gpus + sum(spec.local_drivers[d].gpus for d in drivers)
     lines.append(gpu_line(scheduler, gpus))
+    lines.append(storage_line(spec, runs, params, submissions_per_run))
     return lines
 
 
