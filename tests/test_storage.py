@@ -146,9 +146,10 @@ def test_a_run_at_its_storage_budget_gets_a_json_error_and_smaller_submissions_s
             [sys.executable, "-m", "a2rl", "submit", str(second)], env=env, capture_output=True, text=True, timeout=120
         )
     assert http.value.code == 507
-    assert (body["bytes_used"], body["bytes_needed"], body["bytes_allowed"]) == (used, e.value.needed, submitter.storage_bytes)
+    needed = e.value.needed
+    assert (body["bytes_used"], body["bytes_needed"], body["bytes_allowed"]) == (used, needed, submitter.storage_bytes)
     assert "storage budget" in body["error"] and "smaller model" in body["error"]
-    assert proc.returncode == 1 and "(HTTP 507)" in proc.stderr and json.loads(proc.stdout)["bytes_needed"] == e.value.needed
+    assert proc.returncode == 1 and "(HTTP 507)" in proc.stderr and json.loads(proc.stdout)["bytes_needed"] == needed
     assert s.sweep.queue.count(run_id) == 1
 
     # half the bytes: fits beside the kept candidate, is graded, and (worse) is deleted after grading
