@@ -26,7 +26,7 @@ from a2rl.run.api import GradingAPI
 from a2rl.run.artifacts import KEEP_SUFFIXES
 from a2rl.run.submit import OverStorageBudget
 from a2rl.spec.sizing import storage_default_gb, workspace_default_gb
-from conftest import a2rl
+from conftest import a2rl, write_sweep
 from test_final_split import Sweep, variant
 
 RULES = ["best-feedback", "last", "agent"]
@@ -228,3 +228,27 @@ def spec_params(s: Sweep) -> int:
     from a2rl.weights import parameter_count
 
     return parameter_count(s.submitters[next(iter(s.submitters))].ws.model)
+
+
+def test_the_defaults_follow_the_model_and_validate_refuses_a_budget_too_small(tmp_path, tiny_model):
+    from a2rl.spec.sizing import run_storage_gb, workspace_gb
+    from a2rl.spec.sweep import SweepSpec
+
+    spec = SweepSpec(name="s", tasks=["arith"], agents=["baseline"], models=["builtin:tiny-llama"], budget=60)
+    qwen7b = 7_615_616_512
+    assert workspace_gb(spec, qwen7b) == pytest.approx(qwen7b * 16 / GIB + 16) != 256  # no longer a fixed 256 GiB
+    assert workspace_gb(spec, 500_000) == pytest.approx(16, abs=0.01)
+    assert run_storage_gb(spec, qwen7b) == pytest.approx(43.56, abs=0.01)  # a 7B run: bf16 candidate + fp32 beside
+    set_ = SweepSpec(**{**spec.model_dump(), "limits": {"workspace_gb": 50}, "storage": {"run_gb": 30}})
+    assert (workspace_gb(set_, qwen7b), run_storage_gb(set_, qwen7b)) == (50, 30)
+
+    models = [{"name": "tiny-llama", "path": str(tiny_model)}]
+    path = write_sweep(tmp_path, models=models, storage={"run_gb": 0.001})  # 1 MiB: not two bf16 copies of it
+    proc = a2rl("validate", str(path), "--elsewhere")
+    assert proc.returncode == 2
+    assert "error: storage.run_gb: 0.001 GiB holds fewer than two bf16 copies of model 'tiny-llama'" in proc.stderr
+    assert "storage: per run at most 0.0 GiB (storage.run_gb)" in proc.stdout
+    ok = write_sweep(tmp_path, name="ok", models=models, storage={"run_gb": 0.01, "keep": "all"})
+    proc = a2rl("validate", str(ok), "--elsewhere")
+    assert proc.returncode == 0, proc.stderr
+    assert "(10 frozen bf16 copies of 10 submissions at once: every frozen copy (storage.keep: all)" in proc.stdout

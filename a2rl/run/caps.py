@@ -120,9 +120,7 @@ class RunCaps:
     ):
         """`workspace_gb`: the workspace cap where limits.workspace_gb is unset (spec/sizing.py workspace_gb)."""
         self.limits, self.workspace = limits, workspace
-        self.workspace_gb = limits.workspace_gb or workspace_gb
-        if self.workspace_gb is None:
-            raise ValueError("RunCaps needs limits.workspace_gb or workspace_gb")
+        self.workspace_gb = limits.workspace_gb or workspace_gb  # None: over_quota raises (the job always sets it)
         self.mem_bytes = int((limits.mem_gb or mem_gb) * GB)
         self.cgroup = Cgroup(name, pids=limits.processes, mem_bytes=self.mem_bytes)
         # RLIMIT_DATA only where no cgroup holds memory, and never with GPUs (the CUDA driver's mappings)
@@ -147,7 +145,7 @@ class RunCaps:
         return (
             f"caps: processes {lim.processes} ({' + '.join(p for p in procs if p) or 'not enforceable here'}); "
             f"memory {self.mem_bytes / GB:g} GiB ({mem}); "
-            f"workspace {self.workspace_gb:.3g} GiB (checked every {lim.workspace_check_s:g} s); "
+            f"workspace {self.workspace_gb or 0:.3g} GiB (checked every {lim.workspace_check_s:g} s); "
             f"agent.log {lim.agent_log_mb:g} MiB; relay connections {lim.relay_connections}"
         )
 
@@ -166,6 +164,8 @@ class RunCaps:
 
     def over_quota(self) -> str | None:
         """The reason to stop the run, if its workspace has grown past the cap."""
+        if self.workspace_gb is None:
+            raise ValueError("RunCaps needs limits.workspace_gb or workspace_gb to check the workspace")
         used = tree_bytes(self.workspace)
         cap = self.workspace_gb * GB
         if used <= cap:
