@@ -69,7 +69,9 @@ def _on_disk(s: Sweep, entries) -> list[bool]:
     return [(s.sweep.submissions / e.submission_id).is_dir() for e in entries]
 
 
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize(  # each rule on random runs above; the wiring once in the fast layer, all in the slow
+    "rule", ["best-feedback", pytest.param("last", marks=pytest.mark.slow), pytest.param("agent", marks=pytest.mark.slow)]
+)
 def test_a_split_run_keeps_only_the_copy_its_final_rule_can_pick(rule, tmp_path, tiny_model, monkeypatch):
     s = Sweep(tmp_path, tiny_model, monkeypatch, final=rule)
     (run_id,) = s.submitters
@@ -230,6 +232,7 @@ def spec_params(s: Sweep) -> int:
     return parameter_count(s.submitters[next(iter(s.submitters))].ws.model)
 
 
+@pytest.mark.slow  # two real `a2rl validate` calls
 def test_the_defaults_follow_the_model_and_validate_refuses_a_budget_too_small(tmp_path, tiny_model):
     from a2rl.spec.sizing import run_storage_gb, workspace_gb
     from a2rl.spec.sweep import SweepSpec
