@@ -70,7 +70,7 @@ def _on_disk(s: Sweep, entries) -> list[bool]:
 
 
 @pytest.mark.parametrize(  # each rule on random runs above; the wiring once in the fast layer, all in the slow
-    "rule", ["best-feedback", pytest.param("last", marks=pytest.mark.slow), pytest.param("agent", marks=pytest.mark.slow)]
+    "rule", ["best-feedback", *(pytest.param(r, marks=pytest.mark.slow) for r in ("last", "agent"))]
 )
 def test_a_split_run_keeps_only_the_copy_its_final_rule_can_pick(rule, tmp_path, tiny_model, monkeypatch):
     s = Sweep(tmp_path, tiny_model, monkeypatch, final=rule)
