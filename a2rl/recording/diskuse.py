@@ -1,7 +1,8 @@
 """What a run leaves in the sweep directory, in bytes, for its storage budget (`storage.run_gb`, run/submit.py) and
 `a2rl status`: its frozen submissions (submissions/<run>.<seq>, a freeze under way included), its run directory
 (records, logs, code snapshots and diffs, an interrupted run's resume copy) and the blobs its code snapshots name
-(blobs/ is shared by every run: each run is charged every distinct content its snapshots hold, once)."""
+(blobs/ is shared by every run: each run is charged every distinct content its snapshots hold, once). Its queue
+and ledger entries, a few KiB each, are not counted."""
 
 from __future__ import annotations
 
