@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a2rl.recording.snapshots import load_snapshots
+from a2rl.spec.sizing import GIB
 from a2rl.store.sweepdir import SweepDir
 
-GIB = 1 << 30
+__all__ = ["GIB", "DiskUse", "frozen_copies", "run_disk_use", "tree_bytes"]
 
 
 def tree_bytes(root: Path) -> int:
