@@ -85,5 +85,6 @@ def best_submissions(
                 str(sweep.submissions / result.best_submission), sweep.submissions
             )
         except UntrustedArtifact as e:
-            say(f"{result.best_submission}: not re-graded ({e}; set storage.keep: all, or grader.keep_artifacts, to keep them)")
+            keep = "set storage.keep: all, or grader.keep_artifacts, to keep them"
+            say(f"{result.best_submission}: not re-graded ({e}; {keep})")
     return out
