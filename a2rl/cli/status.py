@@ -1,5 +1,6 @@
 """`a2rl status`: one line per run: state (from the run's own files, checked against the scheduler), job, best score,
-tokens and cost so far (where the agent's transcript reports them)."""
+tokens and cost so far (where the agent's transcript reports them), and what the run keeps in the sweep directory
+(recording/diskuse.py: its frozen submissions, code blobs and run directory, against storage.run_gb)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import argparse
 from pathlib import Path
 
 from a2rl.cli.common import open_sweep_dir
+
+HEADERS = ["run", "state", "job", "scheduler", "submissions", "best", "tokens", "cost $", "disk GiB", "reason"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +36,7 @@ def engine_line(beat, backend: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
+    from a2rl.recording.diskuse import GIB, run_disk_use
     from a2rl.reporting.aggregate import foreign_note, untrusted_note
     from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
@@ -46,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     table = []
     ledger = sweep.ledger
     foreign: dict[str, list[int]] = {}
+    disk = 0
     for run in sweep.runs():
         result = load_result(sweep, run.run_id)
         status = sweep.status(run.run_id)
@@ -61,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         )
         job = jobs.get(run.run_id)
         tokens, cost = st.usage.get(run.run_id, (None, None))
+        use = run_disk_use(sweep, run.run_id)
+        disk += use.total
         table.append(
             [
                 run.run_id,
@@ -71,16 +78,18 @@ def run(args: argparse.Namespace) -> int:
                 ("" if best is None else f"{best:.2f}") + (" FOREIGN" if run.run_id in foreign else ""),
                 "" if tokens is None else f"{tokens:,}",
                 "" if cost is None else f"{cost:.2f}",
+                f"{use.total / GIB:.2f} ({use.frozen_copies} frozen)",
                 reason,
             ]
         )
     print(
         tabulate(
             table,
-            headers=["run", "state", "job", "scheduler", "submissions", "best", "tokens", "cost $", "reason"],
+            headers=HEADERS,
             disable_numparse=True,
         )
     )
+    print(f"disk: {disk / GIB:.2f} GiB kept by the runs in the sweep directory ({storage_line(sweep.spec)})")
     print(
         st.line(0).split("] ", 1)[1]
         + f" · {st.graders_alive} grader(s) alive"
@@ -98,6 +107,16 @@ def run(args: argparse.Namespace) -> int:
     if note := foreign_note(foreign):
         print(note.strip())
     return 0
+
+
+def storage_line(spec) -> str:
+    """The per-run storage budget in words, from the models' sizes (store/modeldirs.py: no weights loaded)."""
+    from a2rl.spec.sizing import run_storage_gb
+    from a2rl.store.modeldirs import planned_params
+
+    budgets = {name: run_storage_gb(spec, n) for name, (n, _) in planned_params(spec).items()}
+    per_model = ", ".join(f"{name} {gb:.2f}" for name, gb in budgets.items()) or "model sizes unknown"
+    return f"storage.run_gb per run: {per_model}; storage.keep: {spec.storage.keep}"
 
 
 def print_services(sweep, st, schedulers) -> None:

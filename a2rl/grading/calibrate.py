@@ -3,8 +3,9 @@
 By default only what can score differently in two gradings of the same weights: judge tasks (an LLM judge's
 verdicts) and models whose generation preset samples (configs/generation/). Greedy decoding scored by rule or by a
 seeded environment has zero noise by construction; `--tasks` names tasks to calibrate anyway. `--best` also re-grades
-each run's best submission where its frozen weights were kept (grader.keep_artifacts). The scores go into one
-NoiseRecord per (task, base model, protocol) (store/noise.py), which the tables read to mark improvements within noise.
+each run's best submission where its frozen weights were kept (storage.keep: all, or grader.keep_artifacts). The
+scores go into one NoiseRecord per (task, base model, protocol) (store/noise.py), which the tables read to mark
+improvements within noise.
 """
 
 from __future__ import annotations
@@ -84,5 +85,6 @@ def best_submissions(
                 str(sweep.submissions / result.best_submission), sweep.submissions
             )
         except UntrustedArtifact as e:
-            say(f"{result.best_submission}: not re-graded ({e}; set grader.keep_artifacts to keep them)")
+            keep = "set storage.keep: all, or grader.keep_artifacts, to keep them"
+            say(f"{result.best_submission}: not re-graded ({e}; {keep})")
     return out

@@ -12,6 +12,7 @@ from a2rl.errors import InfraError
 from a2rl.grading.evaluate import n_items
 from a2rl.grading.grader import Grader
 from a2rl.grading.record import ledger_entry
+from a2rl.grading.retention import keeps_all, select_final
 from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
 from a2rl.records import disk_full, now, while_full
 from a2rl.spec.grid import RunSpec
@@ -20,19 +21,6 @@ from a2rl.store.baselines import BaselineRecord
 from a2rl.store.ledger import LedgerEntry
 
 log = logging.getLogger("a2rl.grader")
-
-
-def select_final(scored: list[LedgerEntry], rule: str) -> tuple[LedgerEntry, str]:
-    """The submission a run is judged by on the final part (grader.final), and the rule that picked it: the best
-    on the feedback part (ties: the earliest, as the run's `best`), the last scored, or the latest the agent
-    marked final (none marked: the best)."""
-    best = max(scored, key=lambda e: (e.score, -e.seq))
-    if rule == "last":
-        return max(scored, key=lambda e: e.seq), "last"
-    if rule == "agent":
-        marked = [e for e in scored if e.marked_final]
-        return (max(marked, key=lambda e: e.seq), "agent") if marked else (best, "agent: none marked, best-feedback")
-    return best, "best-feedback"
 
 
 class FinalPart(Grader):
@@ -96,7 +84,7 @@ class FinalPart(Grader):
         if while_full(lambda: self.ledger.record_final(final), f"recording the final part of {run_id}"):
             log.info("final part of %s (%s, %s): %s", run_id, pick.submission_id, rule, final.score)
         self._final_settled.add(run_id)
-        if not self.settings.keep_artifacts:  # before the result shows the final: then nothing is left to do
+        if not keeps_all(self.sweep.spec):  # before the result shows the final: then nothing is left to do
             for sid in (e.submission_id for e in self.ledger.entries(run_id)):
                 try:
                     shutil.rmtree(frozen_dir(str(self.sweep.submissions / sid), self.sweep.submissions))

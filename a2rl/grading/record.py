@@ -1,6 +1,6 @@
 """The record stage of the grading daemon, and the one place a ledger entry is built: `claim_fields` (what is
 known of a submission once it is claimed), `ledger_entry` (those fields and the verdict), and `Recording._record`
-(the entry written once, the queue entry retired, the frozen copy deleted)."""
+(the entry written once, the queue entry retired, frozen copies no longer needed deleted: grading/retention.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import shutil
 from filelock import Timeout
 
 from a2rl.grading.grader import Grader
+from a2rl.grading.retention import keeps_all, prune
 from a2rl.grading.trust import UntrustedArtifact, frozen_dir
 from a2rl.records import disk_full, now, while_full
 from a2rl.spec.grid import RunSpec
@@ -75,8 +76,12 @@ class Recording(Grader):
         except OSError as e:  # no room to move it to done/: recorded, the next claim retires it
             if not disk_full(e):
                 raise
-        # under `feedback: split` every frozen copy waits for the run's final scoring (`score_final` deletes them)
-        if artifact and not self.settings.keep_artifacts and result.part != "feedback":
+        # under `feedback: split` the copies the final part may still pick wait for it (`score_final` deletes them)
+        if keeps_all(self.sweep.spec):
+            pass
+        elif result.part == "feedback":
+            prune(self.sweep, result.run_id, self.settings.final)
+        elif artifact:
             try:
                 shutil.rmtree(frozen_dir(artifact, self.sweep.submissions), ignore_errors=True)
             except (UntrustedArtifact, OSError):

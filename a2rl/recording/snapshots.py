@@ -37,8 +37,8 @@ class SkippedFile(BaseModel):
     path: str
     raw_path: str | None = None
     size: int
-    # "over <cap>" (max_file_mb, max_total_mb, max_run_mb, workspace_max_*), "symlink", "fifo", "socket", "device",
-    # "unreadable (...)", "changed while read (...)", "deeper than ...", "over ... entries ..."
+    # "over <cap>" (max_file_mb, max_total_mb, max_run_mb, storage.run_gb, workspace_max_*), "symlink", "fifo",
+    # "socket", "device", "unreadable (...)", "changed while read (...)", "deeper than ...", "over ... entries ..."
     reason: str
 
 
@@ -183,15 +183,24 @@ def unified_diff(sweep_root: Path, before: dict[str, str], after: dict[str, str]
 
 
 def snapshot_code(
-    sweep_root: Path, run_id: str, code: Path, *, submission_id: str, seq: int, settings: RecordingSettings
+    sweep_root: Path,
+    run_id: str,
+    code: Path,
+    *,
+    submission_id: str,
+    seq: int,
+    settings: RecordingSettings,
+    room_bytes: int | None = None,
 ) -> CodeSnapshot:
-    """Record code/ as it is at submission `seq`, and its diff to the run's previous snapshot."""
+    """Record code/ as it is at submission `seq`, and its diff to the run's previous snapshot. `room_bytes`: what
+    the run's storage budget (storage.run_gb) leaves; new contents past it are skipped."""
     earlier = load_snapshots(sweep_root, run_id)
     stored = {f.sha256: f.size for s in earlier for f in s.files}  # what the run's snapshots hold already
     run_bytes = sum(stored.values())
+    room = float("inf") if room_bytes is None else room_bytes
 
     def keep(rel: str, fd: int, size: int) -> tuple[str, int]:
-        nonlocal run_bytes
+        nonlocal run_bytes, room
         data = nofollow.read_capped(fd, size)
         if data is None:
             raise nofollow.Changed(errno.EFBIG, f"grew past {size} bytes")
@@ -199,8 +208,11 @@ def snapshot_code(
         if sha not in stored:  # new content counts against the run's cap
             if run_bytes + len(data) > settings.max_run_mb * MB:
                 raise Skip("over max_run_mb")
+            if len(data) > room:
+                raise Skip("over storage.run_gb")
             stored[sha] = len(data)
             run_bytes += len(data)
+            room -= len(data)
         return _store_blob(sweep_root, data), len(data)
 
     files, skipped = collect(

@@ -8,9 +8,11 @@
 Every request carries the run's token, `Authorization: Bearer $GRADING_TOKEN` (or `?token=...`); the token is
 given only to this run's agent, and any other caller gets 401. Every request gets a JSON answer: 400 for a
 malformed body or model_path, 413 for an oversized body, 403 after the budget, 429 while the run's previous
-submission is still in flight (nothing is enqueued for any of them), 503 with `Retry-After` when the sweep
-directory could not take the submission (a full disk, the queue's lock held past its timeout, the shared file
-system failing: nothing enqueued; `a2rl submit` waits and tries again), 500 if the server itself fails.
+submission is still in flight, 507 with bytes_used, bytes_needed and bytes_allowed when the submission would take
+the run past its storage budget (storage.run_gb; nothing is enqueued for any of them), 503 with `Retry-After`
+when the sweep directory could not take the submission (a full disk, the queue's lock held past its timeout, the
+shared file system failing: nothing enqueued; `a2rl submit` waits and tries again), 500 if the server itself
+fails.
 It feeds the same queue as every other submission path; it never grades anything itself.
 """
 
@@ -26,7 +28,7 @@ from a2rl.httpjson import BadRequest, JSONRequestHandler, running
 from a2rl.records import StorageFull
 from a2rl.run.artifacts import MalformedPath
 from a2rl.run.budget import Budget, BudgetExhausted, WaitInFlight
-from a2rl.run.submit import RETRY_AFTER_S, NotEnqueued, RunSubmitter
+from a2rl.run.submit import RETRY_AFTER_S, NotEnqueued, OverStorageBudget, RunSubmitter
 
 
 class _Server(ThreadingHTTPServer):
@@ -98,6 +100,9 @@ class GradingAPI:
                 except NotEnqueued as e:  # the lock or the shared file system, for now: worth a retry soon
                     msg = f"{e}; nothing was submitted, try again in {RETRY_AFTER_S} s"
                     raise BadRequest(503, msg, retry_after=RETRY_AFTER_S) from None
+                except OverStorageBudget as e:  # the run's storage budget: a smaller submission still fits
+                    self.send_json(507, e.answer())
+                    return
                 api.on_submit(result)
                 self.send_json(200, result)
 

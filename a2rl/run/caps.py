@@ -21,30 +21,11 @@ import resource
 import shutil
 from pathlib import Path
 
+from a2rl.recording.diskuse import tree_bytes
 from a2rl.spec.sweep import RunLimits
 
 GB = 1 << 30
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def tree_bytes(root: Path) -> int:
-    """Disk bytes under `root` (allocated blocks, links not followed; what vanishes meanwhile is not counted)."""
-    total = 0
-    stack = [str(root)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for e in it:
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    total += st.st_blocks * 512
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-        except OSError:
-            continue
-    return total
 
 
 def _own_cgroup(controller: str, proc_cgroup: str) -> tuple[Path, str] | None:
@@ -126,8 +107,20 @@ def _rmdir(d: Path) -> None:
 class RunCaps:
     """The caps of one run: set up before the agent starts, `preexec` in its child, `check` while it runs."""
 
-    def __init__(self, limits: RunLimits, *, name: str, workspace: Path, gpus: int, mem_gb: float, sandboxed: bool):
+    def __init__(
+        self,
+        limits: RunLimits,
+        *,
+        name: str,
+        workspace: Path,
+        gpus: int,
+        mem_gb: float,
+        sandboxed: bool,
+        workspace_gb: float | None = None,
+    ):
+        """`workspace_gb`: the workspace cap where limits.workspace_gb is unset (spec/sizing.py workspace_gb)."""
         self.limits, self.workspace = limits, workspace
+        self.workspace_gb = limits.workspace_gb or workspace_gb  # None: over_quota raises (the job always sets it)
         self.mem_bytes = int((limits.mem_gb or mem_gb) * GB)
         self.cgroup = Cgroup(name, pids=limits.processes, mem_bytes=self.mem_bytes)
         # RLIMIT_DATA only where no cgroup holds memory, and never with GPUs (the CUDA driver's mappings)
@@ -152,7 +145,7 @@ class RunCaps:
         return (
             f"caps: processes {lim.processes} ({' + '.join(p for p in procs if p) or 'not enforceable here'}); "
             f"memory {self.mem_bytes / GB:g} GiB ({mem}); "
-            f"workspace {lim.workspace_gb:g} GiB (checked every {lim.workspace_check_s:g} s); "
+            f"workspace {self.workspace_gb or 0:.3g} GiB (checked every {lim.workspace_check_s:g} s); "
             f"agent.log {lim.agent_log_mb:g} MiB; relay connections {lim.relay_connections}"
         )
 
@@ -171,14 +164,14 @@ class RunCaps:
 
     def over_quota(self) -> str | None:
         """The reason to stop the run, if its workspace has grown past the cap."""
+        if self.workspace_gb is None:
+            raise ValueError("RunCaps needs limits.workspace_gb or workspace_gb to check the workspace")
         used = tree_bytes(self.workspace)
-        cap = self.limits.workspace_gb * GB
+        cap = self.workspace_gb * GB
         if used <= cap:
             return None
-        reason = (
-            f"quota: the workspace holds {used / GB:.2f} GiB, past limits.workspace_gb={self.limits.workspace_gb:g}"
-        )
-        self.note(f"workspace: {used / GB:.2f} GiB > {self.limits.workspace_gb:g} GiB (limits.workspace_gb)")
+        reason = f"quota: the workspace holds {used / GB:.2f} GiB, past limits.workspace_gb={self.workspace_gb:g}"
+        self.note(f"workspace: {used / GB:.2f} GiB > {self.workspace_gb:g} GiB (limits.workspace_gb)")
         return reason
 
     def new_hits(self) -> list[str]:

@@ -49,10 +49,12 @@ from a2rl.run.workspace import RunMeta, Workspace
 from a2rl.run.wrapup import WrapUp, wait_for_grading
 from a2rl.spec.agents import AgentStack, mode_text
 from a2rl.spec.generation import get_preset
+from a2rl.spec.sizing import workspace_gb
 from a2rl.spec.sweep import local_driver_name
 from a2rl.store.results import ResultHook, RunResult, load_result, no_hook, refresh_result
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
 from a2rl.store.sweepdir import SweepDir
+from a2rl.weights import parameter_count
 
 log = logging.getLogger("a2rl.job")
 STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL for the agent
@@ -150,6 +152,7 @@ class AgentRun(Resuming, WrapUp, Outcome):
             gpus=spec.resources.gpus,
             mem_gb=spec.resources.mem_gb,
             sandboxed=choice.trusted,
+            workspace_gb=workspace_gb(spec, parameter_count(s.model_dir)),
         )
         self._log(caps.describe())
         with (

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from filelock import Timeout
 
+from a2rl.recording.diskuse import GIB, run_disk_use
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.records import RecordError, StorageFull, disk_full
 from a2rl.run.artifacts import (
@@ -29,11 +30,13 @@ from a2rl.run.artifacts import (
 from a2rl.run.budget import Budget
 from a2rl.run.workspace import Workspace
 from a2rl.spec.grid import RunSpec
+from a2rl.spec.sizing import run_storage_gb
 from a2rl.store.baselines import BaselineRecord, load_baseline
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import AgentUsage
 from a2rl.store.retries import RETRIES
 from a2rl.store.sweepdir import SweepDir
+from a2rl.weights import parameter_count
 
 log = logging.getLogger("a2rl.submit")
 
@@ -43,6 +46,23 @@ RETRY_AFTER_S = 10  # what the API tells an agent to wait after NotEnqueued
 class NotEnqueued(Exception):
     """The queue could not take the submission now (its lock held past its timeout, the shared file system
     failing): nothing was enqueued, and the same submission may be made again."""
+
+
+class OverStorageBudget(Exception):
+    """The submission's frozen copy would take the run past its storage budget (storage.run_gb): nothing was
+    enqueued; the agent may submit a smaller model (bf16, fewer files) once it has room."""
+
+    def __init__(self, used: int, needed: int, allowed: int):
+        self.used, self.needed, self.allowed = used, needed, allowed
+        super().__init__(
+            f"over this run's storage budget: the submission needs {needed / GIB:.2f} GiB, and the run already "
+            f"keeps {used / GIB:.2f} of its {allowed / GIB:.2f} GiB in the sweep directory (frozen submissions "
+            f"the final part may still pick, code snapshots, logs): nothing was submitted; submit a smaller model "
+            f"(e.g. saved in bf16, without extra files)"
+        )
+
+    def answer(self) -> dict[str, Any]:
+        return {"error": str(self), "bytes_used": self.used, "bytes_needed": self.needed, "bytes_allowed": self.allowed}
 
 
 class RunSubmitter:
@@ -59,6 +79,11 @@ class RunSubmitter:
         self.settings = sweep.spec.grader
         self.queue, self.ledger = sweep.queue, sweep.ledger
         self.limits = Limits.for_base(self.settings, ws.model)
+        self.storage_bytes = int(run_storage_gb(sweep.spec, parameter_count(ws.model)) * GIB)
+
+    def storage_room(self) -> int:
+        """Bytes the run may still leave in the sweep directory (negative: over its budget)."""
+        return self.storage_bytes - run_disk_use(self.sweep, self.run.run_id).total
 
     def submit(self, model_path: str, *, wait: bool = True, force: bool = False, final: bool = False) -> dict[str, Any]:
         """Enqueue and (by default) wait for the score. `force` is for the run's own wrap-up submission, made
@@ -84,6 +109,8 @@ class RunSubmitter:
         except ArtifactError as e:
             artifact, error = Artifact(""), str(e)
         with artifact, _not_enqueued():
+            if (needed := sum(artifact.sizes[n] for n in artifact.kept)) > (room := self.storage_room()):
+                raise OverStorageBudget(self.storage_bytes - room, needed, self.storage_bytes)
             entry = self.queue.submit(
                 self.run.run_id,
                 str(model_path),
@@ -130,6 +157,7 @@ class RunSubmitter:
                 submission_id=sid,
                 seq=seq,
                 settings=self.sweep.spec.recording,
+                room_bytes=self.storage_room(),
             )
             return None
         except Exception as e:

@@ -54,7 +54,9 @@ and run_meta.json's `chat_template_kwargs`.{feedback}
   (every request needs the token, as that header or as `?token=$GRADING_TOKEN`).
   The call blocks until the model is scored and returns its score, the baseline and your best so far.
   One submission at a time: another one sent while it waits is refused (HTTP 429). A submission holds at most
-  a few dozen files (weights, config, tokenizer) of bounded size.
+  a few dozen files (weights, config, tokenizer) of bounded size. Your run's disk space for submissions is
+  bounded too: one that would not fit is refused (HTTP 507, with bytes_used, bytes_needed, bytes_allowed);
+  a smaller one (e.g. saved in bf16) may still fit.
 - `curl -s -H "Authorization: Bearer $GRADING_TOKEN" $GRADING_SERVER_URL/time` tells the remaining budget.
   Submissions after the budget ends are refused. Grading waits go uncounted only up to a cap (by default half
   the budget in total); keeping submissions in flight while you work does not stop the clock.

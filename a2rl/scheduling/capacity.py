@@ -11,6 +11,10 @@
   its .jsonl files, within the task's `limit`), or where the task is not prepared yet its task.yaml's
   `heldout_size` (unknown without one); the parameter counts need no weights (store/modeldirs.py planned_params);
   the grader jobs themselves hold their GPUs for their whole time;
+- storage: what the runs keep in the sweep directory (recording/diskuse.py), in GiB per run and per sweep: the
+  budget (storage.run_gb, by default from the model's size: spec/sizing.py) and the expected use, the frozen bf16
+  copies the retention policy keeps at once (grading/retention.py) plus the code snapshots' cap; the workspace
+  cap beside it;
 - jobs: one array per resource shape split at MaxArraySize, the graders, local driver servers, and on Slurm the
   top-up job (a launch without --wait always submits it; with --wait only where runs are deferred);
 - QOS: the fewest queued jobs the user's QOS and association allow (sacctmgr, as the launch reads them), or
@@ -25,10 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a2rl.drivers.endpoint import drivers_used
+from a2rl.grading.retention import keeps_all
 from a2rl.scheduling.base import Scheduler, make_scheduler, resolve_kind
 from a2rl.scheduling.slurm import SlurmScheduler
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import default_data_root
+from a2rl.spec.sizing import GIB, run_storage_gb, workspace_gb
 from a2rl.spec.sweep import SweepSpec
 from a2rl.spec.tasks import get_task
 
@@ -132,6 +138,7 @@ def plan(
     lines.append(queue_line(scheduler, len(runs) + services))
     gpus = len(runs) * r.gpus + g.most_workers * g.gpus + sum(spec.local_drivers[d].gpus for d in drivers)
     lines.append(gpu_line(scheduler, gpus))
+    lines.append(storage_line(spec, runs, params, submissions_per_run))
     return lines
 
 
@@ -167,6 +174,28 @@ def _grading(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], per_r
             f"set grader.tokens_per_s to use your own"
         )
     return f"{head}; {sizes}; {at}: {hours(seconds * units)} {unit}-hours of evaluation"
+
+
+def storage_line(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], per_run: int) -> str:
+    """What the runs keep in the sweep directory: per run, at most storage.run_gb (its default from the model's
+    size); expected, the frozen copies the policy keeps at once (bf16, the model's size each) plus the code
+    snapshots' cap; per sweep, both summed over the runs."""
+    if unknown := sorted({r.model.name for r in runs if r.model.name not in params}):
+        return f"storage: unknown (model size unknown: {', '.join(unknown)})"
+    keep_all = keeps_all(spec)
+    copies = per_run if keep_all else 2  # at most the kept candidate (feedback: split) and the one being graded
+    code_gb = spec.recording.max_run_mb / 1024
+    budget = [run_storage_gb(spec, params[r.model.name]) for r in runs]
+    expected = [min(b, copies * 2 * params[r.model.name] / GIB + code_gb) for r, b in zip(runs, budget)]
+    policy = "every frozen copy (storage.keep: all)" if keep_all else "only what grader.final can still pick"
+    return (
+        f"storage: per run at most {max(budget, default=0):.1f} GiB (storage.run_gb"
+        f"{'' if spec.storage.run_gb else ', default 6 bytes per parameter + 1 GiB'}), expected up to "
+        f"{max(expected, default=0):.1f} GiB ({min(copies, per_run)} frozen bf16 copies of {per_run} submissions at "
+        f"once: {policy}; code snapshots up to {code_gb:.1f}); per sweep of {len(runs)} runs at most "
+        f"{sum(budget):.1f} GiB, expected {sum(expected):.1f} GiB; workspaces up to "
+        f"{max((workspace_gb(spec, params[r.model.name]) for r in runs), default=0):.1f} GiB each (limits.workspace_gb)"
+    )
 
 
 def queue_line(scheduler: Scheduler, jobs: int) -> str:

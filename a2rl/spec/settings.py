@@ -75,12 +75,26 @@ class InspectorSettings(Strict):
         return self
 
 
+class StorageSettings(Strict):
+    """`storage:` what one run may leave in the sweep directory (recording/diskuse.py measures it): its frozen
+    submissions, its code snapshots (their blobs counted once per run), its run directory. A submission that
+    would take the run past `run_gb` is refused with a JSON error (HTTP 507), nothing enqueued."""
+
+    # GiB per run; default: follows the base model's size (spec/sizing.py storage_default_gb)
+    run_gb: float | None = Field(None, gt=0)
+    # candidates: after each grading, delete the run's frozen copies that grader.final can no longer pick
+    # (grading/retention.py); all: keep every frozen copy (as grader.keep_artifacts: true does)
+    keep: Literal["candidates", "all"] = "candidates"
+
+
 class RunLimits(Strict):
     """What one run may consume (run/caps.py), sized for the paper's 7-8B runs; a cap hit is named in agent.log
     and in the run's result (`caps_hit`). docs/isolation.md "Caps" lists how each is enforced."""
 
     processes: int = Field(4096, ge=16)  # tasks (processes and threads) in the agent's sandbox
-    workspace_gb: float = Field(256, gt=0)  # bytes under the workspace; past it the run stops with status quota
+    # bytes under the workspace; past it the run stops with status quota. Default: follows the base model's
+    # size (spec/sizing.py workspace_default_gb: a full checkpoint with fp32 Adam state, plus room for data)
+    workspace_gb: float | None = Field(None, gt=0)
     workspace_check_s: float = Field(30, gt=0)  # how often the workspace is measured
     agent_log_mb: float = Field(512, gt=0)  # agent.log past this is cut, with a marker
     # memory of the agent's process tree (on Slurm the job's --mem cgroup holds it as well); default

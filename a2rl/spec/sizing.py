@@ -79,4 +79,44 @@ def shape_problems(spec: SweepSpec, params: dict[str, int]) -> list[str]:
                 f"resources.mem_gb: {size} takes {weights:.1f} GiB in fp32 on CPU; resources.mem_gb is "
                 f"{r.mem_gb:g}: raise resources.mem_gb, or give the runs GPUs (resources.gpus)"
             )
-    return problems
+    return problems + storage_problems(spec, params)
+
+
+# What a run may keep in the sweep directory (storage.run_gb) and in its workspace (limits.workspace_gb) when the
+# sweep does not say: both follow the base model's parameter count, so a 7B sweep and the tiny model's both fit.
+STORAGE_BYTES_PER_PARAM = 6  # the kept candidate in bf16 (2) and the next submission, frozen and graded, in fp32 (4)
+STORAGE_SLACK_GB = 1.0  # code snapshots (recording.max_run_mb), logs, the run's records
+WORKSPACE_BYTES_PER_PARAM = 16  # a full bf16 checkpoint (2) with its fp32 Adam state and master weights (14)
+WORKSPACE_SLACK_GB = 16.0  # data, caches, the agent's tools and logs
+
+
+def storage_default_gb(params: int) -> float:
+    return params * STORAGE_BYTES_PER_PARAM / GIB + STORAGE_SLACK_GB
+
+
+def workspace_default_gb(params: int) -> float:
+    return params * WORKSPACE_BYTES_PER_PARAM / GIB + WORKSPACE_SLACK_GB
+
+
+def run_storage_gb(spec: SweepSpec, params: int) -> float:
+    """storage.run_gb, else the default for a base model of `params` parameters."""
+    return spec.storage.run_gb or storage_default_gb(params)
+
+
+def workspace_gb(spec: SweepSpec, params: int) -> float:
+    """limits.workspace_gb, else the default for a base model of `params` parameters."""
+    return spec.limits.workspace_gb or workspace_default_gb(params)
+
+
+def storage_problems(spec: SweepSpec, params: dict[str, int]) -> list[str]:
+    """storage.run_gb set below two bf16 copies of a model: the kept candidate and the next submission."""
+    if spec.storage.run_gb is None:
+        return []
+    return [
+        f"storage.run_gb: {spec.storage.run_gb:g} GiB holds fewer than two bf16 copies of model {name!r} "
+        f"({p / 1e9:.2f}B parameters, {2 * p / GIB:.1f} GiB each: the kept candidate and the next submission): "
+        f"raise storage.run_gb to at least {4 * p / GIB:.1f}, or leave it unset (default "
+        f"{storage_default_gb(p):.1f})"
+        for name, p in params.items()
+        if spec.storage.run_gb * GIB < 4 * p
+    ]

@@ -18,7 +18,14 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from a2rl.errors import SpecError, format_validation_error, unknown_name
 from a2rl.spec.models import BUILTIN_PREFIX, check_model_ref
 from a2rl.spec.registry import HOME, load_yaml
-from a2rl.spec.settings import InspectorSettings, LocalDriver, RecordingSettings, RunLimits, Strict
+from a2rl.spec.settings import (
+    InspectorSettings,
+    LocalDriver,
+    RecordingSettings,
+    RunLimits,
+    StorageSettings,
+    Strict,
+)
 from a2rl.spec.tasks import DEFAULT_PROTOCOL, EvalProtocol
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -113,7 +120,7 @@ class GraderSettings(Strict):
     # overrides the task's generation batch size; unset on a GPU (transformers): chosen from free memory
     batch_size: int | None = Field(None, ge=1)
     baseline_cache: str | None = None  # share baselines across sweeps; default: in the sweep directory
-    keep_artifacts: bool = False  # keep frozen submission weights after grading
+    keep_artifacts: bool = False  # keep every frozen submission's weights after grading (as storage.keep: all)
     # under `feedback: split` (task.yaml), which submission the grader scores on the final part once the run has
     # ended: the best on the feedback part, the last scored, or the latest the agent marked {"final": true}
     # (none marked: the best)
@@ -161,6 +168,7 @@ class SweepSpec(Strict):
     grader: GraderSettings = GraderSettings()
     recording: RecordingSettings = RecordingSettings()
     limits: RunLimits = RunLimits()
+    storage: StorageSettings = StorageSettings()
     local_drivers: dict[str, LocalDriver] = {}
     inspector: InspectorSettings | None = None  # off by default: no judge reads the runs
     scratch_root: str | None = None  # workspaces: a path ($VARS expand in the job) or `sweep`; see SweepDir

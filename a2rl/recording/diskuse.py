@@ -1,0 +1,80 @@
+"""What a run leaves in the sweep directory, in bytes, for its storage budget (`storage.run_gb`, run/submit.py) and
+`a2rl status`: its frozen submissions (submissions/<run>.<seq>, a freeze under way included), its run directory
+(records, logs, code snapshots and diffs, an interrupted run's resume copy) and the blobs its code snapshots name
+(blobs/ is shared by every run: each run is charged every distinct content its snapshots hold, once). Its queue
+and ledger entries, a few KiB each, are not counted."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from a2rl.recording.snapshots import load_snapshots
+from a2rl.spec.sizing import GIB
+from a2rl.store.sweepdir import SweepDir
+
+__all__ = ["GIB", "DiskUse", "frozen_copies", "run_disk_use", "tree_bytes"]
+
+
+def tree_bytes(root: Path) -> int:
+    """Disk bytes under `root` (allocated blocks, links not followed; what vanishes meanwhile is not counted)."""
+    total = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        except OSError:
+            continue
+    return total
+
+
+@dataclass(frozen=True)
+class DiskUse:
+    frozen: int  # the run's frozen submissions on disk now
+    frozen_copies: int  # how many
+    run_dir: int
+    blobs: int
+
+    @property
+    def total(self) -> int:
+        return self.frozen + self.run_dir + self.blobs
+
+    def describe(self) -> str:
+        return (
+            f"{self.total / GIB:.2f} GiB ({self.frozen_copies} frozen submission(s) {self.frozen / GIB:.2f}, "
+            f"code blobs {self.blobs / GIB:.2f}, run directory {self.run_dir / GIB:.2f})"
+        )
+
+
+def frozen_copies(sweep: SweepDir, run_id: str) -> list[Path]:
+    """The run's frozen submission directories (and a freeze's .partial one) in submissions/."""
+    pattern = re.compile(re.escape(run_id) + r"\.\d+(\.partial)?")
+    try:
+        return [p for p in sweep.submissions.iterdir() if pattern.fullmatch(p.name)]
+    except FileNotFoundError:
+        return []
+
+
+def run_disk_use(sweep: SweepDir, run_id: str) -> DiskUse:
+    copies = frozen_copies(sweep, run_id)
+    try:
+        snaps = load_snapshots(sweep.root, run_id)
+    except (OSError, ValueError):  # one written meanwhile, or damaged: its files are in the run directory anyway
+        snaps = []
+    blobs = sum({f.sha256: f.size for s in snaps for f in s.files}.values())
+    return DiskUse(
+        frozen=sum(tree_bytes(p) for p in copies),
+        frozen_copies=len([p for p in copies if not p.name.endswith(".partial")]),
+        run_dir=tree_bytes(sweep.run_dir(run_id)),
+        blobs=blobs,
+    )
