@@ -320,3 +320,30 @@ def copy_checkout(dest: Path) -> None:
         if src.is_file() and not src.is_symlink():
             (dest / os.fsdecode(f)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / os.fsdecode(f))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--phase",
+        choices=("all", "sidebyside", "alone"),
+        default="all",
+        help="one of tools/test.sh's two phases: only the tests marked sidebyside, or only the others",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's --dist loadgroup reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    """--phase keeps one side of the `sidebyside` mark: tools/test.sh runs those tests in parallel workers
+    (pytest-xdist) first, then the others one at a time; the rest are deselected, as -m would. A sidebyside test
+    with no xdist_group of its own is grouped with its file's (one worker, in order: a module-scoped fixture is
+    built once)."""
+    phase = config.getoption("--phase")
+    if phase == "all":
+        return
+    side = [(item.get_closest_marker("sidebyside") is not None) == (phase == "sidebyside") for item in items]
+    if not all(side):
+        config.hook.pytest_deselected(items=[item for item, keep in zip(items, side) if not keep])
+        items[:] = [item for item, keep in zip(items, side) if keep]
+    for item in items if phase == "sidebyside" else ():
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))

@@ -24,6 +24,7 @@ from variants import make_variant  # noqa: E402
 BURST, EVAL_S, MAX, IDLE_S = 5, 3.0, 2, 20
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # grader jobs start, grade a burst for half a minute, and leave
 @pytest.mark.parametrize(
     "executor",
