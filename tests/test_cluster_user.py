@@ -53,7 +53,6 @@ def _as(user: str, env: dict[str, str], *argv: str, cwd: Path, timeout: float) -
 
 
 @pytest.mark.sidebyside
-@pytest.mark.xdist_group("cpu")  # CPU-heavy: one at a time in phase 1, beside the waiting tests
 @pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.skipif(os.getuid() != 0 or shutil.which("useradd") is None, reason="creating a user takes root")

@@ -56,7 +56,6 @@ def test_demo_sweep_improves_the_model_locally(demo_sweep):
 
 
 @pytest.mark.sidebyside
-@pytest.mark.xdist_group("cpu")  # CPU-heavy: one at a time in phase 1, beside the waiting tests
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_demo_sweep_on_slurm(tmp_path):

@@ -21,7 +21,6 @@ from conftest import DEMO_SHORT, FIXTURES, REPO, a2rl
 
 
 @pytest.mark.sidebyside
-@pytest.mark.xdist_group("cpu")  # CPU-heavy: one at a time in phase 1, beside the waiting tests
 @pytest.mark.slow
 def test_offline_tasks_of_every_level_in_one_sweep(tmp_path):
     spec = yaml.safe_load((REPO / "configs" / "sweeps" / "offline-levels.yaml").read_text())

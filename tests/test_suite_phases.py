@@ -7,12 +7,11 @@ from __future__ import annotations
 import ast
 import os
 import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, pytest_collection_modifyitems
+from conftest import CPU_HEAVY, REPO, phase_group, pytest_collection_modifyitems, pytest_xdist_make_scheduler
 
 # Tests in these files must run alone: they stop Slurm daemons and nodes (test_slurm_nodes), add and delete a
 # QOS and fill it (test_slurm_busy), fork-bomb, hog memory and fill /tmp (test_hostile_agent), or use the
@@ -25,13 +24,10 @@ ALONE_FIXTURES = {"demo_sweep", "hello_model", "qos20"}
 
 class Item:
     def __init__(self, name: str, *marks: str):
-        self.path, self.marks = Path(f"tests/{name}.py"), {m: SimpleNamespace(name=m) for m in marks}
+        self.marks = set(marks)
 
     def get_closest_marker(self, name):
-        return self.marks.get(name)
-
-    def add_marker(self, mark):
-        self.marks[mark.name] = mark
+        return name if name in self.marks else None
 
 
 def phase_of(phase: str, items: list[Item]) -> tuple[list[Item], list[Item]]:
@@ -43,16 +39,23 @@ def phase_of(phase: str, items: list[Item]) -> tuple[list[Item], list[Item]]:
     return items, deselected
 
 
-def test_each_test_runs_in_exactly_one_phase_and_a_files_sidebyside_tests_share_a_worker():
-    a, b, c = Item("test_a", "sidebyside"), Item("test_b"), Item("test_c", "sidebyside", "xdist_group")
-    side, dropped = phase_of("sidebyside", [a, b, c])
-    assert side == [a, c] and dropped == [b]
-    assert a.get_closest_marker("xdist_group").args == ("test_a.py",)  # its file's group: one worker
-    assert c.get_closest_marker("xdist_group").name == "xdist_group" and not hasattr(c.marks["xdist_group"], "args")
-    alone, dropped = phase_of("alone", [Item("test_a", "sidebyside"), b])
-    assert alone == [b] and len(dropped) == 1 and "xdist_group" not in b.marks
-    every = [Item("test_a", "sidebyside"), Item("test_b")]
-    assert phase_of("all", list(every)) == (every, [])
+def test_each_test_runs_in_exactly_one_phase():
+    a, b, c = Item("test_a", "sidebyside"), Item("test_b"), Item("test_c", "sidebyside", "slow")
+    assert phase_of("sidebyside", [a, b, c]) == ([a, c], [b])
+    assert phase_of("alone", [a, b, c]) == ([b], [a, c])
+    assert phase_of("all", [a, b, c]) == ([a, b, c], [])
+
+
+def test_phase_1_hands_out_a_files_tests_together_and_the_cpu_heavy_files_as_one_group():
+    xdist = pytest.importorskip("xdist")  # the test extra has it (tools/test.sh)
+    config = SimpleNamespace(getvalue=lambda name: ["2*popen"] if name == "tx" else None, option=SimpleNamespace())
+    sched = pytest_xdist_make_scheduler(config, None)
+    assert isinstance(sched, xdist.scheduler.LoadScopeScheduling)
+    split = sched._split_scope
+    assert split("tests/test_slurm.py::test_a") == split("tests/test_slurm.py::test_b[x]") == "tests/test_slurm.py"
+    assert split("tests/test_real_clis.py::test_a[claude]") != split("tests/test_slurm.py::test_a")
+    assert {split(f"{f}::test_x") for f in CPU_HEAVY} == {"cpu"} and len(CPU_HEAVY) == 3
+    assert phase_group("tests/test_demo.py::test_demo_sweep_on_slurm") == "cpu"
 
 
 def sidebyside_tests() -> list[tuple[str, ast.FunctionDef]]:
@@ -108,13 +111,13 @@ def test_the_phases_exit_codes_combine_and_nothing_collected_in_both_is_exit_5(f
     rc, calls = fake_pytest(0, 0, "-m", "slow", "tests/test_x.py")
     assert rc == 0
     assert calls == [
-        "--phase=sidebyside -n 4 --dist loadgroup -m slow tests/test_x.py",
+        "--phase=sidebyside -n 4 --dist loadscope -m slow tests/test_x.py",
         "--phase=alone -m slow tests/test_x.py",
     ]
     assert fake_pytest(5, 0)[0] == 0 and fake_pytest(0, 5)[0] == 0  # the selection on one side only
     assert fake_pytest(5, 5)[0] == 5
     assert fake_pytest(1, 0)[0] == 1 and fake_pytest(0, 1)[0] == 1 and fake_pytest(5, 1)[0] == 1
     assert fake_pytest(2, 1)[0] == 2  # the first failing phase's code
-    assert fake_pytest(1, 0, "-x") == (1, ["--phase=sidebyside -n 4 --dist loadgroup -x"])  # -x: no phase 2
+    assert fake_pytest(1, 0, "-x") == (1, ["--phase=sidebyside -n 4 --dist loadscope -x"])  # -x: no phase 2
     assert fake_pytest(0, 0, workers="2")[1][0].startswith("--phase=sidebyside -n 2 ")
     assert fake_pytest(0, 0, "-k", "x", workers="0") == (3, ["-k x"])  # the fallback: one plain run

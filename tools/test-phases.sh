@@ -2,7 +2,8 @@
 # tools/test-phases.sh [pytest args...] - tools/test.sh's last step: pytest in two phases, each given "$@" (so -m,
 # -k and file arguments select in both; docs/development.md says why and what runs where):
 #   1. the tests marked `sidebyside` (they mostly wait on Slurm, a budget or a sleep, and share no state) in
-#      $A2RL_TEST_WORKERS parallel pytest-xdist workers: --phase=sidebyside -n N --dist loadgroup;
+#      $A2RL_TEST_WORKERS parallel pytest-xdist workers: --phase=sidebyside -n N --dist loadscope, a scope being a
+#      group of tests/conftest.py's phase_group (a file's tests; the CPU-heavy files' together), run in one worker;
 #   2. all the others, one at a time: --phase=alone (the CPU-heavy tests, those that stop Slurm daemons or nodes,
 #      fill the cluster, measure load, change the machine, or share an expensive session fixture).
 # Exit: the first failing phase's code; "no tests collected" (pytest's 5) only when neither phase had a test of
@@ -22,9 +23,9 @@ if [ "$WORKERS" = 0 ]; then
   "${PYTEST[@]}" "$@" || rc=$?
   exit "$rc"
 fi
-say "phase 1 of 2, the sidebyside tests in $WORKERS workers: ${PYTEST[*]} --phase=sidebyside -n $WORKERS --dist loadgroup $*"
+say "phase 1 of 2, the sidebyside tests in $WORKERS workers: ${PYTEST[*]} --phase=sidebyside -n $WORKERS --dist loadscope $*"
 rc1=0
-"${PYTEST[@]}" --phase=sidebyside -n "$WORKERS" --dist loadgroup "$@" || rc1=$?
+"${PYTEST[@]}" --phase=sidebyside -n "$WORKERS" --dist loadscope "$@" || rc1=$?
 say "phase 1 exit code $rc1"
 stop_first=0
 for a in "$@"; do case "$a" in -x | --exitfirst | --maxfail*) stop_first=1 ;; esac; done
