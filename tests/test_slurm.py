@@ -54,7 +54,7 @@ def test_runs_are_job_arrays_each_with_its_own_gpu(tmp_path):
         assert r.status == "ok" and r.scores == [10.0, 20.0] and r.improvement == 20.0
 
 
-@pytest.mark.sidebyside
+# not sidebyside: Slurm's time-limit signal races the agent's wrap-up, which a loaded machine can lose
 def test_time_limit_wraps_up_and_auto_submits(tmp_path):
     """Budget 10 min, job limit 3 min: USR2 arrives before the limit; the agent is warned and stopped, its
     unsubmitted v1 is submitted for it, and the run ends as timeout with both scores."""

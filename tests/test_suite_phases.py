@@ -65,7 +65,7 @@ def sidebyside_tests() -> list[tuple[str, ast.FunctionDef]]:
         for node in tree.body:
             marked = isinstance(node, ast.FunctionDef) and any(
                 "sidebyside" in ast.unparse(d) for d in node.decorator_list
-            )
+            )  # a parameter's sidebyside mark (pytest.param(..., marks=...)) is in the decorator too
             if marked or (isinstance(node, ast.Assign) and "sidebyside" in ast.unparse(node)):
                 found.append((path.name, node))
     return found
