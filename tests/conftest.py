@@ -320,3 +320,49 @@ def copy_checkout(dest: Path) -> None:
         if src.is_file() and not src.is_symlink():
             (dest / os.fsdecode(f)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / os.fsdecode(f))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--phase",
+        choices=("all", "sidebyside", "alone"),
+        default="all",
+        help="one of tools/test.sh's two phases: only the tests marked sidebyside, or only the others",
+    )
+
+
+# tools/test.sh's phase 1 hands tests to its xdist workers a group at a time, a group's tests one after another in
+# one worker: a file's sidebyside tests are a group (a module-scoped fixture is built once), and these files'
+# (CPU-heavy sweeps: training, a new user's set-up) one group, so that at most one of them trains at a time, beside
+# the tests that wait
+CPU_HEAVY = {"tests/test_cluster_user.py", "tests/test_demo.py", "tests/test_offline_levels.py"}
+
+
+def phase_group(nodeid: str) -> str:
+    file = nodeid.split("::")[0]
+    return "cpu" if file in CPU_HEAVY else file
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown where xdist is not installed
+def pytest_xdist_make_scheduler(config, log):
+    """Scheduling by phase_group (xdist's loadgroup reads xdist_group marks by rewriting node ids, which pytest 9
+    ignores; a scope scheduler with our own scopes works with either)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PhaseGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return phase_group(nodeid)
+
+    return PhaseGroups(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """--phase keeps one side of the `sidebyside` mark: tools/test.sh runs those tests in parallel workers
+    (pytest-xdist) first, then the others one at a time; the rest are deselected, as -m would."""
+    phase = config.getoption("--phase")
+    if phase == "all":
+        return
+    side = [(item.get_closest_marker("sidebyside") is not None) == (phase == "sidebyside") for item in items]
+    if not all(side):
+        config.hook.pytest_deselected(items=[item for item, keep in zip(items, side) if not keep])
+        items[:] = [item for item, keep in zip(items, side) if keep]

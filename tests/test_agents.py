@@ -180,6 +180,7 @@ def test_local_driver_serves_agents_through_an_openai_compatible_server(tmp_path
     assert "local driver tiny: exited: every run using it has finished tiny at http://127.0.0.1:" in status
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep
 def test_a_local_driver_that_never_serves_fails_the_run_as_infra(tmp_path, monkeypatch, fake_bin):
     """The driver's interpreter has no vLLM (this one): its server exits at start; the run waits `startup_timeout_s`

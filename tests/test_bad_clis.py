@@ -19,6 +19,7 @@ BADCLI = FIXTURES / "fakecli" / "badcli.py"
 BEHAVES = {"codex": "hang", "claude": "gibberish"}  # stack (its binary's name too): what its stand-in does
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep
 def test_a_hanging_or_unparseable_cli_gives_a_result_that_says_so(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"

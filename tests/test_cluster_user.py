@@ -52,6 +52,7 @@ def _as(user: str, env: dict[str, str], *argv: str, cwd: Path, timeout: float) -
     )
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.skipif(os.getuid() != 0 or shutil.which("useradd") is None, reason="creating a user takes root")

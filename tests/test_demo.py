@@ -55,6 +55,7 @@ def test_demo_sweep_improves_the_model_locally(demo_sweep):
     assert table_lines(proc.stdout) == table_lines((REPO / "README.md").read_text()), proc.stdout[-3000:]
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_demo_sweep_on_slurm(tmp_path):

@@ -28,7 +28,8 @@ BURST, EVAL_S, MAX, IDLE_S = 5, 3.0, 2, 20
 @pytest.mark.parametrize(
     "executor",
     [
-        "local",
+        pytest.param("local", marks=pytest.mark.sidebyside),
+        # not sidebyside: the second grader's job must start while the burst waits, on a cluster no other test fills
         pytest.param("slurm", marks=pytest.mark.slurm),
     ],
 )

@@ -20,6 +20,7 @@ from a2rl.store.sweepdir import SweepDir
 from conftest import DEMO_SHORT, FIXTURES, REPO, a2rl
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow
 def test_offline_tasks_of_every_level_in_one_sweep(tmp_path):
     spec = yaml.safe_load((REPO / "configs" / "sweeps" / "offline-levels.yaml").read_text())

@@ -65,6 +65,7 @@ def wait_recorded(sweep_dir: Path, n: int, timeout: float = 300) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep
 def test_no_submission_lost_or_doubled_when_the_grader_is_killed(tmp_path, tiny_model):
     spec = write_sweep(

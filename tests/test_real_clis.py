@@ -105,6 +105,7 @@ def files_holding(root: Path, text: str) -> list[str]:
     return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep with the four real CLIs (one for the four tests)
 @pytest.mark.parametrize("name", sorted(CLIS))
 def test_real_cli_trains_and_submits(submit_sweep, name):
@@ -130,6 +131,7 @@ def test_real_cli_trains_and_submits(submit_sweep, name):
     assert not any(files_holding(sweep.root, key) for key in keys[name])  # no key lands under the sweep directory
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep with the four real CLIs, run to its budget's end (one for the four tests)
 @pytest.mark.parametrize("name", sorted(CLIS))
 def test_real_cli_gets_the_wrap_up_signal_and_times_out(wrap_up_sweep, name):
@@ -154,6 +156,7 @@ def test_real_cli_gets_the_wrap_up_signal_and_times_out(wrap_up_sweep, name):
         ), result.failure_reason
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep with the real claude
 def test_a_crashing_cli_gives_a_result_that_says_so(tmp_path, cli_env):
     """Every request refused with an API error: the real claude gives up with a non-zero exit, and the run's
@@ -184,6 +187,7 @@ def test_a_missing_cli_fails_the_launch_naming_the_install_command(tmp_path, mon
     assert not (tmp_path / "sd").exists()
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # the real opencode, outside a sweep (about 10 s)
 def test_opencode_speaks_chat_completions_with_an_openai_compatible_provider(tmp_path, cli_env):
     """The fourth wire protocol with a real client: opencode's OpenAI-compatible providers stream Chat

@@ -86,6 +86,7 @@ def test_a_venvs_bin_binds_the_venv_and_its_base_python(tmp_path):
     assert set(with_link_targets([venv / "bin"])) == {base, venv}
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep with the real CLI (shared with the wrap-up test)
 def test_real_openhands_trains_and_submits(openhands_sweep):
     sweep, results, server_model, key = openhands_sweep
@@ -107,6 +108,7 @@ def test_real_openhands_trains_and_submits(openhands_sweep):
     assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep with the real CLI, run to its budget's end (shared, see above)
 def test_real_openhands_gets_the_wrap_up_signal_and_times_out(openhands_sweep):
     sweep, results, server_model, _ = openhands_sweep

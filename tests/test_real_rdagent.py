@@ -44,6 +44,7 @@ def rdagent_sweep(tmp_path_factory):
     return sweep, results_by_agent(sweep), server_model, key
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep with the real RD-Agent loop (shared with the wrap-up test)
 def test_real_rdagent_trains_and_submits(rdagent_sweep):
     sweep, results, server_model, key = rdagent_sweep
@@ -63,6 +64,7 @@ def test_real_rdagent_trains_and_submits(rdagent_sweep):
     assert not files_holding(sweep.root, key)  # the key never lands under the sweep directory
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow  # a whole sweep with the real RD-Agent loop, run to its budget's end (shared, see above)
 def test_real_rdagent_gets_the_wrap_up_signal_and_times_out(rdagent_sweep):
     sweep, results, server_model, _ = rdagent_sweep

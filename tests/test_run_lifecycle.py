@@ -155,6 +155,7 @@ def test_mark_lost_lists_ungraded_submissions_and_a_refresh_folds_their_scores_i
     assert refresh_result(sweep, run.run_id) is None  # nothing left to fold in
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow
 @pytest.mark.parametrize("lost", [False, True], ids=["job-result", "reaped-as-lost"])
 def test_result_is_written_before_the_wait_and_the_grader_completes_it(tmp_path, monkeypatch, lost):
@@ -188,6 +189,7 @@ def test_result_is_written_before_the_wait_and_the_grader_completes_it(tmp_path,
         assert (done.status, done.failure_reason) == ("ok", None)
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow
 def test_a_fifo_in_code_at_the_budgets_end_delays_no_result(tmp_path, monkeypatch):
     """At the budget's end the saver's v1 is submitted for it, and its code snapshotted, while code/ holds a FIFO
@@ -231,6 +233,7 @@ def test_a_fifo_in_code_at_the_budgets_end_delays_no_result(tmp_path, monkeypatc
 
 
 # ---------------------------------------------------------------- set-up is not the agent's time
+@pytest.mark.sidebyside
 @pytest.mark.slow
 def test_setup_is_recorded_apart_and_not_charged_to_the_budget(tmp_path, monkeypatch):
     """Creating the workspace "takes" 1000 s on the run's clock: setup_seconds has them, agent_seconds not. The
@@ -295,6 +298,7 @@ def test_save_for_resume_caps_its_size_and_replaces_the_last_copy_whole(tmp_path
     assert (fresh.root / "home" / ".agent" / "state.json").exists()
 
 
+@pytest.mark.sidebyside
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_on_a_wiped_scratch_with_its_code_and_output(tmp_path):
     """The saver agent submits v0 and saves v1. SIGTERM its job, wipe the scratch (as a requeue onto another node

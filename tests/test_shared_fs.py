@@ -156,6 +156,7 @@ def jobs_named(names: set[str], since: str) -> list[str]:
     return [n for n in (out + q).split() if n in names]
 
 
+@pytest.mark.sidebyside
 def test_node_local_locks_doctor_refuses_and_launch_queues_nothing(tmp_path, views):
     v = views(forwarding=False)
     name = f"nl{v.base.name[-8:]}"
@@ -178,6 +179,7 @@ def test_node_local_locks_doctor_refuses_and_launch_queues_nothing(tmp_path, vie
     assert jobs_named({f"a2rl-probe-{name}"}, since)  # the probes ran (doctor's, then the launch's)
 
 
+@pytest.mark.sidebyside
 def test_forwarded_locks_graders_on_both_nodes_clocks_4_minutes_apart_grade_every_submission_once(tmp_path, views):
     """Lock forwarding on, a grader on each node, one node's jobs 120 s ahead and the other's 120 s behind."""
     v = views(forwarding=True)

@@ -9,10 +9,14 @@
 #      and RD-Agent each in its own venv, into $A2RL_AGENT_CLIS, default ~/.cache/a2rl/agent-clis; a no-op once the pinned
 #      versions are there);
 #   4. builds the vLLM environment (tools/setup-vllm-env.sh, .venv-vllm) that real-vLLM tests run in;
-#   5. runs `python -m pytest "$@"` from the repo root with A2RL_SLURM=1 and A2RL_AGENT_CLIS exported.
-# "No tests collected" (pytest exit 5) is a failure here.
+#   5. runs pytest "$@" from the repo root with A2RL_SLURM=1 and A2RL_AGENT_CLIS exported, in two phases
+#      (tools/test-phases.sh): the tests marked `sidebyside` (they mostly wait) in parallel pytest-xdist workers,
+#      then all the others one at a time; -m, -k and file arguments select in both.
+# "No tests collected" (pytest exit 5, in both phases) is a failure here.
 #
-# Knobs: A2RL_SLURM=0 skips the cluster (tests marked `slurm` must then skip themselves);
+# Knobs: A2RL_TEST_WORKERS (tools/test-phases.sh: default 4 workers in phase 1; 0 = one plain `pytest "$@"` run,
+#        every test one at a time, no xdist: the fallback should the parallel phase misbehave);
+#        A2RL_SLURM=0 skips the cluster (tests marked `slurm` must then skip themselves);
 #        A2RL_VENV (default .venv in the repo root); SLURM_* are passed on to tools/slurm/up.sh (SLURM_NODES
 #        defaults to 2 here).
 set -euo pipefail
@@ -79,9 +83,9 @@ export A2RL_AGENT_CLIS=${A2RL_AGENT_CLIS:-$HOME/.cache/a2rl/agent-clis}
 say "real agent CLIs into $A2RL_AGENT_CLIS (tools/agents/install.sh)"
 A2RL_PYTHON="$VENV/bin/python" bash tools/agents/install.sh claude codex gemini opencode openhands rdagent
 
-say "$VENV/bin/python -m pytest $*"
+say "pytest in two phases (tools/test-phases.sh): $VENV/bin/python -m pytest $*"
 rc=0
-"$VENV/bin/python" -m pytest "$@" || rc=$?
+A2RL_PYTEST="$VENV/bin/python -m pytest" bash tools/test-phases.sh "$@" || rc=$?
 if [ "$rc" = 5 ]; then
   echo "test.sh: ERROR: pytest collected no tests (exit 5); treating that as a failure" >&2
   exit 1
