@@ -27,6 +27,8 @@ from a2rl.recording.nofollow import Changed
 from a2rl.weights import MAX_HEADER_BYTES
 
 BUFFERS = 3  # blocks in flight: one being read, one being written and hashed, one spare
+AHEAD = 64 << 20  # bytes asked of the disk ahead of the read (posix_fadvise WILLNEED): one block's wait at a time
+# leaves the disk idle (measured here: 4 MiB reads 180 MB/s, with this 400 MB/s, sendfile 500 MB/s)
 
 
 @dataclass
@@ -128,55 +130,64 @@ def plan(files: dict[str, BinaryIO], sizes: dict[str, int], kept: list[str]):
 
 
 class Copier:
-    """Blocks read here, written, hashed and searched in one worker thread, in the order read."""
+    """Blocks read here; each written by one worker thread and, at the same time, hashed and searched by another,
+    each worker in the order read. A buffer is read into again once both are done with it."""
 
     def __init__(self, files: dict[str, BinaryIO], sizes: dict[str, int], copies: dict[str, BinaryIO], canary: Canary):
         self.files, self.sizes, self.copies, self.canary = files, sizes, copies, canary
         self.digester = Digester()
-        self.pool = ThreadPoolExecutor(1)
+        self.writer, self.scanner = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
         self.bufs = [bytearray(BLOCK) for _ in range(BUFFERS)]
-        self.pending: list[Future | None] = [None] * BUFFERS
+        self.pending: list[list[Future]] = [[] for _ in range(BUFFERS)]
         self.k = 0
         self.calls: list[Future] = []
 
     def copy(self, name: str, begin: int, end: int, hashed: bool = False) -> None:
         src, dst = self.files[name].fileno(), self.copies[name].fileno()
-        pos = begin
+        pos, advised = begin, begin
         while pos < end:
+            if pos >= advised:
+                os.posix_fadvise(src, pos, min(AHEAD, end - pos), os.POSIX_FADV_WILLNEED)
+                advised = pos + AHEAD // 2
             slot = self.k % BUFFERS
-            if self.pending[slot] is not None:
-                self.pending[slot].result()  # its buffer is free again
+            for f in self.pending[slot]:
+                f.result()  # its buffer is free again
             buf = self.bufs[slot]
-            view = memoryview(buf)[: min(BLOCK, end - pos)]
-            n = os.preadv(src, [view], pos)
+            n = os.preadv(src, [memoryview(buf)[: min(BLOCK, end - pos)]], pos)
             if n == 0:
                 raise Changed(errno.EIO, f"shrank from {self.sizes[name]} bytes while it was copied", name)
-            self.pending[slot] = self.pool.submit(self._out, name, dst, buf, pos, n, hashed)
+            self.pending[slot] = [
+                self.writer.submit(_write, dst, buf, pos, n),
+                self.scanner.submit(self._scan, name, buf, pos, n, hashed),
+            ]
             self.k += 1
             pos += n
 
-    def _out(self, name: str, dst: int, buf: bytearray, pos: int, n: int, hashed: bool) -> None:
-        view = memoryview(buf)[:n]
-        done = 0
-        while done < n:
-            done += os.pwrite(dst, view[done:], pos + done)
+    def _scan(self, name: str, buf: bytearray, pos: int, n: int, hashed: bool) -> None:
         if hashed:
             self.digester.feed(buf, n)
         self.canary.look(name, pos, buf, n)
 
     def head(self, name: str, head: bytes) -> None:
         """A header as it was read and parsed (never read again: the copy holds the header the plan used)."""
-        self.call(self._out, name, self.copies[name].fileno(), head, 0, len(head), False)
+        self.calls.append(self.writer.submit(_write, self.copies[name].fileno(), head, 0, len(head)))
+        self.call(self.canary.look, name, 0, head, len(head))
 
     def call(self, fn, *args) -> None:
-        """`fn` in the worker, after every block submitted so far."""
-        self.calls.append(self.pool.submit(fn, *args))
+        """`fn` in the scanning worker, after every block submitted so far."""
+        self.calls.append(self.scanner.submit(fn, *args))
 
     def finish(self) -> None:
-        self.pool.shutdown(wait=True)
-        for f in [*self.pending, *self.calls]:
-            if f is not None:
-                f.result()
+        self.writer.shutdown(wait=True)
+        self.scanner.shutdown(wait=True)
+        for f in [*(f for fs in self.pending for f in fs), *self.calls]:
+            f.result()
+
+
+def _write(dst: int, buf: bytes | bytearray, pos: int, n: int) -> None:
+    view, done = memoryview(buf)[:n], 0
+    while done < n:
+        done += os.pwrite(dst, view[done:], pos + done)
 
 
 def copy_scanned(
