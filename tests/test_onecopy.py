@@ -183,3 +183,20 @@ def test_a_canary_in_the_weights_is_caught_by_the_grader_on_the_one_read_path(ru
     metrics, _ = report()
     assert metrics.leaks == [f"submission 1: canary in {weights.name}"]
     assert streamed == []
+
+
+def test_a_scan_the_grading_did_not_take_is_deleted_with_the_submission(run, tiny_model, monkeypatch):  # noqa: F811
+    import a2rl.grading.stages as stages
+    from a2rl.grading.trust import UntrustedArtifact
+
+    run_dir, ws, submit, report, canary = run
+
+    seen = []
+
+    def refused(artifact, submissions):
+        seen.append(F.scan_dir(Path(artifact)).is_dir())  # the freeze made it
+        raise UntrustedArtifact("refused before the scan was taken")
+
+    monkeypatch.setattr(stages, "check_frozen", refused)
+    submit(submitted(tiny_model, ws.output / "m"))
+    assert seen == [True] and not list(run_dir.parent.parent.glob(f"submissions/*{F.SUFFIX}"))
