@@ -40,6 +40,7 @@ PRE_1_0: dict[str, dict[int, Upgrade]] = {
     "CodeSnapshot": {2: same},
     "DriverEndpoint": {1: same},
     "FrozenSweep": {1: same},
+    "FrozenScan": {},  # new in 1.0: no 0.x version
     "FsVerdict": {1: same},
     "GraderBeat": {2: same},
     "Inspection": {1: same},

@@ -74,7 +74,8 @@ def run(tmp_path, tiny_model):
     ws = create_workspace(
         sweep.workspace(spec.run_id), task=task, data=data, model_dir=tiny_model, budget_s=60, source_tree=REPO
     )
-    submitter, grader = RunSubmitter(sweep, spec, ws, Budget(60)), GradingDaemon(sweep)
+    canary = leaks.read_canary(data.heldout_dir)  # the job reads it, as run/job.py does
+    submitter, grader = RunSubmitter(sweep, spec, ws, Budget(60), canary=canary), GradingDaemon(sweep)
 
     def submit(model: Path) -> None:
         submitter.submit(str(model), wait=False)

@@ -19,6 +19,8 @@ from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, freeze
 from test_hostile_files import HIDDEN, safetensors
 
 LIMITS = Limits(max_files=16, max_file_bytes=1 << 20, max_total_bytes=1 << 22)
+# the freeze as it runs in a run's job (with the sweep's key: the one read of run/onecopy.py) and without it
+KEYS = pytest.mark.parametrize("key", [b"k" * 32, None], ids=["one read", "sendfile"])
 MINE = safetensors(b"agent-own-weights-")
 
 
@@ -68,35 +70,38 @@ def test_a_symlink_swapped_in_between_lstat_and_open_is_not_opened(tmp_path, mon
     assert fired == ["mine"] and e.value.strerror == "symlink"
 
 
+@KEYS
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
-def test_a_symlink_out_of_the_tree_swapped_in_after_the_check_is_refused(submission, tmp_path, monkeypatch, name):
+def test_a_symlink_out_of_the_tree_swapped_in_after_the_check_is_refused(submission, tmp_path, monkeypatch, name, key):
     output, m, hidden = submission
     fired = swap_after_lstat(monkeypatch, m, name, hidden / name)
     with pytest.raises(ArtifactError, match=f"{name} is a symlink to .*hidden.*outside the output directory"):
         with check_artifact(m, output, LIMITS) as artifact:
-            freeze(artifact, tmp_path / "submissions" / "s1")
+            freeze(artifact, tmp_path / "submissions" / "s1", key)
     assert fired == [name]
     assert not (tmp_path / "submissions").exists()
 
 
-def test_a_file_that_grows_after_the_check_is_refused_not_frozen_past_its_size(submission, tmp_path):
+@KEYS
+def test_a_file_that_grows_after_the_check_is_refused_not_frozen_past_its_size(submission, tmp_path, key):
     output, m, _ = submission
     with check_artifact(m, output, LIMITS) as artifact:
         checked = artifact.sizes["config.json"]
         with open(m / "config.json", "a") as f:  # the same file (inode), still valid JSON: only its size tells
             f.write(" " * 100)
         with pytest.raises(ArtifactError, match=f"config.json grew past {checked} bytes while it was copied"):
-            freeze(artifact, tmp_path / "submissions" / "s1")
+            freeze(artifact, tmp_path / "submissions" / "s1", key)
     assert not (tmp_path / "submissions" / "s1").exists()
     assert not (tmp_path / "submissions" / "s1.partial").exists()
 
 
-def test_a_file_that_shrinks_after_the_check_is_refused(submission, tmp_path):
+@KEYS
+def test_a_file_that_shrinks_after_the_check_is_refused(submission, tmp_path, key):
     output, m, _ = submission
     with check_artifact(m, output, LIMITS) as artifact:
         os.truncate(m / "model.safetensors", 10)
         with pytest.raises(ArtifactError, match=f"model.safetensors shrank from {len(MINE)} bytes"):
-            freeze(artifact, tmp_path / "submissions" / "s1")
+            freeze(artifact, tmp_path / "submissions" / "s1", key)
     assert not (tmp_path / "submissions" / "s1").exists()
 
 

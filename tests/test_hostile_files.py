@@ -102,7 +102,8 @@ def _hidden_tree(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow  # a few hundred freezes against a live attacker
-def test_a_flipping_attacker_never_gets_a_hidden_byte_into_a_frozen_copy(tmp_path, attacker):
+@pytest.mark.parametrize("key", [b"k" * 32, None], ids=["one read", "sendfile"])  # as in a run's job, and without
+def test_a_flipping_attacker_never_gets_a_hidden_byte_into_a_frozen_copy(tmp_path, attacker, key):
     hidden = _hidden_tree(tmp_path)
     output = tmp_path / "ws" / "output"
     m = output / "m"
@@ -123,7 +124,7 @@ def test_a_flipping_attacker_never_gets_a_hidden_byte_into_a_frozen_copy(tmp_pat
     for i in range(300):
         try:
             with check_artifact(m, output, limits) as artifact:
-                dest = freeze(artifact, tmp_path / "submissions" / f"s{i}")
+                dest = freeze(artifact, tmp_path / "submissions" / f"s{i}", key)
         except ArtifactError:
             refused += 1
             continue

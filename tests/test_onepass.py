@@ -18,6 +18,8 @@ from safetensors.torch import load_file, save_file
 from a2rl.grading import lineage as L
 from a2rl.grading import onepass as O
 from a2rl.grading import profiles as P
+from a2rl.grading.frozenscan import take_scan
+from a2rl.run.artifacts import Limits, check_artifact, freeze
 from a2rl.weights import safetensors_index, weights_hash
 from conftest import REPO
 from test_lineage import other_seed_model, rewrite  # noqa: F401 (a fixture)
@@ -146,10 +148,20 @@ def test_a_1gb_qwen2_shaped_synthetic_gets_todays_hash_and_verdicts(tmp_path):
     profile = P.base_profile(base)
     assert profile.digest == weights_hash(base)
     for variant, verdict in (("trained", "derived"), ("lora", "derived"), ("foreign", "foreign")):
-        model = bigmodel.write_model(tmp_path / variant, 5e8, "bf16", variant, shard_gb=0.4)
+        model = bigmodel.write_model(tmp_path / "out" / variant, 5e8, "bf16", variant, shard_gb=0.4)
         scanned = O.stream(model)
         assert scanned.digest == weights_hash(model)
         found, full = O.one_pass_lineage(model, base, scanned, profile.samples), L.lineage(model, base)
         assert found.verdict == full.verdict == verdict, (variant, found, full)
         same_figures(found, full, tol=0.01)
+        # the freeze's one read (run/onecopy.py): a byte-identical copy, the same hash, samples and verdict
+        with check_artifact(model, model.parent, Limits(64, 1 << 40, 1 << 40)) as artifact:
+            frozen = freeze(artifact, tmp_path / "submissions" / variant, b"k" * 32, "a2rl-canary-x")
+        for f in model.iterdir():
+            assert (frozen / f.name).read_bytes() == f.read_bytes(), f.name
+        took = take_scan(frozen, b"k" * 32, "a2rl-canary-x")[1]
+        assert took.digest == scanned.digest and took.samples.keys() == scanned.samples.keys()
+        assert all(np.array_equal(took.samples[n].values, s.values) for n, s in scanned.samples.items())
+        assert O.one_pass_lineage(frozen, base, took, profile.samples).verdict == verdict
         shutil.rmtree(model)
+        shutil.rmtree(frozen)

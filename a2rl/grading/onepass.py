@@ -74,53 +74,80 @@ class Scanned:
     unsampled: list[str]  # tensors in a dtype not sampled here (float8)
 
 
+class Digester:
+    """weights_hash's SHA-256 and each tensor's sample, fed the tensors' bytes in weights_hash's order (sorted
+    names): `tensor` starts one, `feed` takes its bytes block by block (any block size), `done` ends it. Used by
+    `stream` here and by the freeze's copy (run/onecopy.py), which feeds it the bytes it writes."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.h = hashlib.sha256()
+        self.samples: dict[str, TensorSample] = {}
+        self.names: list[str] = []
+        self.nbytes = 0
+
+    def tensor(self, name: str, info: dict) -> None:
+        self.h.update(json.dumps([name, info["dtype"], info["shape"]]).encode())
+        self.names.append(name)
+        self.info = info
+        self.dtype, self.size = NUMPY_DTYPES.get(info["dtype"], (None, 1))
+        begin, end = info["data_offsets"]
+        self.step = sample_step((end - begin) // self.size)
+        self.taken: list = []
+        self.got = self.pos = 0
+
+    def feed(self, buf, n: int) -> None:
+        """The tensor's next `n` bytes, at the start of `buf` (a bytearray or memoryview; not kept)."""
+        view = memoryview(buf)[:n]
+        self.h.update(view)
+        size, step = self.size, self.step
+        if self.dtype is not None and self.got < SAMPLE and n % size == 0:  # whole elements: not a truncated end
+            first = self.pos // size
+            k0 = -(-first // step)  # the first sampled index at or after this block's first element
+            offset = k0 * step - first
+            if offset < n // size:
+                part = np.frombuffer(view, dtype=self.dtype, count=n // size)[offset::step][: SAMPLE - self.got]
+                self.taken.append(as_float32(part, self.info["dtype"]))  # a copy: the buffer is reused
+                self.got += len(self.taken[-1])
+        self.pos += n
+
+    def done(self) -> None:
+        self.nbytes += self.pos
+        if self.dtype is not None:
+            values = np.concatenate(self.taken) if self.taken else np.zeros(0, np.float32)
+            self.samples[self.names[-1]] = TensorSample(list(self.info["shape"]), values)
+
+    def result(self) -> Scanned:
+        unsampled = sorted(set(self.names) - self.samples.keys())
+        return Scanned(self.h.hexdigest(), self.samples, self.nbytes, time.monotonic() - self.t0, unsampled)
+
+
 def stream(model_dir: Path) -> Scanned:
     """Every tensor's bytes read once, in weights_hash's order: the digest, and each tensor's sample."""
-    t0 = time.monotonic()
     tensors = safetensors_index(model_dir)
-    h = hashlib.sha256()
-    samples: dict[str, TensorSample] = {}
+    d = Digester()
     buf = bytearray(BLOCK)
     view = memoryview(buf)
     handles: dict[Path, object] = {}
-    nbytes = 0
     try:
         for name in sorted(tensors):
             f, data_start, info = tensors[name]
             begin, end = info["data_offsets"]
-            h.update(json.dumps([name, info["dtype"], info["shape"]]).encode())
+            d.tensor(name, info)
             if f not in handles:
                 handles[f] = open(f, "rb", buffering=0)
             fh = handles[f]
             fh.seek(data_start + begin)
-            dtype, size = NUMPY_DTYPES.get(info["dtype"], (None, 1))
-            elements = (end - begin) // size
-            step = sample_step(elements)
-            taken: list = []
-            got, pos = 0, 0
-            while pos < end - begin:
-                n = _fill(fh, view[: min(BLOCK, end - begin - pos)])
+            while d.pos < end - begin:
+                n = _fill(fh, view[: min(BLOCK, end - begin - d.pos)])
                 if not n:
                     raise ValueError(f"{f}: truncated safetensors file")
-                h.update(view[:n])
-                if dtype is not None and got < SAMPLE and n % size == 0:  # whole elements: not at a truncated end
-                    first = pos // size
-                    k0 = -(-first // step)  # the first sampled index at or after this block's first element
-                    offset = k0 * step - first
-                    if offset < n // size:
-                        part = np.frombuffer(buf, dtype=dtype, count=n // size)[offset::step][: SAMPLE - got]
-                        taken.append(as_float32(part, info["dtype"]))  # a copy: buf is reused
-                        got += len(taken[-1])
-                pos += n
-            nbytes += pos
-            if dtype is not None:
-                values = np.concatenate(taken) if taken else np.zeros(0, np.float32)
-                samples[name] = TensorSample(list(info["shape"]), values)
+                d.feed(buf, n)
+            d.done()
     finally:
         for fh in handles.values():
             fh.close()
-    unsampled = sorted(tensors.keys() - samples.keys())
-    return Scanned(h.hexdigest(), samples, nbytes, time.monotonic() - t0, unsampled)
+    return d.result()
 
 
 def _fill(fh, view: memoryview) -> int:

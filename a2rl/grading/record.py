@@ -9,6 +9,7 @@ import shutil
 
 from filelock import Timeout
 
+from a2rl.grading.frozenscan import scan_dir
 from a2rl.grading.grader import Grader
 from a2rl.grading.retention import keeps_all, prune
 from a2rl.grading.trust import UntrustedArtifact, frozen_dir
@@ -76,6 +77,11 @@ class Recording(Grader):
         except OSError as e:  # no room to move it to done/: recorded, the next claim retires it
             if not disk_full(e):
                 raise
+        if artifact:  # the freeze's scan, where the grading did not take it (grading/frozenscan.py)
+            try:
+                shutil.rmtree(scan_dir(frozen_dir(artifact, self.sweep.submissions)), ignore_errors=True)
+            except UntrustedArtifact:
+                pass  # not a frozen copy under submissions/, or gone: nothing of it to delete
         # under `feedback: split` the copies the final part may still pick wait for it (`score_final` deletes them)
         if keeps_all(self.sweep.spec):
             pass

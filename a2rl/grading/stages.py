@@ -11,6 +11,7 @@ from pathlib import Path
 
 from a2rl.errors import InfraError
 from a2rl.grading.evaluate import grading_key, n_items
+from a2rl.grading.frozenscan import take_scan
 from a2rl.grading.grader import Grader
 from a2rl.grading.lineage import copy_lineage
 from a2rl.grading.onepass import Scanned, stream
@@ -78,14 +79,18 @@ class Scoring(Grader):
         """The artifact is a trustworthy frozen copy (grading/trust.py); scanned for held-out data now: the frozen
         copy is deleted once graded, and the run report reads what was found from the ledger."""
         sub.frozen = check_frozen(sub.artifact, self.sweep.submissions)
-        leaks = scan_files(sub.frozen, markers(sub.task.data(self.data_root).heldout_dir))
+        found_in = markers(sub.task.data(self.data_root).heldout_dir)
+        # the freeze's scan, where it verifies (grading/frozenscan.py): the weights are then not read here again
+        taken = take_scan(sub.frozen, self.sweep.key, found_in.canary)
+        sub.scanned = taken[1] if taken else None
+        leaks = scan_files(sub.frozen, found_in, taken[0].canary_in if taken else None)
         if leaks:
             log.warning("LEAK in %s: %s", sub.fields["submission_id"], "; ".join(leaks))
         sub.fields["leaks"] = leaks
 
     def _copy_of_base(self, sub: Submission) -> LedgerEntry | None:
         """The base model's own weights score the baseline's score, not evaluated again."""
-        sub.scanned = stream(sub.frozen)
+        sub.scanned = sub.scanned or stream(sub.frozen)
         sub.digest = sub.scanned.digest
         sub.copy = sub.digest == sub.base.weights_hash
         if not sub.copy or sub.base.status != "ok":

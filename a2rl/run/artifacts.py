@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from a2rl.grading.frozenscan import save_scan
 from a2rl.grading.trust import UntrustedArtifact, check_files
 from a2rl.recording import nofollow
+from a2rl.run.onecopy import copy_scanned
 
 # Files a model directory needs for loading; anything else (optimizer state, trainer checkpoints) stays behind.
 KEEP_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja", ".tiktoken")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+
+log = logging.getLogger("a2rl.submit")
 
 
 MAX_PATH = 4096
@@ -245,21 +250,25 @@ def check_content(files: dict[str, BinaryIO], sizes: dict[str, int]) -> None:
         raise ArtifactError(str(e)) from None
 
 
-def freeze(artifact: Artifact, dest: Path) -> Path:
+def freeze(artifact: Artifact, dest: Path, key: bytes | None = None, canary: str | None = None) -> Path:
     """Copy the checked files into `dest` (in the sweep directory), which then belongs to the grader: from the
     descriptors that were checked, exactly the sizes that were checked; the copy's content is checked again,
-    as the agent could still write into the files it submitted."""
+    as the agent could still write into the files it submitted. With the sweep's `key`, the copy's own reads also
+    give the content hash, the lineage samples and the search for `canary` (run/onecopy.py), signed beside the
+    copy for the grader (grading/frozenscan.py)."""
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     copies: dict[str, BinaryIO] = {}
     try:
         for name in artifact.kept:
-            copies[name] = f = open(tmp / name, "w+b")
-            try:
-                nofollow.copy_exact(artifact.files[name].fileno(), f.fileno(), artifact.sizes[name])
-            except nofollow.Changed as e:
-                raise ArtifactError(f"{nofollow.shown(name)} {e.strerror}: refused") from None
+            copies[name] = open(tmp / name, "w+b")
+        try:
+            done = None if key is None else copy_scanned(artifact.files, artifact.sizes, artifact.kept, copies, canary)
+            for name in artifact.kept if done is None else []:
+                nofollow.copy_exact(artifact.files[name].fileno(), copies[name].fileno(), artifact.sizes[name])
+        except nofollow.Changed as e:
+            raise ArtifactError(f"{nofollow.shown(e.filename or name)} {e.strerror}: refused") from None
         check_content(copies, artifact.sizes)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -268,4 +277,9 @@ def freeze(artifact: Artifact, dest: Path) -> Path:
         for f in copies.values():
             f.close()
     tmp.rename(dest)
+    if done is not None:
+        try:
+            save_scan(dest, done.scanned, done.canary_in, canary, key)
+        except OSError as e:  # the grader reads the copy itself then
+            log.warning("the freeze's scan of %s could not be kept: %s", dest.name, e)
     return dest

@@ -54,6 +54,7 @@ from a2rl.spec.sweep import local_driver_name
 from a2rl.store.results import ResultHook, RunResult, load_result, no_hook, refresh_result
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
 from a2rl.store.sweepdir import SweepDir
+from a2rl.tasklib.leaks import read_canary
 from a2rl.weights import parameter_count
 
 log = logging.getLogger("a2rl.job")
@@ -197,7 +198,8 @@ class AgentRun(Resuming, WrapUp, Outcome):
             chat_template_kwargs=get_preset(run.model.generation).chat_template_kwargs,
         )
         meta.dump(s.ws.meta_path)
-        self.submitter = RunSubmitter(self.sweep, run, s.ws, self.budget, usage=self._usage)
+        canary = read_canary(s.task.data(self.sweep.data_root()).heldout_dir)
+        self.submitter = RunSubmitter(self.sweep, run, s.ws, self.budget, usage=self._usage, canary=canary)
         return meta
 
     def _agent_command(

@@ -73,9 +73,12 @@ class RunSubmitter:
         ws: Workspace,
         budget: Budget,
         usage: Callable[[], AgentUsage | None] = lambda: None,
+        canary: str | None = None,
     ):
-        """`usage`: the agent's tokens and cost so far (its transcript parsed), recorded with each submission."""
+        """`usage`: the agent's tokens and cost so far (its transcript parsed), recorded with each submission.
+        `canary`: the task's held-out canary, searched for in the weights as they are frozen (run/onecopy.py)."""
         self.sweep, self.run, self.ws, self.budget, self.usage = sweep, run, ws, budget, usage
+        self.canary = canary
         self.settings = sweep.spec.grader
         self.queue, self.ledger = sweep.queue, sweep.ledger
         self.limits = Limits.for_base(self.settings, ws.model)
@@ -114,7 +117,7 @@ class RunSubmitter:
             entry = self.queue.submit(
                 self.run.run_id,
                 str(model_path),
-                lambda sid: str(freeze(artifact, self.sweep.submissions / sid)),
+                lambda sid: str(freeze(artifact, self.sweep.submissions / sid, self.sweep.key, self.canary)),
                 error,
                 self.snapshot,
                 **self.at_submit(),

@@ -2,7 +2,8 @@
 
 Prepared data lives under a data root, split in two: `train/` (copied into workspaces) and `heldout/`
 (read only by the grader, never linked from a workspace). `heldout/CANARY` holds a random string written with
-the data: found in a transcript, code or a submission, it shows held-out data reached the agent (tasklib/leaks.py).
+the data: found in a transcript, code or a submission, it shows held-out data reached the agent (tasklib/leaks.py);
+the run's job reads it too (outside the sandbox) to search the weights for it as it freezes them (run/onecopy.py).
 This module describes a task and reads the records of its data; tasklib/prepare.py runs the prepare script and
 tasklib/evaluator.py loads the evaluator.
 """

@@ -229,7 +229,7 @@ def markers(heldout_dir: Path) -> HeldoutMarkers:
 @lru_cache(maxsize=16)
 def _markers(heldout_dir: str, _ino: int, _mtime_ns: int) -> HeldoutMarkers:
     root = Path(heldout_dir)
-    canary = (root / CANARY).read_text().strip() if (root / CANARY).is_file() else None
+    canary = read_canary(root)
     verbatim: dict[str, tuple[str, ...]] = {}
     normalised: dict[str, str] = {}
     short: dict[str, str] = {}
@@ -244,6 +244,12 @@ def _markers(heldout_dir: str, _ino: int, _mtime_ns: int) -> HeldoutMarkers:
         else:
             short.update({f: label for f in forms if f not in short})
     return HeldoutMarkers(canary, verbatim, normalised, short)
+
+
+def read_canary(heldout_dir: Path) -> str | None:
+    """The split's canary; None where the split has none (or is not prepared here)."""
+    path = Path(heldout_dir) / CANARY
+    return path.read_text().strip() if path.is_file() else None
 
 
 def _items(root: Path) -> Iterator[tuple[str, str]]:
@@ -286,12 +292,17 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
-def scan_files(root: Path, found_in: HeldoutMarkers) -> list[str]:
-    """What the files under a submitted model directory contain: "canary in tokenizer_config.json", ..."""
+def scan_files(root: Path, found_in: HeldoutMarkers, canary_in: list[str] | None = None) -> list[str]:
+    """What the files under a submitted model directory contain: "canary in tokenizer_config.json", ...
+    `canary_in`: where the freeze's copy found the canary (run/onecopy.py, verified by grading/frozenscan.py):
+    files larger than MAX_TEXT_BYTES, searched only for the canary, are then taken from it, not read again."""
     out = []
     for path in sorted(p for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink()):
         size = path.stat().st_size
         if size == 0:
+            continue
+        if canary_in is not None and size > MAX_TEXT_BYTES:
+            out += [f"canary in {path.relative_to(root)}"] if str(path.relative_to(root)) in canary_in else []
             continue
         if size <= MAX_TEXT_BYTES:
             found = found_in.find_bytes(path.read_bytes())

@@ -9,8 +9,10 @@ Calibration (--calibrate DIR): trains with the reference pipeline (a2rl.referenc
 on this CPU: full SFT for each of --steps, LoRA (r 16) SFT, and the same full SFT from a tiny model of the same shape
 initialised with seed 1; then prints each model's lineage figures against the tiny base, the smallest cosine of a
 derived model's matrix and the largest of the foreign ones, beside the verdict threshold (COSINE_MIN), and counts
-wrong verdicts of the full comparison and of the grader's one-pass sample (grading/onepass.py). A run whose
-output already holds a model in DIR is not trained again.
+wrong verdicts of the full comparison and of the grader's one-pass sample (grading/onepass.py), the sample as the
+freeze's one read takes it (each model frozen with a key: run/onecopy.py, grading/frozenscan.py; a content hash
+other than weights_hash's counts as wrong too). A run whose output already holds a model in DIR is not trained
+again.
 
     .venv/bin/python tools/bench/lineage.py [--gb 1] [--calibrate DIR --steps 150,700]
 """
@@ -114,14 +116,30 @@ def train(out: Path, model: Path, data: Path, *args: str) -> Path:
     return out / "sft"
 
 
+def frozen_scan(model: Path, submissions: Path):
+    """The grader's hash and samples of `model` as the freeze's copy computes them (its frozen copy deleted)."""
+    from a2rl.grading.frozenscan import take_scan
+    from a2rl.run.artifacts import Limits, check_artifact, freeze
+
+    key = os.urandom(32)
+    with check_artifact(model, model.parent, Limits(64, 1 << 40, 1 << 40)) as artifact:
+        dest = freeze(artifact, submissions / model.parent.name, key)
+    taken = take_scan(dest, key, None)
+    shutil.rmtree(dest)
+    if taken is None:
+        raise SystemExit(f"the freeze's scan of {model} did not verify")
+    return taken[1]
+
+
 def calibrate(runs: Path, steps: list[int]) -> None:
     from a2rl.grading.lineage import COSINE_MIN, lineage, tensor_distances
-    from a2rl.grading.onepass import SAMPLE, one_pass_lineage, stream
+    from a2rl.grading.onepass import SAMPLE, one_pass_lineage
     from a2rl.grading.profiles import base_profile
     from a2rl.spec.tasks import get_task
     from a2rl.store.modeldirs import resolve_model
     from a2rl.store.tinymodel import build_tiny_model
     from a2rl.tasklib.prepare import ensure_prepared
+    from a2rl.weights import weights_hash
 
     base = resolve_model("builtin:tiny-llama")
     other = build_tiny_model(runs / "seed1", seed=1)
@@ -144,7 +162,10 @@ def calibrate(runs: Path, steps: list[int]) -> None:
     for group, models in (("from the base", derived), ("foreign", foreign)):
         for label, model in models.items():
             found = lineage(model, base)
-            sampled = one_pass_lineage(model, base, stream(model), profile)  # what the grader computes
+            scanned = frozen_scan(model, runs / "submissions")
+            sampled = one_pass_lineage(model, base, scanned, profile)  # what the grader computes
+            if scanned.digest != weights_hash(model):
+                wrong.append(f"{label}: the freeze's content hash is not weights_hash's")
             if sampled.verdict != found.verdict or found.verdict != (
                 "derived" if group == "from the base" else "foreign"
             ):

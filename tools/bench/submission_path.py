@@ -1,6 +1,6 @@
 """One real submission of a paper-size checkpoint through a2rl's grader path, against one plain copy of its files.
 
-    .venv/bin/python tools/bench/submission_path.py --params 7.6e9 [--dir /tmp/x] [--path onepass|today|both]
+    .venv/bin/python tools/bench/submission_path.py --params 7.6e9 [--dir /tmp/x] [--path onecopy|onepass|today|both]
 
 Writes a Qwen2.5-7B-shaped base and a "trained" submission (tools/bench/bigmodel.py: the base plus noise on every
 tensor) into --dir, then on the same disk (a copy, the path, a copy again: R divides by the copies' mean):
@@ -8,8 +8,13 @@ tensor) into --dir, then on the same disk (a copy, the path, a copy again: R div
             without root it says so and times a warm copy), to a directory deleted right after;
   the path  the real code, page cache dropped again: check (run/artifacts.check_artifact: type, size, headers),
             freeze (run/artifacts.freeze: O_NOFOLLOW descriptors, exactly the checked sizes), the grader's check
-            of the frozen copy (grading/trust.check_frozen) and leak scan (tasklib/leaks.scan_files, arith's
-            held-out markers), then
+            of the frozen copy (grading/trust.check_frozen), then
+              onecopy (default): the freeze reads each file once into user space, writes the copy and feeds the
+                       content hash, the lineage samples and the canary search from the same buffers
+                       (run/onecopy.py, with a random sweep key and arith's canary); the grader verifies the signed
+                       result (grading/frozenscan.take_scan), scans only the files under 16 MiB for leaks and
+                       judges lineage from the samples
+              and for the others the leak scan (tasklib/leaks.scan_files, arith's held-out markers), then
               today:   content hash (weights.weights_hash), lineage (grading/lineage.lineage: every element of the
                        submission and of the base, in float32)
               onepass: content hash and lineage from one streamed read of the frozen copy
@@ -17,12 +22,12 @@ tensor) into --dir, then on the same disk (a copy, the path, a copy again: R div
             the grading-cache lookup (its key: grading/daemon.grading_key on llm/backends.engine_key), and the
             engine's load on this CPU (transformers from_pretrained of the frozen copy in bf16: the CPU engine's
             fp32 would need 2x the memory; skipped, and said, when the machine's free memory cannot hold it).
-With --other-variants (and the one-pass path) it then prints the one-pass verdicts of the lora and foreign
+With --other-variants (and a one-pass path) it then prints the one-pass verdicts of the lora and foreign
 variants, each written in the submission's place. Last line: `fixed-cost ratio R` = (the path's seconds, no
 generation) / (the plain copy's seconds).
 
-Disk: the submission, the base and the frozen copy are each full size. With --path onepass the base's profile is
-made first (once per sweep in the grader: printed apart, not in R) and the base's weight files are then made
+Disk: the submission, the base and the frozen copy are each full size. With --path onecopy or onepass the base's profile
+is made first (once per sweep in the grader: printed apart, not in R) and the base's weight files are then made
 sparse (their headers kept, for the architecture check), so at most two full-size copies are on disk at once.
 """
 
@@ -93,7 +98,7 @@ class Stages:
 
 
 def grading_key_of(digest: str, frozen: Path, base: Path, task) -> str:
-    from a2rl.grading.daemon import grading_key
+    from a2rl.grading.evaluate import grading_key
     from a2rl.llm.backends import BackendSettings, engine_key
     from a2rl.spec.generation import get_preset
 
@@ -121,11 +126,9 @@ def bigmodel_bytes(d: Path) -> int:
 
 
 def run_path(kind: str, sub: Path, base: Path, work: Path, task, heldout: Path, profile) -> float:
-    from a2rl.grading.lineage import lineage
     from a2rl.grading.trust import check_frozen
     from a2rl.run.artifacts import Limits, check_artifact, freeze
-    from a2rl.tasklib.leaks import markers, scan_files
-    from a2rl.weights import weights_hash
+    from a2rl.tasklib.leaks import markers
 
     submissions = work / "sweep" / "submissions"
     submissions.mkdir(parents=True, exist_ok=True)
@@ -133,26 +136,45 @@ def run_path(kind: str, sub: Path, base: Path, work: Path, task, heldout: Path, 
     st = Stages()
     t0 = time.perf_counter()
     limits = Limits(64, 1 << 40, 1 << 40)
+    found_in = markers(heldout)
+    key = os.urandom(32) if kind == "onecopy" else None  # the sweep's key: the job scans as it freezes
     artifact = st("check", check_artifact, sub, sub.parent, limits)
     with artifact:
-        frozen = st("freeze", freeze, artifact, submissions / "sub-1")
+        frozen = st("freeze", freeze, artifact, submissions / "sub-1", key, found_in.canary)
     st("check frozen", check_frozen, str(frozen), submissions)
-    st("leak scan", scan_files, frozen, markers(heldout))
-    if kind == "today":
-        digest = st("content hash", weights_hash, frozen)
-        found = st("lineage", lineage, frozen, base)
-    else:
-        from a2rl.grading.onepass import one_pass_lineage, stream
-
-        scanned = st("content hash + samples", stream, frozen)
-        digest = scanned.digest
-        found = st("lineage (from the samples)", one_pass_lineage, frozen, base, scanned, profile.samples)
+    digest, found = grader_reads(kind, st, frozen, base, found_in, key, profile)
     st("grading-cache key", grading_key_of, digest, frozen, base, task)
     note = st("engine load (transformers)", engine_load, frozen)
     total = time.perf_counter() - t0
     print(f"    verdict {found.verdict} ({found.reason}); engine: {note}; hash {digest[:16]}")
     shutil.rmtree(frozen)
     return total
+
+
+def grader_reads(kind: str, st: Stages, frozen: Path, base: Path, found_in, key, profile):
+    """The grader's leak scan, content hash and lineage: reading the frozen copy (today, onepass), or taking the
+    freeze's signed scan (onecopy: grading/frozenscan.py) and reading only the files under 16 MiB."""
+    from a2rl.grading.lineage import lineage
+    from a2rl.grading.onepass import one_pass_lineage, stream
+    from a2rl.tasklib.leaks import scan_files
+    from a2rl.weights import weights_hash
+
+    if kind == "onecopy":
+        from a2rl.grading.frozenscan import take_scan
+
+        taken = st("take the freeze's scan", take_scan, frozen, key, found_in.canary)
+        if taken is None:
+            raise SystemExit("the freeze's scan did not verify (see the log)")
+        leaks = st("leak scan (files under 16 MiB)", scan_files, frozen, found_in, taken[0].canary_in)
+        scanned = taken[1]
+    else:
+        leaks = st("leak scan", scan_files, frozen, found_in)
+        scanned = None if kind == "today" else st("content hash + samples", stream, frozen)
+    print(f"    leaks: {leaks or 'none'}", flush=True)
+    if scanned is None:
+        return st("content hash", weights_hash, frozen), st("lineage", lineage, frozen, base)
+    found = st("lineage (from the samples)", one_pass_lineage, frozen, base, scanned, profile.samples)
+    return scanned.digest, found
 
 
 def other_verdicts(sub: Path, base: Path, params: float, profile) -> None:
@@ -176,7 +198,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=float, default=7.6e9)
     p.add_argument("--dir", type=Path, default=Path("/tmp/a2rl-submission-path"))
-    p.add_argument("--path", choices=("onepass", "today", "both"), default="onepass")
+    p.add_argument("--path", choices=("onecopy", "onepass", "today", "both"), default="onecopy")
     p.add_argument("--variant", choices=bigmodel.VARIANTS, default="trained")
     p.add_argument("--other-variants", action="store_true", help="also the lora and foreign variants' verdicts")
     args = p.parse_args()
@@ -208,17 +230,23 @@ def measure(args, work: Path) -> None:
 
     tiny = resolve_model("builtin:tiny-llama")
     lineage(tiny, tiny)  # imports (torch, tokenizers, transformers) out of the timings
+    kinds = ("today", "onepass") if args.path == "both" else (args.path,)
+    profile = None
+    if kinds == ("onepass",) or kinds == ("onecopy",):  # the base's bytes are not read again: made sparse first
+        from a2rl.grading.profiles import base_profile
+
+        print(f"  base profile: {drop_caches()}", flush=True)
+        t1 = time.perf_counter()
+        profile = base_profile(base)
+        print(f"    base profile (once per sweep, not in R) {time.perf_counter() - t1:8.2f} s", flush=True)
+        sparse_weights(base)
     before = plain_copy(sub, work / "cp")
-    totals, profile = {}, None
-    for kind in ("today", "onepass") if args.path == "both" else (args.path,):
-        if kind == "onepass":
+    totals = {}
+    for kind in kinds:
+        if kind == "onepass" and profile is None:
             from a2rl.grading.profiles import base_profile
 
-            print(f"  base profile: {drop_caches()}", flush=True)
-            t1 = time.perf_counter()
             profile = base_profile(base)
-            print(f"    base profile (once per sweep, not in R) {time.perf_counter() - t1:8.2f} s", flush=True)
-            sparse_weights(base)
         totals[kind] = run_path(kind, sub, base, work, task, heldout, profile)
     after = plain_copy(sub, work / "cp")
     copy_s = (before + after) / 2

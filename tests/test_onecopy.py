@@ -1,0 +1,202 @@
+"""The freeze's one read (run/onecopy.py, grading/frozenscan.py): the copy's own reads give the content hash, the
+lineage samples and the canary search, signed beside the frozen copy; the grader takes them only when they
+verify. The frozen copy is byte-identical, the hash is weights_hash's, the samples and verdicts those of a read of
+the copy (grading/onepass.stream); a canary in the weights is still found; what the grader cannot trust it
+reads again."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import a2rl.tasklib.leaks as leaks
+from a2rl.grading import frozenscan as F
+from a2rl.grading import onepass as O
+from a2rl.grading import profiles as P
+from a2rl.run import onecopy
+from a2rl.run.artifacts import Limits, check_artifact, freeze
+from a2rl.weights import weights_hash
+from test_canary import ITEM, leaky_task, run  # noqa: F401 (a fixture)
+from test_lineage import other_seed_model, rewrite  # noqa: F401 (a fixture)
+
+KEY = b"k" * 32
+CANARY = "a2rl-canary-0123456789abcdef0123456789abcdef"
+LIMITS = Limits(max_files=64, max_file_bytes=1 << 30, max_total_bytes=1 << 31)
+
+
+def submitted(model: Path, output: Path) -> Path:
+    """`model` as a directory under the agent's output/."""
+    m = output / model.name
+    m.mkdir(parents=True)
+    for f in model.iterdir():
+        (m / f.name).write_bytes(f.read_bytes())
+    return m
+
+
+def frozen(m: Path, dest: Path, key=KEY, canary=CANARY) -> Path:
+    with check_artifact(m, m.parent, LIMITS) as artifact:
+        return freeze(artifact, dest, key, canary)
+
+
+def taken(dest: Path, canary=CANARY):
+    return F.take_scan(dest, KEY, canary)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 4 KiB + 8 bytes: every tensor of more than 1,026 float32 elements spans several blocks."""
+    monkeypatch.setattr(onecopy, "BLOCK", 4096 + 8)
+
+
+def test_the_copy_is_byte_identical_with_todays_hash_samples_and_verdicts(
+    tmp_path,
+    tiny_model,
+    other_seed_model,  # noqa: F811
+    small_blocks,
+):
+    def nudge(t):
+        g = torch.Generator().manual_seed(0)
+        return {k: v + 0.3 * v.norm() / v.numel() ** 0.5 * torch.randn(v.shape, generator=g) for k, v in t.items()}
+
+    moved = rewrite(tiny_model, tmp_path / "moved", nudge)
+    half = rewrite(tiny_model, tmp_path / "bf16", lambda t: {k: v.bfloat16() for k, v in t.items()})
+    base = P.base_profile(tiny_model).samples
+    for model, verdict in ((tiny_model, "copy"), (moved, "derived"), (half, "derived"), (other_seed_model, "foreign")):
+        m = submitted(model, tmp_path / "out" / model.name)
+        dest = frozen(m, tmp_path / "submissions" / model.name)
+        plain = frozen(m, tmp_path / "plain" / model.name, key=None)  # today's copy (sendfile)
+        assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in plain.iterdir())
+        for f in plain.iterdir():
+            assert (dest / f.name).read_bytes() == f.read_bytes() == (m / f.name).read_bytes(), f.name
+        scan, scanned = taken(dest)
+        assert scanned.digest == weights_hash(dest) == weights_hash(model)
+        read = O.stream(dest)
+        assert scanned.samples.keys() == read.samples.keys() and scanned.nbytes == read.nbytes
+        for name, s in read.samples.items():
+            assert s.shape == scanned.samples[name].shape and np.array_equal(s.values, scanned.samples[name].values)
+        mine, today = (O.one_pass_lineage(dest, tiny_model, x, base) for x in (scanned, read))
+        assert mine.verdict == today.verdict == (verdict if verdict != "copy" else mine.verdict)
+        assert (mine.close_share, mine.cosine_median) == (today.close_share, today.cosine_median)
+        assert not F.scan_dir(dest).exists()  # taken once
+
+
+@pytest.mark.parametrize("where", ["tensor", "across blocks", "across tensors", "header", "gap"])
+def test_a_canary_in_the_weights_is_found_wherever_it_lies(tmp_path, small_blocks, where):
+    a = np.arange(3000, dtype=np.float32).tobytes()  # 12,000 bytes: three blocks
+    b = np.ones(8, dtype=np.float32).tobytes()
+    gap = b"\0" * 100
+    header = {
+        "a": {"dtype": "F32", "shape": [3000], "data_offsets": [0, len(a)]},
+        "b": {"dtype": "F32", "shape": [8], "data_offsets": [len(a) + len(gap), len(a) + len(gap) + len(b)]},
+        "__metadata__": {"note": CANARY if where == "header" else "x"},
+    }
+    data = bytearray(a + gap + b)
+    at = {"tensor": 100, "across blocks": 4096 + 8 - 10, "across tensors": len(a) - 10, "gap": len(a) + 20}
+    if where in at:
+        data[at[where] : at[where] + len(CANARY)] = CANARY.encode()
+    head = json.dumps(header).encode()
+    m = tmp_path / "out" / "m"
+    m.mkdir(parents=True)
+    (m / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + bytes(data))
+    (m / "config.json").write_text("{}")
+    dest = frozen(m, tmp_path / "submissions" / "s1")
+    scan, scanned = taken(dest)
+    assert scan.canary_in == ["model.safetensors"] and scanned.digest == weights_hash(dest)
+    clean = frozen(m, tmp_path / "submissions" / "s2", canary="a2rl-canary-" + "f" * 32)
+    assert taken(clean, "a2rl-canary-" + "f" * 32)[0].canary_in == []
+
+
+def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+    cases = {
+        "written after the freeze": lambda d: (d / "config.json").write_text((d / "config.json").read_text()),
+        "another key": lambda d: (
+            F.FrozenScan.load(F.scan_dir(d) / "scan.json").sign(b"x" * 32).dump(F.scan_dir(d) / "scan.json")
+        ),
+        "samples changed": lambda d: next(F.scan_dir(d).glob("*.hmac")).write_text("0" * 64),
+        "another canary": lambda d: None,
+    }
+    for i, (case, spoil) in enumerate(cases.items()):
+        dest = frozen(m, tmp_path / "submissions" / f"s{i}")
+        spoil(dest)
+        assert taken(dest, CANARY if case != "another canary" else CANARY + "2") is None, case
+        assert not F.scan_dir(dest).exists()
+    plain = frozen(m, tmp_path / "submissions" / "plain", key=None)  # without the key: no scan, as before
+    assert not F.scan_dir(plain).exists() and taken(plain) is None
+
+
+def test_overlapping_tensors_get_the_plain_copy_and_no_scan(tmp_path):
+    data = np.arange(16, dtype=np.float32).tobytes()
+    head = json.dumps(
+        {
+            "a": {"dtype": "F32", "shape": [16], "data_offsets": [0, 64]},
+            "b": {"dtype": "F32", "shape": [8], "data_offsets": [32, 64]},
+        }
+    ).encode()
+    m = tmp_path / "out" / "m"
+    m.mkdir(parents=True)
+    (m / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + data)
+    (m / "config.json").write_text("{}")
+    dest = frozen(m, tmp_path / "submissions" / "s1")
+    assert (dest / "model.safetensors").read_bytes() == (m / "model.safetensors").read_bytes()
+    assert taken(dest) is None
+
+
+def test_bytes_the_agent_writes_during_the_copy_are_hashed_as_frozen(tmp_path, tiny_model, small_blocks, monkeypatch):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+    weights = next(m.glob("*.safetensors"))
+    real, calls = os.preadv, []
+
+    def preadv(fd, buffers, offset):
+        calls.append(offset)
+        if len(calls) == 5:  # the agent rewrites its weights mid-copy, same size
+            with open(weights, "r+b") as f:
+                f.seek(weights.stat().st_size // 2)
+                f.write(os.urandom(weights.stat().st_size // 4))
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    dest = frozen(m, tmp_path / "submissions" / "s1")
+    assert len(calls) > 5 and taken(dest)[1].digest == weights_hash(dest)
+
+
+def test_a_canary_in_the_weights_is_caught_by_the_grader_on_the_one_read_path(run, tiny_model, monkeypatch):  # noqa: F811
+    """The real submit and grader: the weights are not read again (the freeze's scan is taken), and the canary
+    the agent planted in a tensor's bytes is flagged in the ledger."""
+    import a2rl.grading.stages as stages
+
+    run_dir, ws, submit, report, canary = run
+    monkeypatch.setattr(leaks, "MAX_TEXT_BYTES", 1 << 20)  # the tiny model's weights count as weights
+    streamed = []
+    monkeypatch.setattr(stages, "stream", lambda d: streamed.append(d) or O.stream(d))
+    m = submitted(tiny_model, ws.output / "leaky")
+    weights = next(m.glob("*.safetensors"))
+    raw = bytearray(weights.read_bytes())
+    raw[len(raw) // 2 : len(raw) // 2 + len(canary)] = canary.encode()
+    weights.write_bytes(bytes(raw))
+    submit(m)
+    metrics, _ = report()
+    assert metrics.leaks == [f"submission 1: canary in {weights.name}"]
+    assert streamed == []
+
+
+def test_a_scan_the_grading_did_not_take_is_deleted_with_the_submission(run, tiny_model, monkeypatch):  # noqa: F811
+    import a2rl.grading.stages as stages
+    from a2rl.grading.trust import UntrustedArtifact
+
+    run_dir, ws, submit, report, canary = run
+
+    seen = []
+
+    def refused(artifact, submissions):
+        seen.append(F.scan_dir(Path(artifact)).is_dir())  # the freeze made it
+        raise UntrustedArtifact("refused before the scan was taken")
+
+    monkeypatch.setattr(stages, "check_frozen", refused)
+    submit(submitted(tiny_model, ws.output / "m"))
+    assert seen == [True] and not list(run_dir.parent.parent.glob(f"submissions/*{F.SUFFIX}"))
