@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from a2rl.cli.main import main
-from a2rl.store.tinymodel import MARKER, build_tiny_model
+from a2rl.store.tinymodel import MARKER, TINY_CONFIG, build_tiny_model
+from a2rl.weights import config_parameter_count, parameter_count
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +61,12 @@ def test_digits_are_split_individually(built):
     tok = AutoTokenizer.from_pretrained(built)
     digit_tokens = [t for t in tok.tokenize("It costs 1234567890 and 42.") if any(c.isdigit() for c in t)]
     assert digit_tokens == list("1234567890") + ["4", "2"]
+
+
+def test_the_recipes_size_before_building_is_the_built_models(built):
+    """The capacity plan and `a2rl status` count a built-in model not built yet from TINY_CONFIG."""
+    assert (
+        parameter_count(built)
+        == config_parameter_count(TINY_CONFIG)
+        == config_parameter_count(json.loads((built / "config.json").read_text()))
+    )

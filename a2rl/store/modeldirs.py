@@ -15,6 +15,7 @@ from a2rl.spec.registry import HOME
 from a2rl.spec.roots import CACHE_FIX, guarded
 from a2rl.spec.sizing import memory_need, shape_problems
 from a2rl.spec.sweep import ModelEntry, SweepSpec
+from a2rl.store.tinymodel import TINY_CONFIG
 from a2rl.weights import config_parameter_count, parameter_count
 
 KNOWN_MODELS = HOME / "configs" / "models" / "params.yaml"  # well-known models' parameter counts
@@ -59,6 +60,8 @@ def _count(m: ModelEntry, d: Path, known: dict[str, float]) -> tuple[int, str] |
         return n, "from its config.json"
     if m.params is not None:
         return int(m.params), "params: in the sweep"
+    if m.path.startswith(BUILTIN_PREFIX):  # not built yet: its recipe's shape says as much as its weights would
+        return config_parameter_count(TINY_CONFIG), "from the built-in recipe"
     for name in (d.name, m.name):
         if name in known:
             return int(known[name]), f"known-model table {KNOWN_MODELS.relative_to(HOME)}"

@@ -31,6 +31,8 @@ MODEL_SHAPE = {
     "num_key_value_heads": 4,
     "max_position_embeddings": 512,
 }
+# what its config.json says of its size (the tokenizer has exactly VOCAB_SIZE entries): counted before it is built
+TINY_CONFIG = {**MODEL_SHAPE, "vocab_size": VOCAB_SIZE, "tie_word_embeddings": True}
 
 # Generic everyday English so that word problems, instructions and chat turns tokenize into
 # few pieces; byte-level BPE still encodes any text, this only affects efficiency.
