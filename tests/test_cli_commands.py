@@ -26,17 +26,15 @@ def test_validate_checks_a_sweep_and_writes_and_builds_nothing(tmp_path, capsys)
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "valid: 2 runs" in proc.stdout and "not checked for tiny-llama (not built yet)" in proc.stdout
+    assert "valid: 2 runs" in proc.stdout and "not checked" not in proc.stdout  # the built-in is sized unbuilt
+    assert "model sizes: tiny-llama 0.00B (from the built-in recipe)" in proc.stdout
     # the capacity plan: what it cannot know yet it says so
     assert "capacity plan (local executor" in proc.stdout
     assert (
         "runs: 2 jobs x 11m (budget 1m + set-up margin 10m) x 0 GPU, 1 CPU: 0.0 GPU-hours, 0.37 CPU-hours"
         in proc.stdout
     )
-    assert (
-        "x 10 submissions + 1 baseline(s): unknown (task echo is not prepared (no heldout_size); model tiny-llama: "
-        "size unknown)" in proc.stdout
-    )
+    assert "x 10 submissions + 1 baseline(s): unknown (task echo is not prepared (no heldout_size))\n" in proc.stdout
     assert "queue limits: none (the local executor)" in proc.stdout
     assert sorted(tmp_path.rglob("*")) == before  # no sweep directory, no model, no prepared data
 
