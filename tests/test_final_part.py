@@ -226,7 +226,11 @@ def test_weights_that_do_not_load_leave_an_invalid_final_entry(tmp_path):
     d.submit(1, 50.0)
     d.fail = ValueError("bad weights")
     final = d.score_final(RUN)
-    assert (final.status, final.score, final.error) == ("invalid", None, "final part not scored: ValueError: bad weights")
+    assert (final.status, final.score, final.error) == (
+        "invalid",
+        None,
+        "final part not scored: ValueError: bad weights",
+    )
     assert d.paused == [] and d.refreshed == [RUN]
 
 
