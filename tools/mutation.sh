@@ -50,6 +50,7 @@ declare -A TESTS=(  # the tests that exercise a module (beyond those that import
   [a2rl/grading/final.py]="tests/test_final_part.py tests/test_final_split.py"
   [a2rl/store/integrity.py]="tests/test_signing.py tests/test_integrity.py"
   [a2rl/records.py]="tests/test_records.py tests/test_disk_full.py tests/test_fs_faults.py"
+  [a2rl/inspector/inspection.py]="tests/test_inspection_rules.py tests/test_inspector.py"
   [a2rl/store/results.py]="tests/test_results.py tests/test_final_split.py tests/test_run_lifecycle.py tests/test_fs_faults.py"
 )
 
