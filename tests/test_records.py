@@ -60,6 +60,20 @@ def test_dump_writes_sorted_json_stamped_with_the_version_and_no_temp(tmp_path):
     assert (rec.name, rec.size, rec.schema_version) == ("a", 2, Item.SCHEMA)
 
 
+def test_while_it_is_written_the_temp_file_is_hidden_beside_it(tmp_path, monkeypatch):
+    """A reader listing the directory mid-write sees a dot file ending .tmp, never a second *.json."""
+    path = tmp_path / "item.json"
+    seen = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(records.os, "fsync", lambda fd: seen.append(os.listdir(tmp_path)) or real_fsync(fd))
+    Item(name="a").dump(path)
+    Item(name="b").publish_once(tmp_path / "other.json")
+    assert [len(names) for names in seen] == [1, 2]  # the temp, then item.json and the temp
+    temps = [n for names in seen for n in names if n not in ("item.json",)]
+    assert len(temps) == 2 and all(n.endswith(".tmp") for n in temps)
+    assert temps[0].startswith(".item.json.") and temps[1].startswith(".other.json.")
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
     path = tmp_path / "item.json"
     atomic_write_text(path, "old")
@@ -265,4 +279,6 @@ def test_while_full_gives_up_after_an_hour_by_default_and_says_when_it_wrote(cap
         assert while_full(twice, "the ledger", sleep=clock.sleep, clock=clock.monotonic) == "ok"
     assert clock.now == start + 2 * records.FULL_RETRY_S
     assert caplog.messages[-1] == "the ledger: written after waiting 10 s for space"
-    assert sum("retrying every 5 s" in m for m in caplog.messages) >= 1
+    assert caplog.messages[0] == (
+        "the ledger: no space left on the file system (No space left on device); retrying every 5 s"
+    )
