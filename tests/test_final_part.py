@@ -87,7 +87,16 @@ class Daemon(FinalPart):
     def refresh(self, run_id: str) -> None:
         self.refreshed.append(run_id)
 
-    def submit(self, seq: int, score: float | None, *, marked: bool = False, copy: bool = False, frozen: bool = True):
+    def submit(
+        self,
+        seq: int,
+        score: float | None,
+        *,
+        marked: bool = False,
+        copy: bool = False,
+        frozen: bool = True,
+        error: str | None = None,
+    ):
         """A graded submission of RUN (its frozen copy under submissions/ unless not `frozen`)."""
         sid = f"{RUN}.{seq}"
         if frozen:
@@ -117,6 +126,7 @@ class Daemon(FinalPart):
                 cached_from="elsewhere",
                 details={"feedback": True},
                 engine="started",
+                error=error,
             )
         )
         self.counts[RUN] = self.counts.get(RUN, 0) + 1
@@ -173,6 +183,7 @@ def test_a_racing_grader_that_recorded_first_wins(tmp_path, caplog):
     [
         ("last", (), 3, "last"),
         ("agent", (1,), 1, "agent"),
+        ("agent", (3, 1), 3, "agent"),  # the latest marked, not the best or the first
         ("agent", (), 2, "agent: none marked, best-feedback"),
     ],
 )
@@ -280,3 +291,29 @@ def test_runs_that_never_get_a_final_part_are_settled_once(tmp_path):
     d3.score_final(RUN)
     d3._final_settled.clear()
     assert not d3.final_due(RUN) and d3._final_settled == {RUN}  # recorded already
+
+
+def test_the_final_entry_carries_no_error_of_the_feedback_parts(tmp_path):
+    d = Daemon(tmp_path)
+    d.submit(1, 50.0, error="a note from its feedback grading")
+    assert d.score_final(RUN).error is None
+
+
+def test_a_full_disk_while_recording_is_waited_out_and_named(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("a2rl.records.FULL_RETRY_S", 0.0)
+    d = Daemon(tmp_path)
+    d.submit(1, 50.0)
+    real = d.ledger.record_final
+    tries = []
+
+    def full_once(entry):
+        tries.append(entry)
+        if len(tries) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(entry)
+
+    d.ledger.record_final = full_once
+    with caplog.at_level(logging.INFO):
+        final = d.score_final(RUN)
+    assert len(tries) == 2 and final.score == SCORES["final"]
+    assert caplog.messages[0].startswith(f"recording the final part of {RUN}: no space left on the file system")
