@@ -28,6 +28,7 @@ from a2rl.store.results import (
     refresh_result,
     write_result,
 )
+from a2rl.store.retries import RETRIES
 from a2rl.store.sweepdir import RunStatus
 from conftest import write_sweep
 
@@ -410,3 +411,21 @@ def test_a_result_of_an_unknown_shape_is_a_problem_not_a_crash(sweep):
     assert problems and "RunResult schema_version 1" in problems[0]
     with pytest.raises(RecordError):
         RunResult.load(sweep.result_path(run.run_id))
+
+
+def test_a_torn_read_of_a_result_is_retried_and_counted_as_one(sweep, monkeypatch):
+    (run,) = sweep.runs()
+    r = write(sweep, run.run_id)
+    real = RunResult.load_verified_or_none.__func__
+    calls = []
+
+    def torn_once(cls, path, key, raw=None):
+        calls.append(path)
+        if len(calls) == 1:
+            raise RecordError("torn") from ValueError("half a file")
+        return real(cls, path, key, raw)
+
+    monkeypatch.setattr(RunResult, "load_verified_or_none", classmethod(torn_once))
+    before = RETRIES.counts["result"]
+    assert same(load_result(sweep, run.run_id), r) and len(calls) == 2
+    assert RETRIES.counts["result"] == before + 1

@@ -5,11 +5,13 @@ record an older a2rl signed unverifiable) fails here."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
 import os
 import stat
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from a2rl.records import RecordError
 from a2rl.store import integrity
 from a2rl.store.integrity import KEY_BYTES, KEY_FILE, ForgedRecord, SignedRecord, create_key, read_key
+from a2rl.store.retries import RETRIES
 
 KEY = bytes(range(KEY_BYTES))
 
@@ -125,3 +128,21 @@ def test_load_verified_reads_the_file_or_the_bytes_given_and_none_only_when_miss
     path.write_text("{")
     with pytest.raises(RecordError, match="cannot read Probe"):
         Probe.load_verified_or_none(path, KEY)
+
+
+def test_a_failed_read_of_the_key_is_retried_and_counted(tmp_path, monkeypatch):
+    create_key(tmp_path)
+    want = bytes.fromhex((tmp_path / KEY_FILE).read_text())
+    real = Path.read_text
+    calls = []
+
+    def eio_once(self, *a, **kw):
+        calls.append(self)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, "I/O error")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", eio_once)
+    before = RETRIES.counts["key"]
+    assert read_key(tmp_path) == want and len(calls) == 2
+    assert RETRIES.counts["key"] == before + 1
