@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import time
 
 import pytest
 
+from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.inspector import inspection
 from a2rl.inspector.inspection import (
     JUDGED,
@@ -184,10 +187,38 @@ def test_the_judges_client_is_the_endpoints(monkeypatch):
     ]
 
 
-def test_a_driver_judge_must_be_serving(tmp_path):
+def test_a_driver_judge_must_be_serving(tmp_path, monkeypatch):
     sweep = make_sweep(tmp_path / "sweep", tmp_path / "ws", seeds=(0,))
+    s = InspectorSettings(driver="small", timeout_s=9, retries=4)
     with pytest.raises(JudgeError, match=r"^the sweep's local driver 'small' is not serving \(it stops once"):
-        make_judge(sweep, InspectorSettings(driver="small"))
+        make_judge(sweep, s)  # no endpoint
+    endpoint = DriverEndpoint(
+        name="small",
+        base_url="http://127.0.0.1:9/v1",
+        api_key="drv-key",
+        model="served-name",
+        backend="vllm",
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=time.time(),
+        heartbeat_at=time.time(),
+        state="exited",
+    )
+    endpoint.dump(endpoint_path(sweep, "small"))
+    with pytest.raises(JudgeError, match="is not serving"):
+        make_judge(sweep, s)  # it has exited
+    endpoint.state = "serving"
+    endpoint.dump(endpoint_path(sweep, "small"))
+    made = []
+    monkeypatch.setattr(inspection, "ChatClient", lambda *a, **kw: made.append((a, kw)) or "client")
+    j = make_judge(sweep, s)
+    assert (j.client, j.kind) == ("client", "driver")
+    assert made == [
+        (
+            ("http://127.0.0.1:9/v1", "served-name"),
+            {"api_key": "drv-key", "timeout_s": 9, "retries": 4, "workers": 1, "direct": True},
+        )
+    ]
 
 
 class Client:
