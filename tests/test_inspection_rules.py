@@ -5,13 +5,16 @@ Material, or (for inspect_run) tests/test_inspector.py's synthetic sweep with a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import socket
 import time
+from types import SimpleNamespace
 
 import pytest
+from filelock import Timeout
 
 from a2rl.drivers.endpoint import DriverEndpoint, endpoint_path
 from a2rl.inspector import inspection
@@ -28,6 +31,7 @@ from a2rl.inspector.material import Material
 from a2rl.inspector.rubric import QUESTIONS
 from a2rl.llm.judge import AnthropicClient, ChatClient, Completion, JudgeError
 from a2rl.spec.sweep import InspectorSettings
+from a2rl.store.locks import sweep_lock
 from a2rl.store.verdicts import ANSWER_CHARS, Evidence, Inspection, Overrides, inspection_path, overrides_path
 from test_inspector import make_sweep
 
@@ -39,7 +43,7 @@ MATERIAL = Material(
     submissions=2,
     truncated=False,
     lines={(1, "train.py"): {3, 4}, (2, "train.py"): {4, 9}, (2, "eval.py"): {1}},
-    shown_turns={2, 5},
+    shown_turns={1, 2, 5},
 )
 
 
@@ -62,7 +66,8 @@ def first(text: str):
         lambda s: f"  {s}\n",
         lambda s: f"My verdicts:\n```json\n{s}\n```\nDone.",
         lambda s: f"```\n{s}```",
-        lambda s: f"Verdicts follow {s} -- that is all.",
+        lambda s: f"Verdicts follow {s}; that is all.",
+        lambda s: f"Note {{this}}.\n```json\n{s}\n```",  # braces outside the fence: only the fence parses
         lambda s: f"```\nnot json\n```\nso: {s}",  # a fence that does not parse, then the braces
         lambda s: json.dumps(json.loads(s)["verdicts"]),  # the list alone
     ],
@@ -105,7 +110,7 @@ def test_cited_places_count_only_where_the_material_shows_them():
     cites = [
         {"turn": 5, "quote": "q1"},  # a shown turn
         {"turn": 3},  # not shown: dropped
-        {"turn": True},  # not a number: no turn, no path: dropped
+        {"turn": True},  # not a number (though True == 1, a shown turn): no turn, no path: dropped
         {"seq": 1, "path": "train.py", "line": 3},  # a shown line
         {"seq": 1, "path": "train.py", "line": 9},  # that line is not in seq 1's diff: dropped
         {"seq": 2, "path": "train.py"},  # the file's diff, any line
@@ -145,6 +150,7 @@ def test_a_violation_without_evidence_reads_as_suspicious_and_says_so():
     assert (got.verdict, got.explanation) == ("suspicious", "")
     got = first(answer({"question": IDS[0], "verdict": "violation", "evidence": {"turn": 5}}))  # not a list
     assert (got.verdict, got.evidence) == ("suspicious", [])
+    assert got.explanation == "[a violation without evidence in the material reads as suspicious]"  # none dropped
 
 
 def test_quotes_and_explanations_are_cut():
@@ -161,6 +167,8 @@ def test_the_cost_needs_both_prices_and_both_counts():
     assert inspection._cost(s, 1000, 100) == 0.0045
     assert inspection._cost(s, 1, 1) == 0.000018
     assert inspection._cost(s, 0, 0) == 0.0
+    assert inspection._cost(s, 10**6, 10**6) == 18.0
+    assert inspection._cost(settings(usd_per_mtok_in=0.15, usd_per_mtok_out=0.0), 1, 0) == 0.0  # to the micro-dollar
     assert inspection._cost(settings(usd_per_mtok_in=3.0), 1000, 100) is None
     assert inspection._cost(settings(usd_per_mtok_out=3.0), 1000, 100) is None
     assert inspection._cost(s, None, 100) is None and inspection._cost(s, 1000, None) is None
@@ -182,15 +190,21 @@ def test_the_judges_client_is_the_endpoints(monkeypatch):
     made = []
     monkeypatch.setattr(inspection, "ChatClient", lambda *a, **kw: made.append((a, kw)) or "client")
     assert make_judge(None, settings(api_key_env="A2RL_TEST_JUDGE_KEY", timeout_s=7, retries=3)).client == "client"
+    make_judge(None, settings())
     assert made == [
-        (("http://127.0.0.1:9/v1/", "judge-1"), {"api_key": "sk-test", "timeout_s": 7, "retries": 3, "workers": 1})
+        (("http://127.0.0.1:9/v1/", "judge-1"), {"api_key": "sk-test", "timeout_s": 7, "retries": 3, "workers": 1}),
+        (("http://127.0.0.1:9/v1/", "judge-1"), {"api_key": None, "timeout_s": 300, "retries": 0, "workers": 1}),
     ]
 
 
 def test_a_driver_judge_must_be_serving(tmp_path, monkeypatch):
     sweep = make_sweep(tmp_path / "sweep", tmp_path / "ws", seeds=(0,))
     s = InspectorSettings(driver="small", timeout_s=9, retries=4)
-    with pytest.raises(JudgeError, match=r"^the sweep's local driver 'small' is not serving \(it stops once"):
+    with pytest.raises(
+        JudgeError,
+        match=r"^the sweep's local driver 'small' is not serving \(it stops once every run that uses it has ended\); "
+        r"relaunch the sweep to start it, or inspect with an endpoint \(--judge-url, --judge-model\)$",
+    ):
         make_judge(sweep, s)  # no endpoint
     endpoint = DriverEndpoint(
         name="small",
@@ -242,13 +256,17 @@ def sweep(tmp_path_factory):
     return make_sweep(tmp / "sweep", tmp / "ws", seeds=(0,))
 
 
-def test_an_inspection_records_the_judges_use_and_keeps_the_earlier_one(sweep):
+def test_an_inspection_records_the_judges_use_and_keeps_the_earlier_one(sweep, monkeypatch, caplog):
     (run,) = sweep.runs()
     rid = run.run_id
     text = answer(*(one("clean", question=q) for q in IDS)) + " " * ANSWER_CHARS
     client = Client(text, requests=4)  # a judge that served other runs before
     s = settings(usd_per_mtok_in=1.0, usd_per_mtok_out=2.0, max_tokens=77)
+    ticks = iter([100.0, 101.2345678])
+    monkeypatch.setattr(inspection, "time", SimpleNamespace(monotonic=lambda: next(ticks)))
     first_insp = inspect_run(sweep, rid, s, Judge(client, "openai"))
+    monkeypatch.undo()
+    assert first_insp.judge.seconds == 1.235
     ((messages, max_tokens),) = client.asked
     assert max_tokens == 77 and messages[0]["role"] == "system" and messages[1]["content"].endswith("JSON object.")
     j = first_insp.judge
@@ -260,18 +278,26 @@ def test_an_inspection_records_the_judges_use_and_keeps_the_earlier_one(sweep):
         1,
         0,
     )
-    assert (j.input_tokens, j.output_tokens, j.cost_usd) == (2000, 100, 0.0022) and j.seconds >= 0
+    assert (j.input_tokens, j.output_tokens, j.cost_usd) == (2000, 100, 0.0022)
     assert [v.verdict for v in first_insp.verdicts] == ["clean"] * len(IDS)
     assert first_insp.answer == text[:ANSWER_CHARS] and len(first_insp.answer) == ANSWER_CHARS
     path = inspection_path(sweep.run_dir(rid))
     mtime = path.stat().st_mtime_ns
     failing = Client(JudgeError("HTTP 500 from the judge"))
-    again = inspect_run(sweep, rid, s, Judge(failing, "driver"))
+    with caplog.at_level(logging.WARNING, logger="a2rl.inspector"):
+        again = inspect_run(sweep, rid, s, Judge(failing, "driver"))
+    assert caplog.messages == [f"inspecting {rid}: HTTP 500 from the judge"]
     assert (again.judge.kind, again.judge.calls, again.judge.failed_calls, again.answer) == ("driver", 1, 1, "")
     assert (again.judge.input_tokens, again.judge.cost_usd, again.judge.served_model) == (None, None, "")
     assert {(v.verdict, v.error) for v in again.verdicts} == {("unknown", "the judge failed: HTTP 500 from the judge")}
     kept = path.parent / "inspections" / f"{mtime}.json"
     assert Inspection.load(kept).judge.calls == 1 and Inspection.load(path).judge.failed_calls == 1
+    real = inspection.build_material
+    monkeypatch.setattr(
+        inspection, "build_material", lambda *a, **kw: dataclasses.replace(real(*a, **kw), truncated=True)
+    )
+    cut = inspect_run(sweep, rid, s, Judge(Client(text), "openai"))  # a third, of material cut to the judge's limit
+    assert cut.truncated is True and len(list(kept.parent.iterdir())) == 2
 
 
 def test_a_judge_that_cannot_be_made_is_no_call(sweep, monkeypatch):
@@ -285,6 +311,9 @@ def test_a_judge_that_cannot_be_made_is_no_call(sweep, monkeypatch):
         0,
     )
     assert all("the judge failed: the inspector's API key variable" in v.error for v in insp.verdicts)
+    insp = inspect_run(sweep, run.run_id, InspectorSettings(driver="small"))  # not serving
+    assert (insp.judge.kind, insp.judge.model, insp.judge.calls, insp.judge.failed_calls) == ("driver", "small", 0, 0)
+    assert all("the judge failed: the sweep's local driver 'small' is not serving" in v.error for v in insp.verdicts)
 
 
 def test_at_a_runs_end_a_failure_is_logged_never_raised(tmp_path, monkeypatch, caplog):
@@ -301,6 +330,16 @@ def test_at_a_runs_end_a_failure_is_logged_never_raised(tmp_path, monkeypatch, c
     with caplog.at_level(logging.ERROR, logger="a2rl.inspector"):
         assert inspect_at_end(judged, run.run_id) is None
     assert caplog.messages == [f"inspecting {run.run_id} failed"]
+
+
+def test_an_override_waits_for_another_researchers_lock_no_longer_than_the_sweeps_timeout(tmp_path):
+    sweep = make_sweep(tmp_path / "s", tmp_path / "ws", seeds=(0,), grader={"lock_timeout_s": 0.2})
+    (run,) = sweep.runs()
+    path = overrides_path(sweep.run_dir(run.run_id))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sweep_lock(f"{path}.lock", timeout=1), pytest.raises(Timeout):
+        set_override(sweep, run.run_id, IDS[0], "clean", "held")
+    assert not path.exists()
 
 
 def test_overrides_keep_every_researchers_reason(sweep, monkeypatch):
