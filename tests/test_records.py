@@ -203,10 +203,13 @@ def check_read(paths, got) -> None:
             assert isinstance(g, FileNotFoundError) and g.filename == str(p)
 
 
-@pytest.mark.parametrize("elapsed, threaded", [(1.0, False), (1.0001, True), (100.0, True)])
-def test_read_many_threads_only_when_the_probe_came_slowly(files, monkeypatch, elapsed, threaded):
-    """The probe's reads took `elapsed` times SLOW_READ_S each (a fake clock): threads past that, not at it."""
-    ticks = iter([0.0, elapsed * records.SLOW_READ_S * 4])
+@pytest.mark.parametrize(
+    "start, elapsed, threaded", [(0.0, 1.0, False), (0.0, 1.0001, True), (0.0, 100.0, True), (1000.0, 0.5, False)]
+)
+def test_read_many_threads_only_when_the_probe_came_slowly(files, monkeypatch, start, elapsed, threaded):
+    """The probe's reads took `elapsed` times SLOW_READ_S each (a fake clock from `start`): threads past that, not
+    at it."""
+    ticks = iter([start, start + elapsed * records.SLOW_READ_S * 4])
     monkeypatch.setattr(records.time, "perf_counter", lambda: next(ticks))
     pools = []
     real_pool = records.ThreadPoolExecutor
