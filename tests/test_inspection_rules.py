@@ -286,7 +286,9 @@ def test_an_inspection_records_the_judges_use_and_keeps_the_earlier_one(sweep, m
     failing = Client(JudgeError("HTTP 500 from the judge"))
     with caplog.at_level(logging.WARNING, logger="a2rl.inspector"):
         again = inspect_run(sweep, rid, s, Judge(failing, "driver"))
-    assert caplog.messages == [f"inspecting {rid}: HTTP 500 from the judge"]
+    assert [r.getMessage() for r in caplog.records if r.name == "a2rl.inspector"] == [
+        f"inspecting {rid}: HTTP 500 from the judge"
+    ]
     assert (again.judge.kind, again.judge.calls, again.judge.failed_calls, again.answer) == ("driver", 1, 1, "")
     assert (again.judge.input_tokens, again.judge.cost_usd, again.judge.served_model) == (None, None, "")
     assert {(v.verdict, v.error) for v in again.verdicts} == {("unknown", "the judge failed: HTTP 500 from the judge")}
@@ -329,7 +331,7 @@ def test_at_a_runs_end_a_failure_is_logged_never_raised(tmp_path, monkeypatch, c
     monkeypatch.setattr(inspection, "inspect_run", broken)
     with caplog.at_level(logging.ERROR, logger="a2rl.inspector"):
         assert inspect_at_end(judged, run.run_id) is None
-    assert caplog.messages == [f"inspecting {run.run_id} failed"]
+    assert [r.getMessage() for r in caplog.records if r.name == "a2rl.inspector"] == [f"inspecting {run.run_id} failed"]
 
 
 def test_an_override_waits_for_another_researchers_lock_no_longer_than_the_sweeps_timeout(tmp_path):
