@@ -9,7 +9,9 @@
 # survivors' diffs, and ends with `MODULE: killed K/M (P%)` lines (a mutant that makes a test run past its time
 # counts as killed: it was caught). Mutants listed in tools/mutation-equivalent.txt
 # (`mutant-name  reason`: they cannot change behaviour) are shown apart and left out of M.
-# Knobs: MUTATION_JOBS (parallel mutants, default 1: the machine is shared), MUTATION_NICE (default 10).
+# Knobs: MUTATION_JOBS (parallel mutants, default 1: the machine is shared), MUTATION_NICE (default 10),
+# MUTATION_TEST_WALL_S (a test's wall-clock limit in a mutant's run, default 300: past it, a timeout),
+# MUTATION_TESTS (test files to run instead of the mapped ones: a module's figure before new tests, say).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +38,7 @@ cli()' "$@"
 DEFAULT=(
   a2rl/recording/nofollow.py a2rl/scheduling/graders.py a2rl/grading/lineage.py a2rl/tasklib/leaks.py
   a2rl/run/artifacts.py a2rl/store/integrity.py a2rl/store/queue.py a2rl/store/ledger.py a2rl/store/results.py
-  a2rl/records.py a2rl/grading/daemon.py a2rl/inspector/inspection.py
+  a2rl/records.py a2rl/grading/final.py a2rl/inspector/inspection.py
 )
 declare -A TESTS=(  # the tests that exercise a module (beyond those that import it by name)
   [a2rl/recording/nofollow.py]="tests/test_nofollow.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
@@ -45,12 +47,17 @@ declare -A TESTS=(  # the tests that exercise a module (beyond those that import
   [a2rl/grading/lineage.py]="tests/test_lineage.py"
   [a2rl/scheduling/graders.py]="tests/test_grader_pool.py tests/test_grader_replace.py tests/test_grader_idle.py"
   [a2rl/grading/daemon.py]="tests/test_final_split.py tests/test_lineage.py tests/test_grader_idle.py tests/test_grading_cache.py tests/test_disk_full.py tests/test_integrity.py"
-  [a2rl/store/integrity.py]="tests/test_integrity.py"
+  [a2rl/grading/final.py]="tests/test_final_part.py tests/test_final_split.py"
+  [a2rl/store/integrity.py]="tests/test_signing.py tests/test_integrity.py"
+  [a2rl/records.py]="tests/test_records.py tests/test_disk_full.py tests/test_fs_faults.py"
+  [a2rl/inspector/inspection.py]="tests/test_inspection_rules.py tests/test_inspector.py"
+  [a2rl/store/results.py]="tests/test_results.py tests/test_final_split.py tests/test_run_lifecycle.py tests/test_fs_faults.py"
 )
 
-tests_for() {  # the mapped test files, else those that import the module
+tests_for() {  # MUTATION_TESTS, else the mapped test files, else those that import the module
   local mod=$1 dotted=${1%.py}
   dotted=${dotted//\//.}
+  if [ -n "${MUTATION_TESTS:-}" ]; then echo "$MUTATION_TESTS"; return; fi
   if [ -n "${TESTS[$mod]:-}" ]; then echo "${TESTS[$mod]}"; return; fi
   (cd "$REPO" && grep -lE "(from|import) ${dotted//./\\.}( |$)|from ${dotted%.*} import .*\b${dotted##*.}\b" tests/test_*.py | tr '\n' ' ')
 }
@@ -64,6 +71,32 @@ copy_tree() {  # this tree's files (tracked and untracked, not .git, venvs or ca
 configure() {  # [tool.mutmut] for one module, appended to the scratch copy's pyproject.toml
   local mod=$1; shift
   cp "$REPO/pyproject.toml" "$WORK/tree/pyproject.toml"
+  # a wall-clock limit per test: mutmut limits CPU time only, which a mutant that deadlocks (a thread waiting on a
+  # lock for ever) never uses up; past the limit the mutant's test process exits 36, mutmut's code for a timeout
+  cat >"$WORK/tree/mutation_watchdog.py" <<'EOF'
+import os
+import sys
+import threading
+
+import pytest
+
+LIMIT_S = float(os.environ.get("MUTATION_TEST_WALL_S", "300"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    def expire():
+        sys.stderr.write(f"mutation.sh: {item.nodeid} ran past {LIMIT_S:g} s of wall time: a timeout\n")
+        os._exit(36)
+
+    timer = threading.Timer(LIMIT_S, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+EOF
   {
     echo
     echo "[tool.mutmut]"
@@ -73,7 +106,7 @@ configure() {  # [tool.mutmut] for one module, appended to the scratch copy's py
       sed 's/.*/"&", /' | tr -d '\n')"
     echo "only_mutate = [\"$mod\"]"
     printf 'pytest_add_cli_args_test_selection = [%s]\n' "$(printf '"%s", ' "$@")"
-    echo 'pytest_add_cli_args = ["-m", "not slow", "-p", "no:cacheprovider", "-q", "-o", "addopts="]'
+    echo 'pytest_add_cli_args = ["-m", "not slow", "-p", "no:cacheprovider", "-p", "mutation_watchdog", "-q", "-o", "addopts="]'
     echo 'process_isolation = "fork"'  # workers forked after the coverage run: imports and the session's cache warm
     echo 'use_git_change_detection = false'
     echo 'timeout_multiplier = 5.0'
