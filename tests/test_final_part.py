@@ -42,6 +42,9 @@ class Daemon(FinalPart):
             run=lambda rid: SimpleNamespace(run_id=rid, task="arith", protocol="a2rl", model=SimpleNamespace(name="m")),
             status=lambda rid: self.statuses.get(rid),
             submissions=self.submissions,
+            spec=SimpleNamespace(
+                storage=SimpleNamespace(keep="candidates"), grader=SimpleNamespace(keep_artifacts=keep)
+            ),
         )
         self.pending: list[str] = []
         self.counts: dict[str, int] = {}

@@ -1,8 +1,8 @@
 """a2rl/records.py through its public API (issue 36): a record's file is written whole or not at all, read back
-only at its own version or through its `upgrade`, refused in one line naming the file otherwise; `publish_once`
-leaves exactly one; `read_many` keeps order and errors whether it reads in one thread or several; a full disk is
-told apart from other errors. Test-local records carry their own versions (never the real records', which
-change)."""
+only at its own version or through its upgrade steps (a2rl/upgrades.py), refused in one line naming the file
+otherwise; `publish_once` leaves exactly one; `read_many` keeps order and errors whether it reads in one thread
+or several; a full disk is told apart from other errors. Test-local records carry their own versions (never the
+real records', which change)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import pytest
 
-from a2rl import records
+from a2rl import records, upgrades
 from a2rl.records import (
     Record,
     RecordError,
@@ -32,19 +32,19 @@ from fakes import FakeClock
 
 
 class Item(Record):
-    SCHEMA: ClassVar[int] = 3
+    SCHEMA: ClassVar[str] = "1.2"
     name: str
     size: int = 0
 
 
 class Grown(Item):
-    """Version 2 called `size` `n`; version 1 cannot be read."""
+    """Version 1.1 called `size` `n` (the step below); 1.0 has no step."""
 
-    @classmethod
-    def upgrade(cls, data: dict, version: int) -> dict | None:
-        if version == 2:
-            return {"name": data["name"], "size": data["n"]}
-        return None
+
+@pytest.fixture(autouse=True)
+def grown_steps(monkeypatch):
+    steps = {"Grown": {"1.1": ("1.2", lambda d: {"name": d["name"], "size": d["n"]})}}
+    monkeypatch.setattr(upgrades, "STEPS", steps)
 
 
 def written(path, **data) -> None:
@@ -54,7 +54,7 @@ def written(path, **data) -> None:
 def test_dump_writes_sorted_json_stamped_with_the_version_and_no_temp(tmp_path):
     path = tmp_path / "new" / "dir" / "item.json"
     Item(name="a", size=2).dump(path)
-    assert path.read_text() == '{\n "name": "a",\n "schema_version": 3,\n "size": 2\n}\n'
+    assert path.read_text() == '{\n "name": "a",\n "schema_version": "1.2",\n "size": 2\n}\n'
     assert os.listdir(path.parent) == ["item.json"]
     rec = Item.load(path)
     assert (rec.name, rec.size, rec.schema_version) == ("a", 2, Item.SCHEMA)
@@ -96,15 +96,23 @@ def test_load_refuses_missing_garbled_foreign_and_misshapen_files_in_one_line(tm
     with pytest.raises(RecordError, match=r"cannot read Item from .*item\.json: ") as e:
         Item.load_or_none(path)
     assert not missing(e.value)
-    for version in (99, Item.SCHEMA + 1, 0, None):
+    refusals = {
+        99: "Item version 99 is older than any a2rl 1.x reads",  # an int: a 0.x version this class never had
+        "1.3": r"Item version 1.3 is newer than this a2rl reads \(1.2\): upgrade a2rl",
+        "2.0": r"Item version 2.0 is newer than this a2rl reads",
+        "1.1": r"Item version 1.1 has no upgrade step to 1.2",
+        "one": "Item schema_version 'one' is not a record version",
+        None: "Item schema_version None is not a record version",
+    }
+    for version, why in refusals.items():
         written(path, name="a", schema_version=version)
-        with pytest.raises(RecordError, match=rf"item\.json: Item schema_version {version!r}, this a2rl reads 3$"):
+        with pytest.raises(RecordError, match=rf"item\.json: {why}"):
             Item.load(path)
     written(path, name="a", size="big", schema_version=Item.SCHEMA)
     with pytest.raises(RecordError, match=r"item\.json: not a valid Item: 1 validation error for Item$"):
         Item.load(path)
     path.write_text("[1, 2]")
-    with pytest.raises(RecordError, match="Item schema_version None"):
+    with pytest.raises(RecordError, match=r"item\.json: not a Item \(a JSON list, not an object\)$"):
         Item.load(path)
 
 
@@ -118,7 +126,7 @@ def test_a_directory_in_the_way_counts_as_missing(tmp_path):
 
 def test_load_takes_the_bytes_or_the_error_the_caller_read(tmp_path):
     path = tmp_path / "item.json"  # never there: the bytes given are read, not the file
-    raw = Item(name="a", size=1).model_dump_json().replace('"schema_version":0', '"schema_version":3').encode()
+    raw = Item(name="a", size=1).model_dump_json().replace('"schema_version":0', '"schema_version":"1.2"').encode()
     assert Item.load(path, raw).size == 1
     assert Item.load_or_none(path, FileNotFoundError(errno.ENOENT, "gone")) is None
     with pytest.raises(RecordError, match="cannot read Item from .*: .*torn") as e:
@@ -128,17 +136,17 @@ def test_load_takes_the_bytes_or_the_error_the_caller_read(tmp_path):
 
 def test_an_older_version_is_read_through_upgrade_others_are_refused(tmp_path):
     path = tmp_path / "item.json"
-    written(path, name="a", n=7, schema_version=Grown.SCHEMA - 1)
+    written(path, name="a", n=7, schema_version="1.1")
     rec = Grown.load(path)
     assert (rec.name, rec.size, rec.schema_version) == ("a", 7, Grown.SCHEMA)
-    for version in (Grown.SCHEMA - 2, 0, -1):  # no upgrade from these
+    for version in ("1.0", 1, 0, -1):  # no step from these
         written(path, name="a", n=7, schema_version=version)
-        with pytest.raises(RecordError, match=f"schema_version {version}, this a2rl reads {Grown.SCHEMA}"):
+        with pytest.raises(RecordError, match=f"Grown (schema_)?version {version}"):
             Grown.load(path)
-    written(path, name="a", n=7, schema_version=Grown.SCHEMA - 1)
-    with pytest.raises(RecordError, match="schema_version 2, this a2rl reads 3"):
-        Item.load(path)  # the base record upgrades nothing
-    written(path, name="a", n="x", schema_version=Grown.SCHEMA - 1)
+    written(path, name="a", n=7, schema_version="1.1")
+    with pytest.raises(RecordError, match="Item version 1.1 has no upgrade step to 1.2"):
+        Item.load(path)  # the steps are per record class
+    written(path, name="a", n="x", schema_version="1.1")
     with pytest.raises(RecordError, match="not a valid Grown"):
         Grown.load(path)
 
@@ -147,15 +155,17 @@ def test_an_upgrade_sees_the_old_fields_and_its_version(tmp_path):
     seen = []
 
     class Spy(Item):
-        @classmethod
-        def upgrade(cls, data: dict, version: int) -> dict | None:
-            seen.append((dict(data), version))
-            return {"name": data["name"]}
+        pass
 
+    def step(data: dict) -> dict:
+        seen.append(dict(data))
+        return {"name": data["name"]}
+
+    upgrades.STEPS["Spy"] = {"1.0": ("1.1", step), "1.1": ("1.2", step)}
     path = tmp_path / "item.json"
-    written(path, name="a", schema_version=1)
+    written(path, name="a", schema_version="1.0")
     assert Spy.load(path).size == 0
-    assert seen == [({"name": "a", "schema_version": 1}, 1)]
+    assert seen == [{"name": "a", "schema_version": "1.0"}, {"name": "a", "schema_version": "1.1"}]
 
 
 def test_publish_once_leaves_the_first_writers_record(tmp_path):

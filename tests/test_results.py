@@ -409,7 +409,7 @@ def test_a_result_of_an_unknown_shape_is_a_problem_not_a_crash(sweep):
     sweep.result_path(run.run_id).write_text('{"schema_version": 1}')
     problems: list[str] = []
     assert load_result(sweep, run.run_id, problems) is None
-    assert problems and "RunResult schema_version 1" in problems[0]
+    assert problems and "RunResult version 1 is older than any a2rl 1.x reads" in problems[0]
     with pytest.raises(RecordError):
         RunResult.load(sweep.result_path(run.run_id))
 

@@ -43,8 +43,9 @@ def model_dir(path: str) -> Path:
 
 def planned_params(spec: SweepSpec) -> dict[str, tuple[int, str]]:
     """Model name -> (parameters, where the count came from), building and loading nothing: the safetensors
-    headers where the weights are there, else config.json, else the entry's `params:`, else a built-in model's recipe, else the table of
-    well-known models (configs/models/params.yaml). A model none of them knows is left out."""
+    headers where the weights are there, else config.json, else the entry's `params:`, else a built-in model's
+    recipe, else the table of well-known models (configs/models/params.yaml). A model none of them knows is left
+    out."""
     known = {k.rsplit("/", 1)[-1]: float(v) for k, v in (yaml.safe_load(KNOWN_MODELS.read_text()) or {}).items()}
     out = {}
     for m in spec.model_entries:
