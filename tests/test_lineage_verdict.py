@@ -166,3 +166,68 @@ def test_cosine_and_relative_l2_edges():
     assert L.cosine(0.0, 4.0, 0.0) == 0.0 and L.cosine(0.0, 0.0, 4.0) == 0.0
     assert L.rel_l2(4.0, 16.0) == 0.5
     assert L.rel_l2(0.0, 0.0) == 0.0 and L.rel_l2(1.0, 0.0) is None
+
+
+def test_copy_lineage_says_so():
+    assert L.copy_lineage() == L.Lineage(verdict="copy", reason="the base model's tensors")
+    assert L.copy_lineage().summary() == "copy: the base model's tensors"
+
+
+def test_a_vocabulary_holds_the_added_tokens(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    tok = Tokenizer(WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    tok.add_special_tokens(["<extra>"])
+    d = tmp_path / "tok"
+    d.mkdir()
+    tok.save(str(d / "tokenizer.json"))
+    (d / "vocab.json").write_text('{"not": 0}')  # tokenizer.json comes first
+    assert L.vocabulary(d) == {"a": 0, "b": 1, "[UNK]": 2, "<extra>": 3}
+
+
+def test_tensor_distances_streams_slices_of_at_most_chunk_elements(tmp_path, monkeypatch):
+    """Every dtype read as float32, a scalar and a vector too; a slice holds at most CHUNK_ELEMENTS (or one row,
+    where a row is larger), and no more slices are read than that allows; each file opened once."""
+    import safetensors
+
+    rng = np.random.default_rng(0)
+    shapes = {"m.weight": (5, 3), "v.bias": (6,), "s.scale": (), "w.weight": (2, 8)}
+    base = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    mine = {n: (v + rng.standard_normal(v.shape) * 0.5).astype(np.float16) for n, v in base.items()}
+    for d, tensors in (("base", base), ("mine", mine)):
+        (tmp_path / d).mkdir()
+        save_file({n: np.asarray(v) for n, v in tensors.items()}, str(tmp_path / d / "model.safetensors"))
+    reads, opened, real = [], [], safetensors.safe_open
+
+    class Spy:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def get_slice(self, name):
+            whole = self.handle.get_slice(name)
+            return type("Slice", (), {"__getitem__": lambda _, k: reads.append((name, k.start, k.stop)) or whole[k]})()
+
+        def get_tensor(self, name):
+            reads.append((name, None, None))
+            return self.handle.get_tensor(name)
+
+    monkeypatch.setattr(safetensors, "safe_open", lambda f, framework: opened.append(f) or Spy(real(f, framework)))
+    monkeypatch.setattr(L, "CHUNK_ELEMENTS", 4)
+    distances, sizes, nbytes = L.tensor_distances(tmp_path / "mine", tmp_path / "base")
+    assert sorted(opened) == sorted(str(tmp_path / d / "model.safetensors") for d in ("base", "mine"))
+    assert sizes == {"m.weight": (15, 2), "v.bias": (6, 1), "s.scale": (1, 0), "w.weight": (16, 2)}
+    assert nbytes == 38 * 4 + 38 * 2  # the base in float32, the submission in float16, each element once
+    expected = {
+        "m.weight": [(i, i + 1) for i in range(5)],  # rows of 3: one a slice
+        "v.bias": [(0, 4), (4, 8)],
+        "s.scale": [(None, None)],
+        "w.weight": [(0, 1), (1, 2)],  # a row of 8 is more than 4, read alone
+    }
+    for name, slices in expected.items():
+        assert [(a, b) for n, a, b in reads if n == name] == [s for s in slices for _ in (0, 1)], name
+    for d in distances:
+        s, b = mine[d.name].astype(np.float64).ravel(), base[d.name].astype(np.float64).ravel()
+        assert d.cosine == pytest.approx(s @ b / np.sqrt((s @ s) * (b @ b)), abs=1e-6), d.name
+        assert d.rel_l2 == pytest.approx(np.linalg.norm(s - b) / np.linalg.norm(b), rel=1e-5), d.name
+    assert [d.name for d in distances] == sorted(shapes)
