@@ -195,6 +195,7 @@ def test_tensor_distances_streams_slices_of_at_most_chunk_elements(tmp_path, mon
     shapes = {"m.weight": (5, 3), "v.bias": (6,), "s.scale": (), "w.weight": (2, 8)}
     base = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     mine = {n: (v + rng.standard_normal(v.shape) * 0.5).astype(np.float16) for n, v in base.items()}
+    base["m.weight"], mine["m.weight"] = base["m.weight"].astype(np.float16), mine["m.weight"].astype(np.float32)
     for d, tensors in (("base", base), ("mine", mine)):
         (tmp_path / d).mkdir()
         save_file({n: np.asarray(v) for n, v in tensors.items()}, str(tmp_path / d / "model.safetensors"))
@@ -217,7 +218,7 @@ def test_tensor_distances_streams_slices_of_at_most_chunk_elements(tmp_path, mon
     distances, sizes, nbytes = L.tensor_distances(tmp_path / "mine", tmp_path / "base")
     assert sorted(opened) == sorted(str(tmp_path / d / "model.safetensors") for d in ("base", "mine"))
     assert sizes == {"m.weight": (15, 2), "v.bias": (6, 1), "s.scale": (1, 0), "w.weight": (16, 2)}
-    assert nbytes == 38 * 4 + 38 * 2  # the base in float32, the submission in float16, each element once
+    assert nbytes == 38 * 4 + 38 * 2  # 2 and 4 bytes an element (either side's dtype), each element once
     expected = {
         "m.weight": [(i, i + 1) for i in range(5)],  # rows of 3: one a slice
         "v.bias": [(0, 4), (4, 8)],
