@@ -65,3 +65,18 @@ def test_a_files_own_compression_is_unpacked_before_the_layers_are_counted(found
     assert found.find_bytes(nest(ITEM.encode(), *[gzip.compress] * 5)) == []
     four = nest(ITEM.encode(), gzip.compress, base64.b64encode, gzip.compress, base64.b64encode)  # innermost first
     assert found.find_bytes(four) == ["held-out item test.jsonl:1 (base64, gzip, base64, gzip)"]
+
+
+def test_scan_files_looks_into_subdirectories_past_empty_files_and_never_follows_a_link(found, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text(ITEM)
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "a.txt").write_bytes(b"")  # empty: skipped, and the scan goes on
+    (model / "b.txt").write_text(f"x {ITEM} y")
+    (model / "sub" / "c.json").write_text(json.dumps({"note": ITEM}))
+    (model / "link.txt").symlink_to(outside)  # a link is not the submission's own file
+    assert leaks.scan_files(model, found) == [
+        "held-out item test.jsonl:1 in b.txt",
+        "held-out item test.jsonl:1 in sub/c.json",
+    ]
