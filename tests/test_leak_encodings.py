@@ -80,3 +80,9 @@ def test_scan_files_looks_into_subdirectories_past_empty_files_and_never_follows
         "held-out item test.jsonl:1 in b.txt",
         "held-out item test.jsonl:1 in sub/c.json",
     ]
+
+
+def test_normalise_undoes_string_escapes():
+    assert leaks.normalise('Line ONE\\nline\\ttwo: \\"quoted\\" \\u00e9t\\u00c9 \\x41\\/b \\\\ end') == (
+        "line one line two quoted été a b end"
+    )
