@@ -86,3 +86,17 @@ def test_normalise_undoes_string_escapes():
     assert leaks.normalise('Line ONE\\nline\\ttwo: \\"quoted\\" \\u00e9t\\u00c9 \\x41\\/b \\\\ end') == (
         "line one line two quoted été a b end"
     )
+
+
+def test_a_file_past_max_text_bytes_is_searched_for_the_canary_only(tmp_path, monkeypatch):
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    (heldout / "test.jsonl").write_text(json.dumps({"prompt": ITEM}) + "\n")
+    (heldout / leaks.CANARY).write_text("a2rl-canary-0123456789abcdef\n")
+    found = leaks.markers(heldout)
+    monkeypatch.setattr(leaks, "MAX_TEXT_BYTES", 200)
+    at_limit = f"{ITEM} ".ljust(200).encode()
+    assert found.find_bytes(at_limit) == ["held-out item test.jsonl:1"]  # still text
+    assert found.find_bytes(at_limit + b"x") == []  # weights: the item is not looked for
+    assert found.find_bytes(at_limit + b"a2rl-canary-0123456789abcdef") == ["canary"]
+    assert leaks.markers(tmp_path / "nowhere").find_bytes(at_limit + b"x") == []  # no canary to look for
