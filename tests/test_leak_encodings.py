@@ -100,3 +100,12 @@ def test_a_file_past_max_text_bytes_is_searched_for_the_canary_only(tmp_path, mo
     assert found.find_bytes(at_limit + b"x") == []  # weights: the item is not looked for
     assert found.find_bytes(at_limit + b"a2rl-canary-0123456789abcdef") == ["canary"]
     assert leaks.markers(tmp_path / "nowhere").find_bytes(at_limit + b"x") == []  # no canary to look for
+
+
+def test_binary_files_read_as_text_and_decoded_garbage_is_dropped_past_one_bad_character_in_ten(found):
+    # a file's own bytes: whatever is not UTF-8 around an item, the item is found
+    assert found.find_bytes(b"\xff" * 100 + ITEM.encode()) == ["held-out item test.jsonl:1"]
+    # decoded from base64: kept with one replacement character in ten (a garbled edge), dropped past that
+    padded = (ITEM + "    ").encode()  # 72 characters
+    assert found.find(base64.b64encode(b"\xff" * 8 + padded).decode()) == ["held-out item test.jsonl:1 (base64)"]
+    assert found.find(base64.b64encode(b"\xff" * 9 + padded).decode()) == []
