@@ -109,3 +109,36 @@ def test_binary_files_read_as_text_and_decoded_garbage_is_dropped_past_one_bad_c
     padded = (ITEM + "    ").encode()  # 72 characters
     assert found.find(base64.b64encode(b"\xff" * 8 + padded).decode()) == ["held-out item test.jsonl:1 (base64)"]
     assert found.find(base64.b64encode(b"\xff" * 9 + padded).decode()) == []
+
+
+@pytest.mark.parametrize("pack", ["gzip", "bzip2", "xz", "zip"])
+def test_each_stream_or_member_is_unpacked_up_to_max_unpacked_bytes(found, monkeypatch, pack):
+    import bz2
+    import io
+    import lzma
+    import zipfile
+
+    def zipped(data: bytes) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("notes.txt", data)
+        return buf.getvalue()
+
+    compress = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress, "zip": zipped}[pack]
+    monkeypatch.setattr(leaks, "MAX_UNPACKED", 200)
+    label = f"held-out item test.jsonl:1 ({pack}{' member notes.txt' if pack == 'zip' else ''}, normalised)"
+    words = ITEM.rstrip("?").encode()  # ends in a word: one byte less of it is no longer the item
+    assert found.find_bytes(compress(words.rjust(200))) == [label]  # it ends at the limit
+    assert found.find_bytes(compress(words.rjust(201))) == []  # one byte past it
+
+
+def test_an_item_mostly_punctuation_is_found_verbatim_however_encoded(tmp_path):
+    short = "((( ??? ))) !!! ... --- ;;; ::: 12 ,,, ***"  # 40 characters, "12" once normalised
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    (heldout / "test.jsonl").write_text(json.dumps({"prompt": short}) + "\n")
+    found = leaks.markers(heldout)
+    assert found.short == {short: "test.jsonl:1"} and found.normalised == {}
+    assert found.find(f"log: {short}!") == ["held-out item test.jsonl:1"]
+    assert found.find(base64.b64encode(short.encode()).decode()) == ["held-out item test.jsonl:1 (base64)"]
+    assert found.find("((( ??? ))) !!! ... --- 12") == []  # its normalised form alone is too common to count
