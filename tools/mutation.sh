@@ -40,9 +40,9 @@ DEFAULT=(
 )
 declare -A TESTS=(  # the tests that exercise a module (beyond those that import it by name)
   [a2rl/recording/nofollow.py]="tests/test_nofollow.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
-  [a2rl/run/artifacts.py]="tests/test_freeze_race.py tests/test_hostile_files.py tests/test_integrity.py tests/test_submissions.py"
+  [a2rl/run/artifacts.py]="tests/test_artifacts.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_integrity.py tests/test_submissions.py"
   [a2rl/tasklib/leaks.py]="tests/test_leak_encodings.py tests/test_canary.py"
-  [a2rl/grading/lineage.py]="tests/test_lineage.py"
+  [a2rl/grading/lineage.py]="tests/test_lineage.py tests/test_lineage_verdict.py"
   [a2rl/scheduling/graders.py]="tests/test_grader_pool.py tests/test_grader_replace.py tests/test_grader_idle.py"
   [a2rl/grading/daemon.py]="tests/test_final_split.py tests/test_lineage.py tests/test_grader_idle.py tests/test_grading_cache.py tests/test_disk_full.py tests/test_integrity.py"
   [a2rl/store/integrity.py]="tests/test_integrity.py"
