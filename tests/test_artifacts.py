@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from a2rl.recording import nofollow
 from a2rl.run.artifacts import (
     MAX_PATH,
     ArtifactError,
@@ -21,6 +22,7 @@ from a2rl.run.artifacts import (
     freeze,
     resolve_submission,
 )
+from test_freeze_race import swap_after_lstat
 from test_hostile_files import safetensors
 
 GIB = 1 << 30
@@ -225,3 +227,51 @@ def test_a_directory_outside_output_or_a_link_out_of_it_is_refused(ws, tmp_path)
     )
     (out / "esc").symlink_to(elsewhere)
     assert "outside the run's output directory" in refused(out / "esc", out)
+
+
+def test_a_link_inside_output_whose_target_is_swapped_for_a_link_is_refused(ws, tmp_path, monkeypatch):
+    """The link m/config.json -> ../shared/cfg.json stays inside output/, so its target is opened from output/'s
+    descriptor; swapped for a link out of the tree after its check, that open refuses it (never followed)."""
+    out = ws / "output"
+    hidden = model(tmp_path / "hidden", config__json=json.dumps({"model_type": "llama", "who": "hidden"}))
+    (out / "shared").mkdir()
+    (out / "shared" / "cfg.json").write_text(json.dumps({"model_type": "llama"}))
+    m = model(out / "m", config__json=None)
+    (m / "config.json").symlink_to(out / "shared" / "cfg.json")
+    fired = swap_after_lstat(monkeypatch, out / "shared", "cfg.json", hidden / "config.json")
+    assert refused(m, out) == "config.json changed while it was submitted (a symlink swapped in): refused"
+    assert fired == ["cfg.json"]
+
+
+def test_a_link_inside_output_through_a_directory_swapped_for_a_link_is_refused(ws, tmp_path, monkeypatch):
+    out = ws / "output"
+    model(tmp_path / "hidden")
+    (out / "shared").mkdir()
+    (out / "shared" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    m = model(out / "m", config__json=None)
+    (m / "config.json").symlink_to(out / "shared" / "config.json")
+    real_open_dir = nofollow.open_dir
+
+    def open_dir(parts, at):
+        if list(parts) == ["shared"]:  # after the path check: shared/ becomes a link out of the tree
+            os.rename(out / "shared", tmp_path / "was-shared")
+            (out / "shared").symlink_to(tmp_path / "hidden")
+        return real_open_dir(parts, at)
+
+    monkeypatch.setattr(nofollow, "open_dir", open_dir)
+    assert refused(m, out) == "config.json changed while it was submitted (a symlink swapped in): refused"
+
+
+def test_the_submitted_directory_swapped_for_a_link_after_its_check_is_refused(ws, tmp_path, monkeypatch):
+    out = ws / "output"
+    m = model(out / "m")
+    hidden = model(tmp_path / "hidden")
+    real_open_last = nofollow.open_last
+
+    def open_last(path):
+        os.rename(m, tmp_path / "was-m")
+        m.symlink_to(hidden)
+        return real_open_last(path)
+
+    monkeypatch.setattr(nofollow, "open_last", open_last)
+    assert refused(m, out) == "m/ changed while it was submitted (a symlink swapped in): refused"
