@@ -18,6 +18,9 @@ JOBS=${MUTATION_JOBS:-1}
 NICE=${MUTATION_NICE:-10}
 EQUIVALENT=$REPO/tools/mutation-equivalent.txt
 PYTHON=${PYTHON:-python}
+# mutants run in processes forked from one that ran torch: its OpenMP pool, forked busy, deadlocks them (each
+# would then "time out", counted as killed); one thread makes no pool
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 # the agents' interpreter is not copied (a venv): the tests take this tree's
 [ -x "$REPO/.venv-agent/bin/python" ] && export A2RL_AGENT_PYTHON=${A2RL_AGENT_PYTHON:-$REPO/.venv-agent/bin/python}
 "$PYTHON" -c "import mutmut" 2>/dev/null || { echo "mutation.sh: no mutmut in $PYTHON: pip install -e '.[test]'" >&2; exit 2; }
