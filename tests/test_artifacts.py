@@ -4,6 +4,7 @@ grader; test_freeze_race.py drives the race defence)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -275,3 +276,23 @@ def test_the_submitted_directory_swapped_for_a_link_after_its_check_is_refused(w
 
     monkeypatch.setattr(nofollow, "open_last", open_last)
     assert refused(m, out) == "m/ changed while it was submitted (a symlink swapped in): refused"
+
+
+def test_a_refusal_is_not_masked_by_a_failed_cleanup(ws, tmp_path, monkeypatch):
+    """The copy refused (a file shrank since its check) and its partial copy will not go: the refusal is what
+    the caller sees, never the clean-up's error."""
+    out = ws / "output"
+    m = model(out / "m")
+    real_rmdir = os.rmdir
+
+    def rmdir(path, *args, **kwargs):
+        if str(path).endswith(".partial"):
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real_rmdir(path, *args, **kwargs)
+
+    with check_artifact(m, out, LIMITS) as artifact:
+        os.truncate(m / "model.safetensors", 10)
+        monkeypatch.setattr(os, "rmdir", rmdir)
+        with pytest.raises(ArtifactError, match="^model.safetensors shrank from "):
+            freeze(artifact, tmp_path / "subs" / "s1")
+    assert not (tmp_path / "subs" / "s1").exists()
