@@ -19,6 +19,7 @@ from a2rl.run.artifacts import (
     Limits,
     MalformedPath,
     check_artifact,
+    check_content,
     check_model_path,
     freeze,
     resolve_submission,
@@ -296,3 +297,14 @@ def test_a_refusal_is_not_masked_by_a_failed_cleanup(ws, tmp_path, monkeypatch):
         with pytest.raises(ArtifactError, match="^model.safetensors shrank from "):
             freeze(artifact, tmp_path / "subs" / "s1")
     assert not (tmp_path / "subs" / "s1").exists()
+
+
+def test_content_is_read_only_up_to_the_checked_sizes():
+    """What an agent appends to a file after its check is never read: config.json as checked is valid."""
+    import io
+
+    config = b'{"model_type": "llama"}'
+    files = {"config.json": io.BytesIO(config + b" appended later, not JSON"), "model.safetensors": io.BytesIO(WEIGHTS)}
+    check_content(files, {"config.json": len(config), "model.safetensors": len(WEIGHTS)})
+    with pytest.raises(ArtifactError, match="^config.json is not valid JSON"):
+        check_content(files, {"config.json": len(config) + 4, "model.safetensors": len(WEIGHTS)})
