@@ -308,3 +308,32 @@ def test_content_is_read_only_up_to_the_checked_sizes():
     check_content(files, {"config.json": len(config), "model.safetensors": len(WEIGHTS)})
     with pytest.raises(ArtifactError, match="^config.json is not valid JSON"):
         check_content(files, {"config.json": len(config) + 4, "model.safetensors": len(WEIGHTS)})
+
+
+def test_a_huge_directory_costs_max_files_plus_one_entries(ws, monkeypatch):
+    out = ws / "output"
+    m = model(out / "m", **{f"f{i}__txt": "x" for i in range(40)})
+    real_scandir, taken = os.scandir, []
+
+    class Counting:
+        def __init__(self, it):
+            self.it = it
+
+        def __enter__(self):
+            self.it.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.it.__exit__(*exc)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            entry = next(self.it)
+            taken.append(entry.name)
+            return entry
+
+    monkeypatch.setattr(os, "scandir", lambda fd: Counting(real_scandir(fd)))
+    assert refused(m, out, Limits(4, 1 << 20, 1 << 21)).startswith("m/ holds more than 4 entries")
+    assert len(taken) == 5  # never the 42 it holds
