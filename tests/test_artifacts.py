@@ -195,15 +195,18 @@ def test_each_refusal_says_what_to_do(ws):
     out = ws / "output"
     (out / "empty").mkdir()
     assert refused(out / "empty", out).startswith("empty/ is empty: save the model with model.save_pretrained(dir)")
-    lora = "this is a LoRA/PEFT adapter, not a full model: merge it first"
-    assert refused(model(out / "a1", adapter_config__json="{}"), out).startswith(lora)
-    assert refused(model(out / "a2", adapter_model__safetensors=WEIGHTS), out).startswith(lora)
-    assert refused(model(out / "pkl", model__safetensors=None, pytorch_model__bin=b"x"), out).startswith(
-        "only pickle checkpoints (.bin/.pt) found; they are never loaded"
+    lora = (
+        "this is a LoRA/PEFT adapter, not a full model: merge it first "
+        "(model = model.merge_and_unload(); model.save_pretrained(dir)) and submit that"
     )
-    assert refused(model(out / "pt", model__safetensors=None, model__pth=b"x"), out).startswith(
-        "only pickle checkpoints"
+    assert refused(model(out / "a1", adapter_config__json="{}"), out) == lora
+    assert refused(model(out / "a2", adapter_model__safetensors=WEIGHTS), out) == lora
+    pickles = (
+        "only pickle checkpoints (.bin/.pt) found; they are never loaded: save with "
+        "model.save_pretrained(dir, safe_serialization=True) to write .safetensors"
     )
+    assert refused(model(out / "pkl", model__safetensors=None, pytorch_model__bin=b"x"), out) == pickles
+    assert refused(model(out / "pt", model__safetensors=None, model__pth=b"x"), out) == pickles
     assert refused(model(out / "none", model__safetensors=None, notes__txt="x"), out) == (
         "no *.safetensors weights in none/ (found: config.json, notes.txt)"
     )
