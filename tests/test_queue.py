@@ -4,16 +4,19 @@ that do not verify set aside, never graded (test_fs_faults.py has clocks apart a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 
 import pytest
 
-from a2rl.records import StorageFull
+from a2rl.records import RecordError, StorageFull
 from a2rl.store import queue as queue_mod
+from a2rl.store import retries as retries_mod
 from a2rl.store.freshness import Watch
 from a2rl.store.queue import Lease, QueueEntry, SubmissionQueue, holder_id
+from a2rl.store.retries import RETRIES
 from fakes import FakeClock
 
 KEY = b"k" * 32
@@ -190,3 +193,26 @@ def test_oldest_wait_counts_the_oldest_unleased_entry(q, clock):
 
 def test_holder_id_names_role_host_and_process():
     assert holder_id("grader") == f"grader@{socket.gethostname()}:{os.getpid()}"
+
+
+def test_renew_leaves_an_unreadable_lease_for_the_next_renewal_and_counts_it(q, monkeypatch, caplog):
+    monkeypatch.setattr(retries_mod, "time", FakeClock())  # retries back off on virtual time
+    sid = q.submit("r", "/m", lambda sid: "/a").submission_id
+    q.claim("A", LEASE_S, never)
+    lease = q.leases / f"{sid}.json"
+    lease.write_text(lease.read_text()[:40])  # torn: half a JSON object, as a stale page reads
+    before = RETRIES.counts["lease"]
+    with caplog.at_level(logging.WARNING):
+        assert q.renew(sid, "A", LEASE_S) is True  # left for the next renewal, not given up
+    assert RETRIES.counts["lease"] == before + retries_mod.ATTEMPTS  # every failed read, counted as a lease's
+    last = caplog.records[-1].getMessage()
+    assert last.startswith("retrying a read of a lease: ") and str(lease) in last
+    lease.write_text(json.dumps({"schema_version": Lease.SCHEMA, "holder": 3}))  # whole, but no lease
+    with pytest.raises(RecordError):
+        q.renew(sid, "A", LEASE_S)
+
+
+def test_a_lease_without_released_is_released_only_when_it_was_given_back():
+    old = {"submission_id": "r.0001", "holder": "g", "claimed_at": 1.0, "expires_at": 0.0, "attempt": 1}
+    assert Lease.upgrade(old, 1) == {**old, "released": True}  # an older release zeroed expires_at
+    assert Lease.upgrade({**old, "expires_at": 5.0}, 1) == {**old, "expires_at": 5.0, "released": False}
