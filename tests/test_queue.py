@@ -113,12 +113,15 @@ def test_claims_go_oldest_first_and_a_live_lease_is_skipped(q, clock):
     assert (on_disk.holder, on_disk.attempt, on_disk.submission_id) == ("g0", 1, "r.0002")
 
 
-def test_a_lease_expires_after_lease_s_unrenewed_on_the_readers_clock_and_renewals_keep_it(q, clock):
+def test_a_lease_expires_after_lease_s_unrenewed_on_the_readers_clock_and_renewals_keep_it(q, clock, monkeypatch):
     sid = q.submit("r", "/m", lambda sid: "/a").submission_id
     assert q.claim("A", LEASE_S, never).lease.attempt == 1
     assert q.claim("B", LEASE_S, never) is None  # first seen now
     clock.advance(LEASE_S - 1)
-    assert q.renew(sid, "A", LEASE_S) and Lease.load(q.leases / f"{sid}.json").renewals == 1
+    monkeypatch.setattr(queue_mod, "now", lambda: 5000.0)  # the holder's wall clock, stamped for people
+    assert q.renew(sid, "A", LEASE_S)
+    renewed = Lease.load(q.leases / f"{sid}.json")
+    assert (renewed.renewals, renewed.expires_at, renewed.holder) == (1, 5000.0 + LEASE_S, "A")
     assert q.claim("B", LEASE_S, never) is None  # renewed: seen changed, silent for 0 s
     clock.advance(LEASE_S - 0.5)
     assert q.claim("B", LEASE_S, never) is None
