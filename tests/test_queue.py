@@ -219,3 +219,32 @@ def test_a_lease_without_released_is_released_only_when_it_was_given_back():
     old = {"submission_id": "r.0001", "holder": "g", "claimed_at": 1.0, "expires_at": 0.0, "attempt": 1}
     assert Lease.upgrade(old, 1) == {**old, "released": True}  # an older release zeroed expires_at
     assert Lease.upgrade({**old, "expires_at": 5.0}, 1) == {**old, "expires_at": 5.0, "released": False}
+
+
+def test_unreadable_leases_and_entries_are_retried_and_counted_as_what_they_are(q, monkeypatch, caplog):
+    monkeypatch.setattr(retries_mod, "time", FakeClock())
+    sid = q.submit("r", "/m", lambda sid: "/a").submission_id
+    q.claim("A", LEASE_S, never)
+    lease = q.leases / f"{sid}.json"
+    lease.write_text(lease.read_text()[:40])
+    before = RETRIES.counts["lease"]
+    with pytest.raises(RecordError):  # a release that cannot read the lease says so
+        q.release(sid, "A")
+    assert RETRIES.counts["lease"] == before + retries_mod.ATTEMPTS - 1
+    torn = q.pending / "r.0002.json"
+    torn.write_text((q.pending / f"{sid}.json").read_text()[:40])
+    before = RETRIES.counts["queue entry"]
+    with caplog.at_level(logging.WARNING, "a2rl.queue"):
+        assert [e.submission_id for e in q.entries("r")] == [sid]  # the torn one skipped, with a warning
+    assert RETRIES.counts["queue entry"] == before + retries_mod.ATTEMPTS - 1
+    assert str(torn) in caplog.text
+
+
+def test_oldest_wait_skips_entries_whose_lease_does_not_read(q):
+    for _ in range(9):
+        q.submit("r", "/m", lambda sid: "/a")
+    aged(q, "r.0005", 1000.0)
+    for n in (1, 2, 3, 4, 6, 7, 8, 9):  # whole, but no lease: never transient
+        (q.leases / f"r.{n:04d}.json").write_text(json.dumps({"schema_version": Lease.SCHEMA, "holder": 3}))
+        aged(q, f"r.{n:04d}", 4000.0)
+    assert q.oldest_wait(5000.0, LEASE_S) == 4000.0  # r.0005, wherever the listing puts it
