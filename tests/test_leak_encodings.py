@@ -142,3 +142,12 @@ def test_an_item_mostly_punctuation_is_found_verbatim_however_encoded(tmp_path):
     assert found.find(f"log: {short}!") == ["held-out item test.jsonl:1"]
     assert found.find(base64.b64encode(short.encode()).decode()) == ["held-out item test.jsonl:1 (base64)"]
     assert found.find("((( ??? ))) !!! ... --- 12") == []  # its normalised form alone is too common to count
+
+
+def test_a_long_text_is_searched_in_overlapping_rounds_of_anchors(found, monkeypatch):
+    """Anchors are gathered _CHUNK characters a round (rounds overlapping by ANCHOR): an item is found whichever
+    round its anchor falls in, at the edges between them too."""
+    monkeypatch.setattr(leaks, "_CHUNK", 64)
+    tail = " filler" * 40  # several rounds past the item
+    for offset in range(0, 90):
+        assert found.find("x" * offset + " " + ITEM + tail) == ["held-out item test.jsonl:1"], offset
