@@ -340,3 +340,18 @@ def test_a_huge_directory_costs_max_files_plus_one_entries(ws, monkeypatch):
     monkeypatch.setattr(os, "scandir", lambda fd: Counting(real_scandir(fd)))
     assert refused(m, out, Limits(4, 1 << 20, 1 << 21)).startswith("m/ holds more than 4 entries")
     assert len(taken) == 5  # never the 42 it holds
+
+
+def test_a_directory_gone_or_looping_when_checked_is_refused_in_one_line(ws, tmp_path, monkeypatch):
+    out = ws / "output"
+    (out / "loop").symlink_to(out / "loop")
+    assert refused(out / "loop", out) == "loop/ changed while it was submitted (a symlink swapped in): refused"
+    m = model(out / "m")
+    real_open_last = nofollow.open_last
+
+    def open_last(path):
+        os.rename(m, tmp_path / "was-m")  # removed after its path was checked
+        return real_open_last(path)
+
+    monkeypatch.setattr(nofollow, "open_last", open_last)
+    assert refused(m, out) == "m/ could not be read: No such file or directory"
