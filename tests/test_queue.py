@@ -248,3 +248,17 @@ def test_oldest_wait_skips_entries_whose_lease_does_not_read(q):
         (q.leases / f"r.{n:04d}.json").write_text(json.dumps({"schema_version": Lease.SCHEMA, "holder": 3}))
         aged(q, f"r.{n:04d}", 4000.0)
     assert q.oldest_wait(5000.0, LEASE_S) == 4000.0  # r.0005, wherever the listing puts it
+
+
+def test_an_entry_retired_while_listed_is_skipped_silently(q, monkeypatch, caplog):
+    sid = q.submit("r", "/m", lambda sid: "/a").submission_id
+    real_retried = queue_mod.retried
+
+    def retried(read, what):
+        (q.pending / f"{sid}.json").unlink(missing_ok=True)  # another grader retires it between listing and reading
+        return real_retried(read, what)
+
+    monkeypatch.setattr(queue_mod, "retried", retried)
+    with caplog.at_level(logging.WARNING):
+        assert q.entries("r") == []
+    assert caplog.records == []
