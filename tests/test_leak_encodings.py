@@ -151,3 +151,20 @@ def test_a_long_text_is_searched_in_overlapping_rounds_of_anchors(found, monkeyp
     tail = " filler" * 40  # several rounds past the item
     for offset in range(0, 90):
         assert found.find("x" * offset + " " + ITEM + tail) == ["held-out item test.jsonl:1"], offset
+
+
+def test_encodings_with_a_character_glued_on_are_still_read(found):
+    # hex after a hex-looking letter: the run is read from its second character
+    assert found.find("a" + ITEM.encode().hex()) == [
+        "held-out item test.jsonl:1 (hex, normalised)"
+    ]  # its last byte cut
+    # base64 with one character glued after it: that character alone cannot end a group of three bytes
+    words = b"  " + ITEM.rstrip("?").encode()  # 69 bytes, ending in a word: one byte less is not the item
+    glued = base64.b64encode(words).decode().rstrip("=") + "Q"
+    assert len(glued) % 4 == 1
+    assert found.find(glued) == ["held-out item test.jsonl:1 (base64, normalised)"]
+
+
+def test_no_heldout_split_finds_nothing(tmp_path):
+    nothing = leaks.markers(tmp_path / "nowhere")
+    assert nothing.find(ITEM) == [] and nothing.find_bytes(ITEM.encode()) == []
