@@ -168,3 +168,26 @@ def test_encodings_with_a_character_glued_on_are_still_read(found):
 def test_no_heldout_split_finds_nothing(tmp_path):
     nothing = leaks.markers(tmp_path / "nowhere")
     assert nothing.find(ITEM) == [] and nothing.find_bytes(ITEM.encode()) == []
+
+
+def test_items_come_from_jsonl_lines_and_json_lists_and_objects(tmp_path):
+    heldout = tmp_path / "heldout"
+    (heldout / "sub").mkdir(parents=True)
+    long = [f"Item number {n} is a held-out question long enough to count as one." for n in range(6)]
+    (heldout / "test.jsonl").write_text(
+        "\n".join([json.dumps({"q": long[0]}), "", "not json", json.dumps([{"deep": [long[1]]}, "short"])]) + "\n"
+    )
+    (heldout / "sub" / "list.json").write_text(json.dumps(["tiny", {"a": long[2]}]))
+    (heldout / "obj.json").write_text(json.dumps({"k1": f"  {long[3]}  ", "k2": [long[4], 7, None]}))
+    (heldout / "scalar.json").write_text(json.dumps(long[5]))
+    (heldout / "notes.txt").write_text(long[0])  # neither JSONL nor JSON: not an item source
+    found = leaks.markers(heldout)
+    assert {label: forms[0] for label, forms in found.verbatim.items()} == {
+        "obj.json:k1": long[3],  # stripped
+        "obj.json:k2": long[4],
+        "scalar.json": long[5],
+        "sub/list.json:2": long[2],
+        "test.jsonl:1": long[0],
+        "test.jsonl:4": long[1],  # blank and non-JSON lines still count
+    }
+    assert found.find(f"x {long[3]} y") == ["held-out item obj.json:k1"]
