@@ -262,3 +262,36 @@ def test_an_entry_retired_while_listed_is_skipped_silently(q, monkeypatch, caplo
     with caplog.at_level(logging.WARNING):
         assert q.entries("r") == []
     assert caplog.records == []
+
+
+def test_an_unreadable_lease_expires_like_a_silent_one_and_is_counted(q, clock, monkeypatch):
+    monkeypatch.setattr(retries_mod, "time", FakeClock())
+    sid = q.submit("r", "/m", lambda sid: "/a").submission_id
+    q.claim("A", LEASE_S, never)
+    lease = q.leases / f"{sid}.json"
+    lease.write_text(lease.read_text()[:40])  # torn, and stays so
+    before = RETRIES.counts["lease"]
+    assert q.claim("B", LEASE_S, never) is None  # first seen unreadable: not free
+    assert RETRIES.counts["lease"] == before + retries_mod.ATTEMPTS
+    clock.advance(LEASE_S - 0.5)
+    assert q.claim("B", LEASE_S, never) is None and q.oldest_wait(1e12, LEASE_S) == 0
+    clock.advance(0.5)
+    taken = q.claim("B", LEASE_S, never)
+    assert (taken.lease.holder, taken.lease.attempt) == ("B", 1)  # the torn lease's attempts unknown: a first
+    lease.write_text(json.dumps({"schema_version": Lease.SCHEMA, "holder": 3}))  # whole, but no lease
+    with pytest.raises(RecordError):
+        q.claim("C", LEASE_S, never)
+
+
+def test_a_torn_entry_is_left_for_the_next_claim_and_counted_not_rejected(q, monkeypatch, caplog):
+    monkeypatch.setattr(retries_mod, "time", FakeClock())
+    good = q.submit("r", "/m", lambda sid: "/a")
+    (q.pending / "r.0002.json").write_text((q.pending / "r.0001.json").read_text()[:40])
+    aged(q, "r.0002", 1)  # first in line
+    before = RETRIES.counts["queue entry"]
+    with caplog.at_level(logging.WARNING, "a2rl.queue"):
+        assert q.claim("A", LEASE_S, never).entry.submission_id == good.submission_id
+    assert RETRIES.counts["queue entry"] == before + retries_mod.ATTEMPTS
+    assert (q.pending / "r.0002.json").exists() and list(q.rejected.iterdir()) == []
+    assert "rejected" not in caplog.text
+    assert not (q.leases / "r.0002.json").exists()  # no lease taken on what did not read
