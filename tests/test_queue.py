@@ -295,3 +295,15 @@ def test_a_torn_entry_is_left_for_the_next_claim_and_counted_not_rejected(q, mon
     assert (q.pending / "r.0002.json").exists() and list(q.rejected.iterdir()) == []
     assert "rejected" not in caplog.text
     assert not (q.leases / "r.0002.json").exists()  # no lease taken on what did not read
+
+
+def test_the_queue_layout_on_disk_and_its_defaults(tmp_path):
+    root = tmp_path / "sweep" / "queue"  # parents made
+    q = SubmissionQueue(root, KEY)
+    assert sorted(p.name for p in root.iterdir()) == ["done", "leases", "pending", "rejected", "seq"]
+    sid = q.submit("r", "/m", lambda sid: "/a").submission_id
+    assert (root / "pending" / f"{sid}.json").is_file() and (root / "seq" / "r").read_text() == "1"
+    assert (root / ".lock").exists()  # the lock file every change takes
+    assert q.watch is queue_mod.WATCH  # this process's memory of leases, shared by its readers
+    again = SubmissionQueue(root, KEY, lock_timeout_s=7.0)  # over an existing queue
+    assert again.pending_ids() == [sid] and again._lock.timeout == 7.0 and q._lock.timeout == 120.0
