@@ -20,6 +20,9 @@ JOBS=${MUTATION_JOBS:-1}
 NICE=${MUTATION_NICE:-10}
 EQUIVALENT=$REPO/tools/mutation-equivalent.txt
 PYTHON=${PYTHON:-python}
+# mutants run in processes forked from one that ran torch: its OpenMP pool, forked busy, deadlocks them (each
+# would then "time out", counted as killed); one thread makes no pool
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 # the agents' interpreter is not copied (a venv): the tests take this tree's
 [ -x "$REPO/.venv-agent/bin/python" ] && export A2RL_AGENT_PYTHON=${A2RL_AGENT_PYTHON:-$REPO/.venv-agent/bin/python}
 "$PYTHON" -c "import mutmut" 2>/dev/null || { echo "mutation.sh: no mutmut in $PYTHON: pip install -e '.[test]'" >&2; exit 2; }
@@ -42,9 +45,9 @@ DEFAULT=(
 )
 declare -A TESTS=(  # the tests that exercise a module (beyond those that import it by name)
   [a2rl/recording/nofollow.py]="tests/test_nofollow.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
-  [a2rl/run/artifacts.py]="tests/test_freeze_race.py tests/test_hostile_files.py tests/test_integrity.py tests/test_submissions.py"
+  [a2rl/run/artifacts.py]="tests/test_artifacts.py tests/test_freeze_race.py tests/test_hostile_files.py"  # not the grader's: minutes a mutant
   [a2rl/tasklib/leaks.py]="tests/test_leak_encodings.py tests/test_canary.py"
-  [a2rl/grading/lineage.py]="tests/test_lineage.py"
+  [a2rl/grading/lineage.py]="tests/test_lineage.py tests/test_lineage_verdict.py"
   [a2rl/scheduling/graders.py]="tests/test_grader_pool.py tests/test_grader_replace.py tests/test_grader_idle.py"
   [a2rl/grading/daemon.py]="tests/test_final_split.py tests/test_lineage.py tests/test_grader_idle.py tests/test_grading_cache.py tests/test_disk_full.py tests/test_integrity.py"
   [a2rl/grading/final.py]="tests/test_final_part.py tests/test_final_split.py"
@@ -52,6 +55,8 @@ declare -A TESTS=(  # the tests that exercise a module (beyond those that import
   [a2rl/records.py]="tests/test_records.py tests/test_disk_full.py tests/test_fs_faults.py"
   [a2rl/inspector/inspection.py]="tests/test_inspection_rules.py tests/test_inspector.py"
   [a2rl/store/results.py]="tests/test_results.py tests/test_final_split.py tests/test_run_lifecycle.py tests/test_fs_faults.py"
+  [a2rl/store/queue.py]="tests/test_queue.py tests/test_queue_latency.py"  # the grader's tests: minutes a mutant here
+  [a2rl/store/ledger.py]="tests/test_ledger.py"
 )
 
 tests_for() {  # MUTATION_TESTS, else the mapped test files, else those that import the module
