@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,20 @@ def test_a_sweep_as_dataframes(tmp_path):
     assert list(sweep.tables(by="mode", usage=True)) == ["by_mode", "usage"] and sweep.problems == []
     with pytest.raises(SpecError, match="not a sweep directory"):
         a2rl.open_sweep(tmp_path)
+
+
+def test_this_releases_fixture_sweep_and_the_one_before_give_the_same_frames(tmp_path):
+    """tests/fixtures/sweeps/: the same sweep written by a2rl 1.0 and by the release before (read through its
+    upgrade steps) is the same data; only what the runs' timing and processes left differs."""
+    fixtures = REPO / "tests" / "fixtures" / "sweeps"
+    new, old = (shutil.copytree(fixtures / name, tmp_path / name) for name in ("1.0", "pre-1.0"))
+    new, old = a2rl.open_sweep(new), a2rl.open_sweep(old)
+    assert new.cells().equals(old.cells()) and len(new.cells()) == 2
+    runs_new, runs_old = new.runs(), old.runs()
+    assert runs_new.drop(columns="failure_reason").equals(runs_old.drop(columns="failure_reason"))
+    assert list(runs_new["status"]) == ["ok", "failed"] and runs_new["submissions"].tolist() == [2, 0]
+    assert new.submissions().drop(columns="budget_s").equals(old.submissions().drop(columns="budget_s"))
+    assert new.problems == old.problems == []
 
 
 def test_without_pandas_the_frames_say_what_to_install(tmp_path, monkeypatch):
