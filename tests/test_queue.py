@@ -17,6 +17,7 @@ from a2rl.store import retries as retries_mod
 from a2rl.store.freshness import Watch
 from a2rl.store.queue import Lease, QueueEntry, SubmissionQueue, holder_id
 from a2rl.store.retries import RETRIES
+from a2rl.upgrades import upgrade
 from fakes import FakeClock
 
 KEY = b"k" * 32
@@ -217,8 +218,13 @@ def test_renew_leaves_an_unreadable_lease_for_the_next_renewal_and_counts_it(q, 
 
 def test_a_lease_without_released_is_released_only_when_it_was_given_back():
     old = {"submission_id": "r.0001", "holder": "g", "claimed_at": 1.0, "expires_at": 0.0, "attempt": 1}
-    assert Lease.upgrade(old, 1) == {**old, "released": True}  # an older release zeroed expires_at
-    assert Lease.upgrade({**old, "expires_at": 5.0}, 1) == {**old, "expires_at": 5.0, "released": False}
+    now = {**old, "schema_version": Lease.SCHEMA}
+    assert upgrade("Lease", {**old, "schema_version": 1}, Lease.SCHEMA) == {**now, "released": True}  # zeroed
+    assert upgrade("Lease", {**old, "expires_at": 5.0, "schema_version": 1}, Lease.SCHEMA) == {
+        **now,
+        "expires_at": 5.0,
+        "released": False,
+    }
 
 
 def test_unreadable_leases_and_entries_are_retried_and_counted_as_what_they_are(q, monkeypatch, caplog):
