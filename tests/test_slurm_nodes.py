@@ -104,6 +104,9 @@ def test_requeue_moves_a_run_to_the_other_node_with_its_workspace_and_budget(tmp
         stopped = until(
             lambda: (s := sweep.status(run.run_id)).state == "interrupted" and s, 120, "the interrupted status"
         )
+        result_with_all_scores(sweep, run.run_id)
+        # the job writes its result before it auto-submits v1 (run/job.py), then again: wait for v1's score
+        until(lambda: len(RunResult.load(sweep.result_path(run.run_id)).scores) == 2, 120, "v1's score")
         result = result_with_all_scores(sweep, run.run_id)
     finally:
         scontrol("update", f"nodename={first.host}", "state=resume")
