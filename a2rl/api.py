@@ -26,7 +26,10 @@ def _frame(data: list[Row]) -> pandas.DataFrame:
         import pandas as pd
     except ImportError:
         raise ImportError("a2rl's DataFrames need pandas: pip install 'a2rl[analysis]' (or pandas)") from None
-    return pd.DataFrame.from_records(data)
+    frame = pd.DataFrame.from_records(data)
+    # a column with no value at all reads as float NaN, as `pd.read_csv` reads the same table's empty column
+    empty = [c for c in frame.columns if frame[c].dtype == object and frame[c].isna().all()]
+    return frame.astype(dict.fromkeys(empty, "float64"))
 
 
 class Sweep:

@@ -67,6 +67,7 @@ def test_this_releases_fixture_sweep_and_the_one_before_give_the_same_frames(tmp
     new, old = (shutil.copytree(fixtures / name, tmp_path / name) for name in ("1.0", "pre-1.0"))
     new, old = a2rl.open_sweep(new), a2rl.open_sweep(old)
     assert new.cells().equals(old.cells()) and len(new.cells()) == 2
+    assert new.cells()["sem"].dtype == "float64"  # no sem at n = 1: NaN, as read_csv reads the empty column
     runs_new, runs_old = new.runs(), old.runs()
     assert runs_new.drop(columns="failure_reason").equals(runs_old.drop(columns="failure_reason"))
     assert list(runs_new["status"]) == ["ok", "failed"] and runs_new["submissions"].tolist() == [2, 0]
