@@ -20,4 +20,4 @@ export A2RL_HELDOUT_SEED=${A2RL_HELDOUT_SEED:-17510801283441839991}
 "$VENV/bin/python" -m a2rl.launch configs/sweeps/demo.yaml --sweep-dir "$SWEEP_DIR" --wait "$@"
 report=$("$VENV/bin/python" -m a2rl report "$SWEEP_DIR")
 say "the HTML report: $(realpath --relative-to="$ROOT" "$report")"  # relative: the same on every machine
-say "the tables again: $VENV/bin/python -m a2rl.aggregate $SWEEP_DIR [--layout paper --scaling ...] [--format github|latex|csv]"
+say "the tables again: $VENV/bin/python -m a2rl.aggregate $SWEEP_DIR [--layout paper --scaling ...] [--format github|latex] [--format csv --out DIR]"
