@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -294,3 +295,55 @@ def test_while_full_gives_up_after_an_hour_by_default_and_says_when_it_wrote(cap
     said = [r.getMessage() for r in caplog.records if r.name == "a2rl.records"]
     assert said[-1] == "the ledger: written after waiting 10 s for space"
     assert said[0] == ("the ledger: no space left on the file system (No space left on device); retrying every 5 s")
+
+
+class Located(Record):
+    SCHEMA: ClassVar[str] = "1.2"
+    where: Path
+    shape: tuple[int, int]
+
+
+def test_a_record_is_written_as_json_and_its_line_is_the_same_fields(tmp_path):
+    rec = Located(where=tmp_path / "x", shape=(2, 3))
+    rec.dump(tmp_path / "r.json")  # a Path and a tuple become JSON's string and list
+    on_disk = json.loads((tmp_path / "r.json").read_text())
+    assert on_disk == {"where": str(tmp_path / "x"), "shape": [2, 3], "schema_version": "1.2"}
+    line = rec.json_line()
+    assert line.endswith("}\n") and line.count("\n") == 1 and json.loads(line) == on_disk
+
+
+def test_load_or_none_reads_the_bytes_it_is_given_not_the_file(tmp_path):
+    path = tmp_path / "item.json"
+    Item(name="on disk").dump(path)
+    given = Item(name="given").model_dump_json().replace('"schema_version":0', '"schema_version":"1.2"').encode()
+    assert Item.load_or_none(path, given).name == "given"
+
+
+def test_a_record_sees_its_fields_as_the_file_held_them_before_any_upgrade(tmp_path):
+    seen = []
+
+    class Watched(Item):
+        def _read_from(self, original: dict) -> None:
+            seen.append(original)
+
+    upgrades.STEPS["Watched"] = {"1.1": ("1.2", lambda d: {"name": d["old_name"]})}
+    path = tmp_path / "item.json"
+    written(path, old_name="a", schema_version="1.1")
+    assert Watched.load(path).name == "a"
+    assert seen == [{"old_name": "a", "schema_version": "1.1"}]  # what a signature was made over
+
+
+def test_while_full_warns_again_each_minute_on_the_dot(caplog):
+    clock = FakeClock()
+    full = OSError(errno.ENOSPC, "No space left on device")
+    tries = iter([full] * 13 + ["ok"])  # full from 0 s to 60 s, every FULL_RETRY_S (5 s), then room
+
+    def write():
+        if isinstance(r := next(tries), OSError):
+            raise r
+        return r
+
+    with caplog.at_level(logging.INFO, logger="a2rl.records"):
+        assert while_full(write, "the ledger", sleep=clock.sleep, clock=clock.monotonic) == "ok"
+    said = [r.getMessage() for r in caplog.records if r.name == "a2rl.records"]
+    assert [m.startswith("the ledger: no space left") for m in said] == [True, True, False]  # at 0 s and 60 s
