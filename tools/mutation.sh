@@ -45,7 +45,7 @@ DEFAULT=(
 )
 declare -A TESTS=(  # the tests that exercise a module (beyond those that import it by name)
   [a2rl/recording/nofollow.py]="tests/test_nofollow.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
-  [a2rl/run/artifacts.py]="tests/test_artifacts.py tests/test_freeze_race.py tests/test_hostile_files.py"  # not the grader's: minutes a mutant
+  [a2rl/run/artifacts.py]="tests/test_artifacts.py tests/test_onecopy.py tests/test_freeze_race.py tests/test_hostile_files.py"  # not the grader's: minutes a mutant
   [a2rl/tasklib/leaks.py]="tests/test_leak_encodings.py tests/test_canary.py"
   [a2rl/grading/lineage.py]="tests/test_lineage.py tests/test_lineage_verdict.py"
   [a2rl/scheduling/graders.py]="tests/test_grader_pool.py tests/test_grader_replace.py tests/test_grader_idle.py"
