@@ -9,8 +9,8 @@ a buffer that was hashed and searched: the digest is the frozen copy's, whatever
 meanwhile. A header that does not parse, or tensors whose bytes overlap (one byte read twice could differ between
 the reads), get the plain copy and no result: the grader reads the frozen copy itself, as before. A file is read
 from the descriptor that was checked, never past its checked size (Changed where it shrank or grew), as
-recording/nofollow.copy_exact does. Reading runs in this thread, writing, hashing and searching in one worker
-(hashlib and the writes release the GIL), so the disk and the CPU overlap.
+recording/nofollow.copy_exact does. Reading runs in this thread, writing in one worker and hashing and searching in
+another (hashlib and the writes release the GIL), so the disk and the CPU overlap.
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ AHEAD = 64 << 20  # bytes asked of the disk ahead of the read (posix_fadvise WIL
 
 @dataclass
 class Layout:
-    """A safetensors file's header bytes and its tensors' absolute byte ranges."""
+    """A safetensors file's header bytes, its entries (`__metadata__` left out) and its tensors' absolute byte
+    ranges."""
 
     head: bytes
+    header: dict
     ranges: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -93,7 +95,7 @@ def layout(src: int, size: int) -> Layout | None:
     try:
         header = json.loads(head[8:])
         header.pop("__metadata__", None)
-        out = Layout(head)
+        out = Layout(head, header)
         for info in header.values():
             begin, end = info["data_offsets"]
             ok = isinstance(info["dtype"], str) and all(isinstance(d, int) for d in info["shape"])
@@ -114,11 +116,9 @@ def plan(files: dict[str, BinaryIO], sizes: dict[str, int], kept: list[str]):
         if (lay := layout(files[name].fileno(), sizes[name])) is None:
             return None
         layouts[name] = lay
-        header = json.loads(lay.head[8:])
-        header.pop("__metadata__", None)
         start = len(lay.head)
         tensors.update(
-            {t: (name, start + i["data_offsets"][0], start + i["data_offsets"][1], i) for t, i in header.items()}
+            {t: (name, start + i["data_offsets"][0], start + i["data_offsets"][1], i) for t, i in lay.header.items()}
         )
     for name, begin, end, _ in tensors.values():
         layouts[name].ranges.append((begin, end))
