@@ -188,11 +188,12 @@ AGENT_RUNNER = """
     from a2rl.run.isolation import choose
     from a2rl.run.sandbox import AgentSandbox
     network, cert, agent = os.environ["NETWORK"], os.environ["CERT"], os.environ["AGENT"]
-    ws = Path(tempfile.mkdtemp(prefix="a2rl-px-ws-"))
-    (ws / "code").mkdir()
     refused = []
-    with AgentSandbox(choose("bwrap"), network, forwards=[("127.0.0.1", 45678)], allow_hosts=[os.environ["API"]],
-                      on_refused=refused.append) as box:
+    with tempfile.TemporaryDirectory(prefix="a2rl-px-ws-") as tmp, AgentSandbox(
+            choose("bwrap"), network, forwards=[("127.0.0.1", 45678)], allow_hosts=[os.environ["API"]],
+            on_refused=refused.append) as box:
+        ws = Path(tmp)
+        (ws / "code").mkdir()
         argv = box.command([os.environ["PY"], "-c", agent], workspace=ws, python=Path(os.environ["PY"]),
                            read_only=[Path(cert).parent], cwd=ws / "code", environ={}, dev_names=[])
         env = {"PATH": "/usr/bin:/bin", "SSL_CERT_FILE": cert, "API": os.environ["API"],

@@ -6,7 +6,8 @@ files evicted from the page cache (posix_fadvise DONTNEED: read from disk) and a
 extrapolates to a 7B bf16 submission (7e9 parameters x 2 bytes = 14 GB, compared with a base of the same size).
 
 Calibration (--calibrate DIR): trains with the reference pipeline (a2rl.reference.pipeline) on arith's train rows
-on this CPU: full SFT for each of --steps, LoRA (r 16) SFT, and the same full SFT from a tiny model of the same shape
+on this CPU: full SFT for each of --steps, full SFT of the first --steps then --grpo-steps of GRPO (the pipeline's
+reward), LoRA (r 16) SFT, and the same full SFT from a tiny model of the same shape
 initialised with seed 1; then prints each model's lineage figures against the tiny base, the smallest cosine of a
 derived model's matrix and the largest of the foreign ones, beside the verdict threshold (COSINE_MIN), and counts
 wrong verdicts of the full comparison and of the grader's one-pass sample (grading/onepass.py), the sample as the
@@ -14,7 +15,7 @@ freeze's one read takes it (each model frozen with a key: run/onecopy.py, gradin
 other than weights_hash's counts as wrong too). A run whose output already holds a model in DIR is not trained
 again.
 
-    .venv/bin/python tools/bench/lineage.py [--gb 1] [--calibrate DIR --steps 150,700]
+    .venv/bin/python tools/bench/lineage.py [--gb 1] [--calibrate DIR --steps 150,700 --grpo-steps 150]
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ def speed(gb: float) -> None:
             )
 
 
-def train(out: Path, model: Path, data: Path, *args: str) -> Path:
-    if not (out / "sft" / "model.safetensors").exists():
+def train(out: Path, model: Path, data: Path, *args: str, stage: str = "sft") -> Path:
+    """The reference pipeline's model of `stage` (its last) trained into `out`, unless it is there already."""
+    if not (out / stage / "model.safetensors").exists():
         env = dict(os.environ, MODEL_PATH=str(model), DATA_PATH=str(data), OUTPUT_DIR=str(out))
         env.pop("GRADING_SERVER_URL", None)
         t0 = time.perf_counter()
@@ -112,8 +114,8 @@ def train(out: Path, model: Path, data: Path, *args: str) -> Path:
         )
         if proc.returncode:
             raise SystemExit(f"training {out.name} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        print(f"  trained {out.name} in {time.perf_counter() - t0:.0f} s")
-    return out / "sft"
+        print(f"  trained {out.name} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return out / stage
 
 
 def frozen_scan(model: Path, submissions: Path):
@@ -131,7 +133,7 @@ def frozen_scan(model: Path, submissions: Path):
     return taken[1]
 
 
-def calibrate(runs: Path, steps: list[int]) -> None:
+def calibrate(runs: Path, steps: list[int], grpo: int) -> None:
     from a2rl.grading.lineage import COSINE_MIN, lineage, tensor_distances
     from a2rl.grading.onepass import SAMPLE, one_pass_lineage
     from a2rl.grading.profiles import base_profile
@@ -155,6 +157,17 @@ def calibrate(runs: Path, steps: list[int]) -> None:
     derived[f"LoRA r16 SFT {steps[0]} steps, merged"] = train(
         runs / f"lora{steps[0]}", base, data, "--sft-steps", str(steps[0]), "--grpo-steps", "0", "--lora-r", "16"
     )
+    if grpo:
+        derived[f"full SFT {steps[0]} + GRPO {grpo} steps"] = train(
+            runs / f"grpo{steps[0]}_{grpo}",
+            base,
+            data,
+            "--sft-steps",
+            str(steps[0]),
+            "--grpo-steps",
+            str(grpo),
+            stage="grpo",
+        )
     foreign["seed 1, untrained"] = other
     print(f"lineage against the tiny base ({base}); verdict threshold COSINE_MIN = {COSINE_MIN}")
     profile = base_profile(base).samples
@@ -194,11 +207,12 @@ def main() -> None:
     p.add_argument("--gb", type=float, default=1.0, help="size of the submission (and of the base)")
     p.add_argument("--calibrate", type=Path, metavar="DIR", help="train and compare the calibration models in DIR")
     p.add_argument("--steps", default="150,700", help="full SFT steps of the calibration runs")
+    p.add_argument("--grpo-steps", type=int, default=150, help="GRPO steps after the first SFT run's (0: none)")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT))
     speed(args.gb)
     if args.calibrate:
-        calibrate(args.calibrate, [int(s) for s in args.steps.split(",")])
+        calibrate(args.calibrate, [int(s) for s in args.steps.split(",")], args.grpo_steps)
 
 
 if __name__ == "__main__":
