@@ -20,12 +20,13 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from a2rl.grading.retention import deletable, select_final
-from a2rl.recording.diskuse import GIB, run_disk_use
+from a2rl.recording.diskuse import run_disk_use
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.run.api import GradingAPI
 from a2rl.run.artifacts import KEEP_SUFFIXES
 from a2rl.run.submit import OverStorageBudget
 from a2rl.spec.sizing import storage_default_gb, workspace_default_gb
+from a2rl.units import GIB
 from conftest import a2rl, write_sweep
 from test_final_split import Sweep, variant
 

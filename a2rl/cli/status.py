@@ -36,11 +36,12 @@ def engine_line(beat, backend: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from a2rl.recording.diskuse import GIB, run_disk_use
+    from a2rl.recording.diskuse import run_disk_use
     from a2rl.reporting.aggregate import foreign_note, untrusted_note
     from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import load_result
+    from a2rl.units import GIB
 
     sweep = open_sweep_dir(args.sweep_dir)
     schedulers = Schedulers()

@@ -5,7 +5,6 @@ it), and the run's frozen copies are deleted."""
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 from a2rl.errors import InfraError
@@ -13,7 +12,8 @@ from a2rl.grading.evaluate import n_items
 from a2rl.grading.grader import Grader
 from a2rl.grading.record import ledger_entry
 from a2rl.grading.retention import keeps_all, select_final
-from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
+from a2rl.grading.trust import check_frozen
+from a2rl.recording.frozencopies import remove_frozen
 from a2rl.records import disk_full, now, while_full
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import Task
@@ -86,10 +86,10 @@ class FinalPart(Grader):
         self._final_settled.add(run_id)
         if not keeps_all(self.sweep.spec):  # before the result shows the final: then nothing is left to do
             for sid in (e.submission_id for e in self.ledger.entries(run_id)):
-                try:
-                    shutil.rmtree(frozen_dir(str(self.sweep.submissions / sid), self.sweep.submissions))
-                except (UntrustedArtifact, OSError):
-                    pass  # never frozen (an invalid submission), or already gone
+                try:  # never frozen (an invalid submission) or already gone: nothing to do
+                    remove_frozen(self.sweep.submissions / sid, self.sweep.submissions)
+                except OSError as e:
+                    log.warning("%s: the frozen copy %s could not be deleted: %s", run_id, sid, e)
         self.refresh(run_id)
         return self.ledger.final(run_id)
 
