@@ -151,3 +151,26 @@ def test_prune_deletes_through_the_helper(tmp_path, monkeypatch):
     monkeypatch.setattr(retention, "remove_frozen", lambda c, s: seen.append(c.name) or FC.remove_frozen(c, s))
     assert retention.prune(sweep, "r", "best-feedback") == ["r.1"] and seen == ["r.1"]
     assert sorted(p.name for p in sweep.submissions.iterdir()) == ["r.2", "r.2.scan"]
+
+
+def test_the_record_stage_deletes_through_the_helper_and_a_bad_entry_never_stops_pruning(tmp_path):
+    """Recording._delete: the scan and (not split) the copy of the recorded submission; under split the pruning,
+    even where the queue entry names a path outside submissions/ (logged, nothing there touched)."""
+    from a2rl.grading.record import Recording
+
+    subs = tmp_path / "submissions"
+    for name in ("r.1", "r.1.scan", "r.2", "r.2.scan", "q.1", "q.1.scan"):
+        copy(subs, name)
+    outside = copy(tmp_path, "r.9")
+    entries = [
+        SimpleNamespace(submission_id=f"r.{s}", seq=s, status="scored", score=score, marked_final=False)
+        for s, score in ((1, 0.2), (2, 0.9))
+    ]
+    spec = SimpleNamespace(storage=SimpleNamespace(keep="candidates"), grader=SimpleNamespace(keep_artifacts=False))
+    sweep = SimpleNamespace(submissions=subs, spec=spec, ledger=SimpleNamespace(entries=lambda run_id: entries))
+    stage = SimpleNamespace(sweep=sweep, settings=SimpleNamespace(final="best-feedback"))
+    feedback = SimpleNamespace(submission_id="r.2", run_id="r", part="feedback")
+    Recording._delete(stage, feedback, str(outside))
+    assert sorted(p.name for p in subs.iterdir()) == ["q.1", "q.1.scan", "r.2", "r.2.scan"] and outside.is_dir()
+    Recording._delete(stage, SimpleNamespace(submission_id="q.1", run_id="q", part="all"), str(subs / "q.1"))
+    assert sorted(p.name for p in subs.iterdir()) == ["r.2", "r.2.scan"]

@@ -83,14 +83,16 @@ class Recording(Grader):
         """The freeze's scan where the grading did not take it (grading/frozenscan.py); the frozen copy where no
         later part needs it: under `feedback: split` the copies the final part may still pick wait for it
         (`score_final` deletes them). Through recording/frozencopies.py, the one deleter of frozen copies."""
-        try:
-            if artifact:
-                remove_entry(scan_path(Path(artifact)), self.sweep.submissions)
-            if keeps_all(self.sweep.spec):
-                return
-            if result.part == "feedback":
-                prune(self.sweep, result.run_id, self.settings.final)
-            elif artifact:
-                remove_frozen(Path(artifact), self.sweep.submissions)
-        except (ValueError, OSError) as e:  # NotAFrozenCopy: the queue entry names a path elsewhere
-            log.warning("not deleting %s: %s", artifact, e)
+        subs = self.sweep.submissions
+        steps = [lambda: remove_entry(scan_path(Path(artifact)), subs)] if artifact else []
+        if keeps_all(self.sweep.spec):
+            pass
+        elif result.part == "feedback":
+            steps.append(lambda: prune(self.sweep, result.run_id, self.settings.final))
+        elif artifact:
+            steps.append(lambda: remove_frozen(Path(artifact), subs))
+        for step in steps:  # each on its own: a queue entry naming a path elsewhere never stops the pruning
+            try:
+                step()
+            except (ValueError, OSError) as e:  # NotAFrozenCopy, or a copy that will not be renamed
+                log.warning("%s: not deleting a frozen copy: %s", result.submission_id, e)
