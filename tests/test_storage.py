@@ -29,6 +29,7 @@ from a2rl.spec.sizing import storage_default_gb, workspace_default_gb
 from a2rl.units import GIB
 from conftest import a2rl, write_sweep
 from test_final_split import Sweep, variant
+from test_units import figures_without_unit
 
 RULES = ["best-feedback", "last", "agent"]
 
@@ -213,6 +214,7 @@ def test_the_capacity_plan_and_status_show_storage_in_gib(tmp_path, tiny_model, 
     assert f"expected up to {expected:.1f} GiB (2 frozen bf16 copies of 30 submissions at once" in line
     assert f"per sweep of 1 runs at most {per_run:.1f} GiB, expected {expected:.1f} GiB" in line
     assert f"workspaces up to {workspace_default_gb(7_615_616_512):.1f} GiB each" in line
+    assert not figures_without_unit(line), line  # every figure says GiB (a2rl/units.py)
     keep_all = spec.model_copy(update={"storage": spec.storage.model_copy(update={"keep": "all", "run_gb": 500})})
     line = capacity.plan(keep_all, runs, params, make_scheduler("local", keep_all), 30)[-1]
     assert "per run at most 500.0 GiB (storage.run_gb)" in line and "30 frozen bf16 copies" in line
@@ -224,7 +226,7 @@ def test_the_capacity_plan_and_status_show_storage_in_gib(tmp_path, tiny_model, 
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith(run_id)]
     assert f"{use.total / GIB:.2f} (1 frozen)" in row
     assert f"disk: {use.total / GIB:.2f} GiB kept by the runs" in proc.stdout
-    assert f"storage.run_gb per run: tiny-llama {storage_default_gb(spec_params(s)):.2f}" in proc.stdout
+    assert f"storage.run_gb per run: tiny-llama {storage_default_gb(spec_params(s)):.2f} GiB" in proc.stdout
 
 
 def spec_params(s: Sweep) -> int:

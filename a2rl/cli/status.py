@@ -116,7 +116,7 @@ def storage_line(spec) -> str:
     from a2rl.store.modeldirs import planned_params
 
     budgets = {name: run_storage_gb(spec, n) for name, (n, _) in planned_params(spec).items()}
-    per_model = ", ".join(f"{name} {gb:.2f}" for name, gb in budgets.items()) or "model sizes unknown"
+    per_model = ", ".join(f"{name} {gb:.2f} GiB" for name, gb in budgets.items()) or "model sizes unknown"
     return f"storage.run_gb per run: {per_model}; storage.keep: {spec.storage.keep}"
 
 

@@ -193,7 +193,7 @@ def storage_line(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], p
         f"storage: per run at most {max(budget, default=0):.1f} GiB (storage.run_gb"
         f"{'' if spec.storage.run_gb else ', default 6 bytes per parameter + 1 GiB'}), expected up to "
         f"{max(expected, default=0):.1f} GiB ({min(copies, per_run)} frozen bf16 copies of {per_run} submissions at "
-        f"once: {policy}; code snapshots up to {code_gb:.1f}); per sweep of {len(runs)} runs at most "
+        f"once: {policy}; code snapshots up to {code_gb:.1f} GiB); per sweep of {len(runs)} runs at most "
         f"{sum(budget):.1f} GiB, expected {sum(expected):.1f} GiB; workspaces up to "
         f"{max((workspace_gb(spec, params[r.model.name]) for r in runs), default=0):.1f} GiB each (limits.workspace_gb)"
     )
