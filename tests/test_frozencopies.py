@@ -60,6 +60,14 @@ def test_only_the_helper_removes_frozen_copies():
     assert found == set(OTHER_REMOVERS), "review and list in OTHER_REMOVERS, or delete through frozencopies.py"
 
 
+def scored(*scores: float) -> list[SimpleNamespace]:
+    """Ledger entries r.1, r.2, ... of run r, scored `scores` (what retention reads of them)."""
+    return [
+        SimpleNamespace(submission_id=f"r.{seq}", seq=seq, status="scored", score=score, marked_final=False)
+        for seq, score in enumerate(scores, 1)
+    ]
+
+
 def copy(subs: Path, name: str) -> Path:
     d = subs / name
     d.mkdir(parents=True)
@@ -142,10 +150,7 @@ def test_prune_deletes_through_the_helper(tmp_path, monkeypatch):
     for seq in (1, 2):
         copy(sweep.submissions, f"r.{seq}")
         copy(sweep.submissions, f"r.{seq}.scan")
-    entries = [
-        SimpleNamespace(submission_id=f"r.{s}", seq=s, status="scored", score=score, marked_final=False)
-        for s, score in ((1, 0.2), (2, 0.9))
-    ]
+    entries = scored(0.2, 0.9)
     monkeypatch.setattr(SweepDir, "ledger", SimpleNamespace(entries=lambda run_id: entries))
     seen = []
     monkeypatch.setattr(retention, "remove_frozen", lambda c, s: seen.append(c.name) or FC.remove_frozen(c, s))
@@ -162,10 +167,7 @@ def test_the_record_stage_deletes_through_the_helper_and_a_bad_entry_never_stops
     for name in ("r.1", "r.1.scan", "r.2", "r.2.scan", "q.1", "q.1.scan"):
         copy(subs, name)
     outside = copy(tmp_path, "r.9")
-    entries = [
-        SimpleNamespace(submission_id=f"r.{s}", seq=s, status="scored", score=score, marked_final=False)
-        for s, score in ((1, 0.2), (2, 0.9))
-    ]
+    entries = scored(0.2, 0.9)
     spec = SimpleNamespace(storage=SimpleNamespace(keep="candidates"), grader=SimpleNamespace(keep_artifacts=False))
     sweep = SimpleNamespace(submissions=subs, spec=spec, ledger=SimpleNamespace(entries=lambda run_id: entries))
     stage = SimpleNamespace(sweep=sweep, settings=SimpleNamespace(final="best-feedback"))

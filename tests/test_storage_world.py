@@ -36,7 +36,7 @@ from a2rl.recording.diskuse import frozen_copies
 from a2rl.scheduling.migrate import BACKUP_DIR, record_files
 from a2rl.store.sweepdir import SweepDir
 from conftest import REPO, unprivileged_user
-from test_frozencopies import copy
+from test_frozencopies import copy, scored
 
 if os.geteuid() != 0 or shutil.which("useradd") is None:
     pytest.skip("creating a user and mounting FUSE views takes root", allow_module_level=True)
@@ -134,7 +134,7 @@ class Views:
 
     def down(self) -> None:
         for view in (self.a, self.b):
-            subprocess.run(["umount", str(view)], timeout=60)
+            subprocess.run(["umount", "-l", str(view)], timeout=60)  # lazily: a failed test may hold a file open
 
 
 @pytest.fixture
@@ -155,22 +155,18 @@ def test_retention_through_one_view_is_seen_whole_in_the_other(views, monkeypatc
     on_b = SweepDir(views.b / "sd")  # looked up through B only once they exist (B caches a miss for 30 s too)
     gone = on_b.submissions / "r.1"
     assert (gone / "config.json").read_text() == "{}"  # node B has it cached: looked up, attributes held 30 s
-    reading = open(gone / "model.safetensors", "rb")
-    first = reading.read(10)
-    entries = [
-        SimpleNamespace(submission_id=f"r.{s}", seq=s, status="scored", score=score, marked_final=False)
-        for s, score in ((1, 0.2), (2, 0.9))
-    ]
+    entries = scored(0.2, 0.9)
     monkeypatch.setattr(SweepDir, "ledger", SimpleNamespace(entries=lambda run_id: entries))
-    assert retention.prune(on_a, "r", "best-feedback") == ["r.1"]
-    # node B: the listing no longer shows it, a fresh open fails; never a copy with some files gone
-    assert sorted(os.listdir(on_b.submissions)) == ["r.2", "r.2.scan"]
-    with pytest.raises(FileNotFoundError):
-        open(gone / "config.json")
-    assert sorted(p.name for p in frozen_copies(on_b, "r", beside=True)) == ["r.2", "r.2.scan"]
-    # what it had open it reads to the end, whole (the file lives on until closed, as on a local disk)
-    assert first + reading.read() == b"x" * 100
-    reading.close()
+    with open(gone / "model.safetensors", "rb") as reading:
+        first = reading.read(10)
+        assert retention.prune(on_a, "r", "best-feedback") == ["r.1"]
+        # node B: the listing no longer shows it, a fresh open fails; never a copy with some files gone
+        assert sorted(os.listdir(on_b.submissions)) == ["r.2", "r.2.scan"]
+        with pytest.raises(FileNotFoundError):
+            open(gone / "config.json")
+        assert sorted(p.name for p in frozen_copies(on_b, "r", beside=True)) == ["r.2", "r.2.scan"]
+        # what it had open it reads to the end, whole (the file lives on until closed, as on a local disk)
+        assert first + reading.read() == b"x" * 100
     # node B deleting it too (its own grader's record stage) finds nothing to do, and leaves no trash
     assert FC.remove_frozen(gone, on_b.submissions) == []
     assert sorted(os.listdir(views.common / "sd" / "submissions")) == ["r.2", "r.2.scan"]
