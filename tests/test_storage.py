@@ -20,7 +20,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from a2rl.grading.retention import deletable, select_final
-from a2rl.recording.diskuse import run_disk_use
+from a2rl.recording.diskuse import frozen_copies, run_disk_use
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.run.api import GradingAPI
 from a2rl.run.artifacts import KEEP_SUFFIXES
@@ -93,9 +93,13 @@ def test_a_split_run_keeps_only_the_copy_its_final_rule_can_pick(rule, tmp_path,
     # the deleted copies' hash, lineage and scores stay in the ledger
     assert all(e.weights_hash and e.lineage is not None and e.score is not None for e in entries)
     s.end(run_id)
+    for orphan in (f"{run_id}.0009", f"{run_id}.0010.partial"):  # a job killed mid-submission left them
+        (s.sweep.submissions / orphan).mkdir()
+        (s.sweep.submissions / orphan / "model.safetensors").write_bytes(b"x" * 4096)
     final = s.grader.score_final(run_id)
     assert (final.status, final.submission_id) == ("scored", entries[expected].submission_id)
-    assert run_disk_use(s.sweep, run_id).frozen_copies == 0  # all gone once the final part is scored
+    assert run_disk_use(s.sweep, run_id).frozen == 0  # all gone once the final part is scored, orphans too
+    assert not frozen_copies(s.sweep, run_id, beside=True)
 
 
 def _half(src: Path, dest: Path) -> Path:
