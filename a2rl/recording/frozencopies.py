@@ -2,7 +2,7 @@
 copy the grader loads), <id>.scan/ (the freeze's signed scan, grading/frozenscan.py) and <id>.partial/ (a freeze
 under way or interrupted, run/artifacts.py). Every deleter (the grader's record stage and final part, retention's
 prune, the scan's reader, the freeze's clean-up) calls `remove_frozen` or `remove_entry`; tests/test_frozencopies.py
-fails if a module under a2rl/ removes files itself where it names submissions.
+fails if a module under a2rl/ outside its reviewed list (none that touch submissions/) removes files.
 
 Why one way: a copy is a directory of files, and removing one is not atomic. Each entry is first renamed to a
 hidden trash name in the same directory (.<name>.<token>.deleting: one rename, atomic on every POSIX file system)
