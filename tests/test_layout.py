@@ -10,7 +10,7 @@ PKG = Path(__file__).resolve().parent.parent / "a2rl"
 # earlier layers never import later ones; a layer may import itself
 # (reporting reads what runs and graders recorded; they tell it through a result hook scheduling passes them)
 LAYERS = [
-    {"errors", "records", "upgrades", "version", "httpjson", "siteproxy", "weights"},
+    {"errors", "records", "upgrades", "version", "httpjson", "siteproxy", "weights", "units"},
     {"spec"},
     {"store"},
     {"llm"},

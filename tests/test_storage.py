@@ -20,14 +20,16 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from a2rl.grading.retention import deletable, select_final
-from a2rl.recording.diskuse import GIB, run_disk_use
+from a2rl.recording.diskuse import frozen_copies, run_disk_use
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.run.api import GradingAPI
 from a2rl.run.artifacts import KEEP_SUFFIXES
 from a2rl.run.submit import OverStorageBudget
 from a2rl.spec.sizing import storage_default_gb, workspace_default_gb
+from a2rl.units import GIB
 from conftest import a2rl, write_sweep
 from test_final_split import Sweep, variant
+from test_units import figures_without_unit
 
 RULES = ["best-feedback", "last", "agent"]
 
@@ -91,9 +93,13 @@ def test_a_split_run_keeps_only_the_copy_its_final_rule_can_pick(rule, tmp_path,
     # the deleted copies' hash, lineage and scores stay in the ledger
     assert all(e.weights_hash and e.lineage is not None and e.score is not None for e in entries)
     s.end(run_id)
+    for orphan in (f"{run_id}.0009", f"{run_id}.0010.partial"):  # a job killed mid-submission left them
+        (s.sweep.submissions / orphan).mkdir()
+        (s.sweep.submissions / orphan / "model.safetensors").write_bytes(b"x" * 4096)
     final = s.grader.score_final(run_id)
     assert (final.status, final.submission_id) == ("scored", entries[expected].submission_id)
-    assert run_disk_use(s.sweep, run_id).frozen_copies == 0  # all gone once the final part is scored
+    assert run_disk_use(s.sweep, run_id).frozen == 0  # all gone once the final part is scored, orphans too
+    assert not frozen_copies(s.sweep, run_id, beside=True)
 
 
 def _half(src: Path, dest: Path) -> Path:
@@ -212,6 +218,7 @@ def test_the_capacity_plan_and_status_show_storage_in_gib(tmp_path, tiny_model, 
     assert f"expected up to {expected:.1f} GiB (2 frozen bf16 copies of 30 submissions at once" in line
     assert f"per sweep of 1 runs at most {per_run:.1f} GiB, expected {expected:.1f} GiB" in line
     assert f"workspaces up to {workspace_default_gb(7_615_616_512):.1f} GiB each" in line
+    assert not figures_without_unit(line), line  # every figure says GiB (a2rl/units.py)
     keep_all = spec.model_copy(update={"storage": spec.storage.model_copy(update={"keep": "all", "run_gb": 500})})
     line = capacity.plan(keep_all, runs, params, make_scheduler("local", keep_all), 30)[-1]
     assert "per run at most 500.0 GiB (storage.run_gb)" in line and "30 frozen bf16 copies" in line
@@ -223,7 +230,7 @@ def test_the_capacity_plan_and_status_show_storage_in_gib(tmp_path, tiny_model, 
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith(run_id)]
     assert f"{use.total / GIB:.2f} (1 frozen)" in row
     assert f"disk: {use.total / GIB:.2f} GiB kept by the runs" in proc.stdout
-    assert f"storage.run_gb per run: tiny-llama {storage_default_gb(spec_params(s)):.2f}" in proc.stdout
+    assert f"storage.run_gb per run: tiny-llama {storage_default_gb(spec_params(s)):.2f} GiB" in proc.stdout
 
 
 def spec_params(s: Sweep) -> int:

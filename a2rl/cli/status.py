@@ -36,11 +36,12 @@ def engine_line(beat, backend: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from a2rl.recording.diskuse import GIB, run_disk_use
+    from a2rl.recording.diskuse import run_disk_use
     from a2rl.reporting.aggregate import foreign_note, untrusted_note
     from a2rl.scheduling.base import Schedulers
     from a2rl.scheduling.monitor import collect, jobs_alive, reap_lost
     from a2rl.store.results import load_result
+    from a2rl.units import GIB
 
     sweep = open_sweep_dir(args.sweep_dir)
     schedulers = Schedulers()
@@ -115,7 +116,7 @@ def storage_line(spec) -> str:
     from a2rl.store.modeldirs import planned_params
 
     budgets = {name: run_storage_gb(spec, n) for name, (n, _) in planned_params(spec).items()}
-    per_model = ", ".join(f"{name} {gb:.2f}" for name, gb in budgets.items()) or "model sizes unknown"
+    per_model = ", ".join(f"{name} {gb:.2f} GiB" for name, gb in budgets.items()) or "model sizes unknown"
     return f"storage.run_gb per run: {per_model}; storage.keep: {spec.storage.keep}"
 
 

@@ -5,7 +5,6 @@ it), and the run's frozen copies are deleted."""
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 from a2rl.errors import InfraError
@@ -13,7 +12,9 @@ from a2rl.grading.evaluate import n_items
 from a2rl.grading.grader import Grader
 from a2rl.grading.record import ledger_entry
 from a2rl.grading.retention import keeps_all, select_final
-from a2rl.grading.trust import UntrustedArtifact, check_frozen, frozen_dir
+from a2rl.grading.trust import check_frozen
+from a2rl.recording.diskuse import frozen_copies
+from a2rl.recording.frozencopies import remove_entry
 from a2rl.records import disk_full, now, while_full
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import Task
@@ -85,11 +86,13 @@ class FinalPart(Grader):
             log.info("final part of %s (%s, %s): %s", run_id, pick.submission_id, rule, final.score)
         self._final_settled.add(run_id)
         if not keeps_all(self.sweep.spec):  # before the result shows the final: then nothing is left to do
-            for sid in (e.submission_id for e in self.ledger.entries(run_id)):
+            # every copy of the run, with what lies beside it: also one a job killed between numbering a
+            # submission and enqueueing it left behind (no ledger entry names it; the run has ended)
+            for path in frozen_copies(self.sweep, run_id, beside=True):
                 try:
-                    shutil.rmtree(frozen_dir(str(self.sweep.submissions / sid), self.sweep.submissions))
-                except (UntrustedArtifact, OSError):
-                    pass  # never frozen (an invalid submission), or already gone
+                    remove_entry(path, self.sweep.submissions)
+                except OSError as e:
+                    log.warning("%s: %s could not be deleted: %s", run_id, path.name, e)
         self.refresh(run_id)
         return self.ledger.final(run_id)
 

@@ -22,17 +22,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from a2rl.grading.onepass import Scanned
 from a2rl.grading.profiles import BaseProfile, load_profile, save_profile
+from a2rl.recording.frozencopies import SCAN as SUFFIX
+from a2rl.recording.frozencopies import remove_entry
+from a2rl.recording.frozencopies import scan_path as scan_dir
 from a2rl.records import RecordError
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.grader")
 
-SUFFIX = ".scan"
+__all__ = ["SUFFIX", "FrozenScan", "canary_id", "fingerprints", "save_scan", "scan_dir", "take_scan"]
 
 
 class FrozenScan(SignedRecord):
@@ -55,10 +57,6 @@ def fingerprints(frozen: Path) -> dict[str, list[int]]:
 
 def canary_id(canary: str | None) -> str | None:
     return hashlib.sha256(canary.encode()).hexdigest() if canary else None
-
-
-def scan_dir(frozen: Path) -> Path:
-    return frozen.with_name(frozen.name + SUFFIX)
 
 
 def save_scan(frozen: Path, scanned: Scanned, canary_in: list[str], canary: str | None, key: bytes) -> None:
@@ -99,7 +97,10 @@ def take_scan(frozen: Path, key: bytes, canary: str | None) -> tuple[FrozenScan,
     except (RecordError, OSError) as e:
         scan, profile, why = None, None, str(e)
     finally:
-        shutil.rmtree(d, ignore_errors=True)
+        try:
+            remove_entry(d, frozen.parent)
+        except OSError as e:  # not renamed: the next grading of it finds it, and its fingerprints still decide
+            log.warning("the freeze's scan of %s could not be removed: %s", frozen.name, e)
     if why is not None:
         log.warning("the freeze's scan of %s is not used (%s): the frozen copy is read again", frozen.name, why)
         return None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from a2rl.store.ledger import Lineage, TensorDistance
+from a2rl.units import GB
 from a2rl.weights import safetensors_index
 
 # Calibrated on the tiny model's real training runs on this CPU (tools/bench/lineage.py --calibrate; figures in
@@ -91,7 +92,7 @@ def judge(model_dir: Path, base_dir: Path, measure: Measure, started: float | No
         rel_l2_max=max(rels, default=None),
         cosine_threshold=COSINE_MIN,
         farthest=sorted(matrices, key=lambda d: d.cosine)[:FARTHEST],
-        gigabytes=nbytes / 1e9,
+        gigabytes=nbytes / GB,
         seconds=time.monotonic() - t0,
     )
 

@@ -5,14 +5,13 @@ known of a submission once it is claimed), `ledger_entry` (those fields and the 
 from __future__ import annotations
 
 import logging
-import shutil
+from pathlib import Path
 
 from filelock import Timeout
 
-from a2rl.grading.frozenscan import scan_dir
 from a2rl.grading.grader import Grader
 from a2rl.grading.retention import keeps_all, prune
-from a2rl.grading.trust import UntrustedArtifact, frozen_dir
+from a2rl.recording.frozencopies import remove_entry, remove_frozen, scan_path
 from a2rl.records import disk_full, now, while_full
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.tasks import Task
@@ -77,19 +76,23 @@ class Recording(Grader):
         except OSError as e:  # no room to move it to done/: recorded, the next claim retires it
             if not disk_full(e):
                 raise
-        if artifact:  # the freeze's scan, where the grading did not take it (grading/frozenscan.py)
-            try:
-                shutil.rmtree(scan_dir(frozen_dir(artifact, self.sweep.submissions)), ignore_errors=True)
-            except UntrustedArtifact:
-                pass  # not a frozen copy under submissions/, or gone: nothing of it to delete
-        # under `feedback: split` the copies the final part may still pick wait for it (`score_final` deletes them)
+        self._delete(result, artifact)
+        return self.ledger.get(sid) or result
+
+    def _delete(self, result: LedgerEntry, artifact: str | None) -> None:
+        """The freeze's scan where the grading did not take it (grading/frozenscan.py); the frozen copy where no
+        later part needs it: under `feedback: split` the copies the final part may still pick wait for it
+        (`score_final` deletes them). Through recording/frozencopies.py, the one deleter of frozen copies."""
+        subs = self.sweep.submissions
+        steps = [lambda: remove_entry(scan_path(Path(artifact)), subs)] if artifact else []
         if keeps_all(self.sweep.spec):
             pass
         elif result.part == "feedback":
-            prune(self.sweep, result.run_id, self.settings.final)
+            steps.append(lambda: prune(self.sweep, result.run_id, self.settings.final))
         elif artifact:
+            steps.append(lambda: remove_frozen(Path(artifact), subs))
+        for step in steps:  # each on its own: a queue entry naming a path elsewhere never stops the pruning
             try:
-                shutil.rmtree(frozen_dir(artifact, self.sweep.submissions), ignore_errors=True)
-            except (UntrustedArtifact, OSError):
-                log.warning("not deleting %s: not a frozen copy under %s", artifact, self.sweep.submissions)
-        return self.ledger.get(sid) or result
+                step()
+            except (ValueError, OSError) as e:  # NotAFrozenCopy, or a copy that will not be renamed
+                log.warning("%s: not deleting a frozen copy: %s", result.submission_id, e)

@@ -8,9 +8,9 @@ marked the best is never the fallback again). The ledger keeps each deleted copy
 from __future__ import annotations
 
 import logging
-import shutil
 
 from a2rl.recording.diskuse import frozen_copies
+from a2rl.recording.frozencopies import remove_frozen
 from a2rl.spec.sweep import SweepSpec
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.sweepdir import SweepDir
@@ -44,12 +44,12 @@ def deletable(entries: list[LedgerEntry], rule: str) -> set[str]:
 
 
 def prune(sweep: SweepDir, run_id: str, rule: str) -> list[str]:
-    """Delete the run's frozen copies the final part can no longer pick; the ids deleted."""
+    """Delete the run's frozen copies the final part can no longer pick (and what lies beside them:
+    recording/frozencopies.py); the ids deleted."""
     gone = deletable(sweep.ledger.entries(run_id), rule)
     deleted = []
     for path in frozen_copies(sweep, run_id):
-        if path.name in gone:
-            shutil.rmtree(path, ignore_errors=True)
+        if path.name in gone and remove_frozen(path, sweep.submissions):
             deleted.append(path.name)
     if deleted:
         log.info("%s: deleted frozen copies %s (grader.final %s can no longer pick them)", run_id, deleted, rule)

@@ -1,8 +1,8 @@
 """What a run leaves in the sweep directory, in bytes, for its storage budget (`storage.run_gb`, run/submit.py) and
-`a2rl status`: its frozen submissions (submissions/<run>.<seq>, a freeze under way included), its run directory
-(records, logs, code snapshots and diffs, an interrupted run's resume copy) and the blobs its code snapshots name
-(blobs/ is shared by every run: each run is charged every distinct content its snapshots hold, once). Its queue
-and ledger entries, a few KiB each, are not counted."""
+`a2rl status`: its frozen submissions (submissions/<run>.<seq>, with a freeze under way, the freeze's scan and a
+deletion's trash beside them), its run directory (records, logs, code snapshots and diffs, an interrupted run's
+resume copy) and the blobs its code snapshots name (blobs/ is shared by every run: each run is charged every
+distinct content its snapshots hold, once). Its queue and ledger entries, a few KiB each, are not counted."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from a2rl.recording.frozencopies import PARTIAL, SCAN
 from a2rl.recording.snapshots import load_snapshots
-from a2rl.spec.sizing import GIB
 from a2rl.store.sweepdir import SweepDir
-
-__all__ = ["GIB", "DiskUse", "frozen_copies", "run_disk_use", "tree_bytes"]
+from a2rl.units import GIB
 
 
 def tree_bytes(root: Path) -> int:
@@ -40,7 +39,7 @@ def tree_bytes(root: Path) -> int:
 
 @dataclass(frozen=True)
 class DiskUse:
-    frozen: int  # the run's frozen submissions on disk now
+    frozen: int  # the run's frozen submissions on disk now, with what lies beside them
     frozen_copies: int  # how many
     run_dir: int
     blobs: int
@@ -51,14 +50,18 @@ class DiskUse:
 
     def describe(self) -> str:
         return (
-            f"{self.total / GIB:.2f} GiB ({self.frozen_copies} frozen submission(s) {self.frozen / GIB:.2f}, "
-            f"code blobs {self.blobs / GIB:.2f}, run directory {self.run_dir / GIB:.2f})"
+            f"{self.total / GIB:.2f} GiB ({self.frozen_copies} frozen submission(s) {self.frozen / GIB:.2f} GiB, "
+            f"code blobs {self.blobs / GIB:.2f} GiB, run directory {self.run_dir / GIB:.2f} GiB)"
         )
 
 
-def frozen_copies(sweep: SweepDir, run_id: str) -> list[Path]:
-    """The run's frozen submission directories (and a freeze's .partial one) in submissions/."""
-    pattern = re.compile(re.escape(run_id) + r"\.\d+(\.partial)?")
+def frozen_copies(sweep: SweepDir, run_id: str, *, beside: bool = False) -> list[Path]:
+    """The run's frozen submission directories in submissions/; `beside`: with what lies beside them (a freeze's
+    .partial copy, its .scan, a deletion's trash: recording/frozencopies.py)."""
+    own = re.escape(run_id) + r"\.\d+"
+    if beside:
+        own = rf"(?:{own}(?:{re.escape(PARTIAL)}|{re.escape(SCAN)})?)|(?:\.{own}.*\.[0-9a-f]{{12}}\.deleting)"
+    pattern = re.compile(own)
     try:
         return [p for p in sweep.submissions.iterdir() if pattern.fullmatch(p.name)]
     except FileNotFoundError:
@@ -66,7 +69,7 @@ def frozen_copies(sweep: SweepDir, run_id: str) -> list[Path]:
 
 
 def run_disk_use(sweep: SweepDir, run_id: str) -> DiskUse:
-    copies = frozen_copies(sweep, run_id)
+    copies = frozen_copies(sweep, run_id, beside=True)
     try:
         snaps = load_snapshots(sweep.root, run_id)
     except (OSError, ValueError):  # one written meanwhile, or damaged: its files are in the run directory anyway
@@ -74,7 +77,7 @@ def run_disk_use(sweep: SweepDir, run_id: str) -> DiskUse:
     blobs = sum({f.sha256: f.size for s in snaps for f in s.files}.values())
     return DiskUse(
         frozen=sum(tree_bytes(p) for p in copies),
-        frozen_copies=len([p for p in copies if not p.name.endswith(".partial")]),
+        frozen_copies=len(frozen_copies(sweep, run_id)),
         run_dir=tree_bytes(sweep.run_dir(run_id)),
         blobs=blobs,
     )

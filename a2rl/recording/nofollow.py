@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from a2rl.units import GIB
+
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 CHUNK = 1 << 20
@@ -158,7 +160,7 @@ def copy_exact(src: int, dst: int, size: int) -> None:
     or more, so a copy never holds bytes past a checked size."""
     done = 0
     while done < size:
-        n = os.sendfile(dst, src, done, min(size - done, 1 << 30))
+        n = os.sendfile(dst, src, done, min(size - done, GIB))
         if n == 0:
             raise Changed(errno.EIO, f"shrank from {size} bytes while it was copied")
         done += n

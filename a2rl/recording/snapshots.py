@@ -22,8 +22,7 @@ from pydantic import BaseModel
 from a2rl.recording import nofollow
 from a2rl.records import Record, atomic_write_text, disk_full, now
 from a2rl.spec.sweep import RecordingSettings
-
-MB = 1 << 20
+from a2rl.units import MIB
 
 
 class SnapshotFile(BaseModel):
@@ -113,9 +112,9 @@ def collect(
                 continue
             try:
                 size = st.st_size  # apparent size: a sparse file counts in full
-                if size > max_file_mb * MB:
+                if size > max_file_mb * MIB:
                     skip(rel, size, f"over {caps[0]}")
-                elif total + size > max_total_mb * MB:
+                elif total + size > max_total_mb * MIB:
                     skip(rel, size, f"over {caps[1]}")
                 else:
                     sha, size = keep(rel, fd, size)
@@ -206,7 +205,7 @@ def snapshot_code(
             raise nofollow.Changed(errno.EFBIG, f"grew past {size} bytes")
         sha = hashlib.sha256(data).hexdigest()
         if sha not in stored:  # new content counts against the run's cap
-            if run_bytes + len(data) > settings.max_run_mb * MB:
+            if run_bytes + len(data) > settings.max_run_mb * MIB:
                 raise Skip("over max_run_mb")
             if len(data) > room:
                 raise Skip("over storage.run_gb")

@@ -13,11 +13,11 @@ never followed, so no file from outside its sandbox can be frozen as its own.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -25,7 +25,9 @@ from typing import BinaryIO
 from a2rl.grading.frozenscan import save_scan
 from a2rl.grading.trust import UntrustedArtifact, check_files
 from a2rl.recording import nofollow
+from a2rl.recording.frozencopies import partial_path, remove_entry
 from a2rl.run.onecopy import copy_scanned
+from a2rl.units import GIB
 
 # Files a model directory needs for loading; anything else (optimizer state, trainer checkpoints) stays behind.
 KEEP_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja", ".tiktoken")
@@ -55,8 +57,8 @@ class Limits:
     def for_base(cls, settings, base_model: Path) -> "Limits":
         """The sweep's caps; unset byte caps are 3x the base model's weights (at least 1 GiB)."""
         base = sum(p.stat().st_size for p in Path(base_model).glob("*.safetensors"))
-        default = max(3 * base, 1 << 30)
-        gb = lambda v: int(v * (1 << 30)) if v is not None else None  # noqa: E731
+        default = max(3 * base, GIB)
+        gb = lambda v: int(v * GIB) if v is not None else None  # noqa: E731
         total = gb(settings.max_total_gb) or default
         return cls(settings.max_files, gb(settings.max_file_gb) or total, total)
 
@@ -215,13 +217,13 @@ def _check(artifact: Artifact, path: Path, dir_fd: int, out_fd: int, output: Pat
     sizes = artifact.sizes
     if (big := max(sizes, key=sizes.get, default=None)) is not None and sizes[big] > limits.max_file_bytes:
         raise ArtifactError(
-            f"{nofollow.shown(big)} is {sizes[big] / 2**30:.2f} GiB, over the limit of "
-            f"{limits.max_file_bytes / 2**30:.2f} GiB per file"
+            f"{nofollow.shown(big)} is {sizes[big] / GIB:.2f} GiB, over the limit of "
+            f"{limits.max_file_bytes / GIB:.2f} GiB per file"
         )
     if sum(sizes.values()) > limits.max_total_bytes:
         raise ArtifactError(
-            f"{path.name}/ holds {sum(sizes.values()) / 2**30:.2f} GiB, over the limit of "
-            f"{limits.max_total_bytes / 2**30:.2f} GiB"
+            f"{path.name}/ holds {sum(sizes.values()) / GIB:.2f} GiB, over the limit of "
+            f"{limits.max_total_bytes / GIB:.2f} GiB"
         )
     if "config.json" not in artifact.files:
         raise ArtifactError("config.json is missing: save with model.save_pretrained(dir)")
@@ -256,9 +258,10 @@ def freeze(artifact: Artifact, dest: Path, key: bytes | None = None, canary: str
     as the agent could still write into the files it submitted. With the sweep's `key`, the copy's own reads also
     give the content hash, the lineage samples and the search for `canary` (run/onecopy.py), signed beside the
     copy for the grader (grading/frozenscan.py)."""
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = partial_path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_entry(tmp, dest.parent)  # a stale one, from a freeze that was interrupted
+    tmp.mkdir()
     copies: dict[str, BinaryIO] = {}
     try:
         for name in artifact.kept:
@@ -271,7 +274,8 @@ def freeze(artifact: Artifact, dest: Path, key: bytes | None = None, canary: str
             raise ArtifactError(f"{nofollow.shown(e.filename or name)} {e.strerror}: refused") from None
         check_content(copies, artifact.sizes)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the refusal is what the caller hears, never the clean-up's error
+            remove_entry(tmp, dest.parent)
         raise
     finally:
         for f in copies.values():

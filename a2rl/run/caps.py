@@ -23,8 +23,8 @@ from pathlib import Path
 
 from a2rl.recording.diskuse import tree_bytes
 from a2rl.spec.sweep import RunLimits
+from a2rl.units import GIB
 
-GB = 1 << 30
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -121,7 +121,7 @@ class RunCaps:
         """`workspace_gb`: the workspace cap where limits.workspace_gb is unset (spec/sizing.py workspace_gb)."""
         self.limits, self.workspace = limits, workspace
         self.workspace_gb = limits.workspace_gb or workspace_gb  # None: over_quota raises (the job always sets it)
-        self.mem_bytes = int((limits.mem_gb or mem_gb) * GB)
+        self.mem_bytes = int((limits.mem_gb or mem_gb) * GIB)
         self.cgroup = Cgroup(name, pids=limits.processes, mem_bytes=self.mem_bytes)
         # RLIMIT_DATA only where no cgroup holds memory, and never with GPUs (the CUDA driver's mappings)
         self.rlimit_data = self.mem_bytes if "memory" not in self.cgroup.dirs and gpus == 0 else None
@@ -144,7 +144,7 @@ class RunCaps:
         )
         return (
             f"caps: processes {lim.processes} ({' + '.join(p for p in procs if p) or 'not enforceable here'}); "
-            f"memory {self.mem_bytes / GB:g} GiB ({mem}); "
+            f"memory {self.mem_bytes / GIB:g} GiB ({mem}); "
             f"workspace {self.workspace_gb or 0:.3g} GiB (checked every {lim.workspace_check_s:g} s); "
             f"agent.log {lim.agent_log_mb:g} MiB; relay connections {lim.relay_connections}"
         )
@@ -167,11 +167,11 @@ class RunCaps:
         if self.workspace_gb is None:
             raise ValueError("RunCaps needs limits.workspace_gb or workspace_gb to check the workspace")
         used = tree_bytes(self.workspace)
-        cap = self.workspace_gb * GB
+        cap = self.workspace_gb * GIB
         if used <= cap:
             return None
-        reason = f"quota: the workspace holds {used / GB:.2f} GiB, past limits.workspace_gb={self.workspace_gb:g}"
-        self.note(f"workspace: {used / GB:.2f} GiB > {self.workspace_gb:g} GiB (limits.workspace_gb)")
+        reason = f"quota: the workspace holds {used / GIB:.2f} GiB, past limits.workspace_gb={self.workspace_gb:g}"
+        self.note(f"workspace: {used / GIB:.2f} GiB > {self.workspace_gb:g} GiB (limits.workspace_gb)")
         return reason
 
     def new_hits(self) -> list[str]:
@@ -183,7 +183,7 @@ class RunCaps:
                 what = (
                     {
                         "pids": f"processes: {n} fork(s) refused at limits.processes={self.limits.processes}",
-                        "memory": f"memory: {n} process(es) killed past {self.mem_bytes / GB:g} GiB (limits.mem_gb)",
+                        "memory": f"memory: {n} process(es) killed past {self.mem_bytes / GIB:g} GiB (limits.mem_gb)",
                     }
                 )[controller]
                 out.append(what)

@@ -55,6 +55,7 @@ from a2rl.store.results import ResultHook, RunResult, load_result, no_hook, refr
 from a2rl.store.stages import STAGES_FILE, collect_stage_log
 from a2rl.store.sweepdir import SweepDir
 from a2rl.tasklib.leaks import read_canary
+from a2rl.units import MIB
 from a2rl.weights import parameter_count
 
 log = logging.getLogger("a2rl.job")
@@ -260,7 +261,7 @@ class AgentRun(Resuming, WrapUp, Outcome):
                 log=self.dir / "agent.log",
                 sandboxed=sandboxed,
                 preexec=caps.preexec,
-                log_cap=int(limits.agent_log_mb * 2**20),
+                log_cap=int(limits.agent_log_mb * MIB),
             )
             status, code = self._supervise(proc, s.ws, caps)
         finally:

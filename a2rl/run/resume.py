@@ -12,6 +12,7 @@ from a2rl.recording.archive import archive_workspace
 from a2rl.records import disk_full
 from a2rl.run.heartbeat import RunState
 from a2rl.run.workspace import Workspace, is_blank, restore_for_resume, save_for_resume
+from a2rl.units import MIB
 
 log = logging.getLogger("a2rl.job")
 
@@ -42,7 +43,7 @@ class Resuming(RunState):
             return
         cap_mb = self.sweep.spec.recording.resume_max_mb
         try:
-            copied, skipped = save_for_resume(Workspace(ws), self.sweep.resume_dir(self.run.run_id), cap_mb * 2**20)
+            copied, skipped = save_for_resume(Workspace(ws), self.sweep.resume_dir(self.run.run_id), cap_mb * MIB)
         except Exception as e:
             if disk_full(e):
                 log.error("the workspace of %s was not saved for resuming: %s", self.run.run_id, e)
@@ -50,7 +51,7 @@ class Resuming(RunState):
                 log.exception("saving the workspace of %s for resuming failed", self.run.run_id)
             return
         self._log(
-            f"workspace saved for resuming: {copied / 2**20:.1f} MiB of code/, output/ and home/"
+            f"workspace saved for resuming: {copied / MIB:.1f} MiB of code/, output/ and home/"
             + (
                 f"; {len(skipped)} file(s) skipped, past recording.resume_max_mb={cap_mb:g}: "
                 f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}"
@@ -69,7 +70,7 @@ class Resuming(RunState):
             archive = archive_workspace(ws, self.dir / "workspace", self.run.run_id, settings)
             self._log(
                 f"workspace archived to {self.dir / 'workspace'}: {len(archive.files)} files, "
-                f"{archive.total_bytes / 2**20:.1f} MiB ({len(archive.skipped)} skipped, see manifest.json)"
+                f"{archive.total_bytes / MIB:.1f} MiB ({len(archive.skipped)} skipped, see manifest.json)"
             )
         except Exception as e:
             if disk_full(e):

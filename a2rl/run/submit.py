@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from filelock import Timeout
 
-from a2rl.recording.diskuse import GIB, run_disk_use
+from a2rl.recording.diskuse import run_disk_use
 from a2rl.recording.snapshots import snapshot_code
 from a2rl.records import RecordError, StorageFull, disk_full
 from a2rl.run.artifacts import (
@@ -36,6 +36,7 @@ from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import AgentUsage
 from a2rl.store.retries import RETRIES
 from a2rl.store.sweepdir import SweepDir
+from a2rl.units import GIB
 from a2rl.weights import parameter_count
 
 log = logging.getLogger("a2rl.submit")
@@ -56,7 +57,7 @@ class OverStorageBudget(Exception):
         self.used, self.needed, self.allowed = used, needed, allowed
         super().__init__(
             f"over this run's storage budget: the submission needs {needed / GIB:.2f} GiB, and the run already "
-            f"keeps {used / GIB:.2f} of its {allowed / GIB:.2f} GiB in the sweep directory (frozen submissions "
+            f"keeps {used / GIB:.2f} GiB of its {allowed / GIB:.2f} GiB in the sweep directory (frozen submissions "
             f"the final part may still pick, code snapshots, logs): nothing was submitted; submit a smaller model "
             f"(e.g. saved in bf16, without extra files)"
         )

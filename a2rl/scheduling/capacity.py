@@ -34,9 +34,10 @@ from a2rl.scheduling.base import Scheduler, make_scheduler, resolve_kind
 from a2rl.scheduling.slurm import SlurmScheduler
 from a2rl.spec.grid import RunSpec
 from a2rl.spec.models import default_data_root
-from a2rl.spec.sizing import GIB, run_storage_gb, workspace_gb
+from a2rl.spec.sizing import run_storage_gb, workspace_gb
 from a2rl.spec.sweep import SweepSpec
 from a2rl.spec.tasks import get_task
+from a2rl.units import GIB, MIB
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def storage_line(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], p
         return f"storage: unknown (model size unknown: {', '.join(unknown)})"
     keep_all = keeps_all(spec)
     copies = per_run if keep_all else 2  # at most the kept candidate (feedback: split) and the one being graded
-    code_gb = spec.recording.max_run_mb / 1024
+    code_gb = spec.recording.max_run_mb * MIB / GIB
     budget = [run_storage_gb(spec, params[r.model.name]) for r in runs]
     expected = [min(b, copies * 2 * params[r.model.name] / GIB + code_gb) for r, b in zip(runs, budget)]
     policy = "every frozen copy (storage.keep: all)" if keep_all else "only what grader.final can still pick"
@@ -192,7 +193,7 @@ def storage_line(spec: SweepSpec, runs: list[RunSpec], params: dict[str, int], p
         f"storage: per run at most {max(budget, default=0):.1f} GiB (storage.run_gb"
         f"{'' if spec.storage.run_gb else ', default 6 bytes per parameter + 1 GiB'}), expected up to "
         f"{max(expected, default=0):.1f} GiB ({min(copies, per_run)} frozen bf16 copies of {per_run} submissions at "
-        f"once: {policy}; code snapshots up to {code_gb:.1f}); per sweep of {len(runs)} runs at most "
+        f"once: {policy}; code snapshots up to {code_gb:.1f} GiB); per sweep of {len(runs)} runs at most "
         f"{sum(budget):.1f} GiB, expected {sum(expected):.1f} GiB; workspaces up to "
         f"{max((workspace_gb(spec, params[r.model.name]) for r in runs), default=0):.1f} GiB each (limits.workspace_gb)"
     )

@@ -4,12 +4,16 @@ Every reader upgrades older records as it reads them, so a sweep needs no migrat
 the files themselves current (the fast read path, and tools that read the JSON without a2rl). Each file is copied
 to SWEEP/migrate-backup/<UTC time>/ before it is replaced atomically; a signed record is verified with the
 sweep's key before it is signed again, so a forged one is never laundered (it is left as it is and counted). A
-sweep at work is refused: a job writing a record while it is migrated would lose one of the two writes.
+sweep at work is refused: a job writing a record while it is migrated would lose one of the two writes. So is a
+user other than the sweep's owner, root included: what it wrote (the new records, the backup) would be that user's,
+and a 0600 record root owns is one the sweep's own a2rl can no longer read. A rewritten record keeps its mode.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -77,7 +81,7 @@ BACKUP_DIR = "migrate-backup"
 
 
 class SweepAtWork(Exception):
-    """The sweep has runs or graders at work: migrating now could lose a write."""
+    """The sweep has runs or graders at work (migrating now could lose a write), or belongs to another user."""
 
 
 @dataclass
@@ -129,6 +133,12 @@ def migrate(sweep: SweepDir, stamp: str | None = None) -> Migration:
             f"{sweep.root} is at work ({', '.join(busy[:3])}{' ...' if len(busy) > 3 else ''}): migrate it once it"
             " has stopped (`a2rl status` shows when; `a2rl cancel` stops it)"
         )
+    if (owner := sweep.root.stat().st_uid) != os.geteuid():
+        name = _user_name(owner)
+        raise SweepAtWork(
+            f"{sweep.root} belongs to {name}: run `a2rl migrate` as {name} (e.g. `sudo -u {name} a2rl migrate "
+            f"{sweep.root}`), so that the records it rewrites and their backup stay theirs"
+        )
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     m = Migration(sweep.root, sweep.root / BACKUP_DIR / stamp)
     for path, cls in record_files(sweep.root):
@@ -144,6 +154,7 @@ def migrate(sweep: SweepDir, stamp: str | None = None) -> Migration:
         backup.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, backup)
         atomic_write_text(path, text)
+        shutil.copymode(backup, path)  # written 0600 (a temporary file's mode): the original's, as a group shares it
         m.migrated.append(path)
     return m
 
@@ -162,6 +173,13 @@ def _current_text(path: Path, cls: type[Record], sweep: SweepDir) -> str | None:
     if path.suffix == ".jsonl":
         return "".join(r.json_line() for r in records)
     return records[0].json_text()
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _version(raw: bytes) -> object:

@@ -16,9 +16,10 @@ from a2rl.scheduling.monitor import SweepState
 from a2rl.spec.agents import agent_registry
 from a2rl.store.queue import Lease
 from a2rl.store.sweepdir import STALE_S, SweepDir
+from a2rl.units import MIB
 
 TAIL_BYTES = 256 * 1024  # the reference agent's last stage line is near the end of its log
-TURNS_MAX_BYTES = 32 * 2**20  # a transcript past this is not parsed at every change (its size is shown instead)
+TURNS_MAX_BYTES = 32 * MIB  # a transcript past this is not parsed at every change (its size is shown instead)
 PIPELINE = re.compile(
     r"^\[pipeline\s+[\d.]+s\] (?:(?P<stage>\w+) step (?P<step>\d+)/(?P<of>\d+)|stage (?P<start>\w+)(?P<skip> skipped)?:"
     r"|(?P<done>done)$)",
@@ -69,7 +70,7 @@ class Progress:
             f.seek(max(0, size - TAIL_BYTES))
             said = pipeline_stage(f.read().decode(errors="replace"))
         if said is None and size > TURNS_MAX_BYTES:
-            said = f"agent.log {size / 2**20:.0f} MB"
+            said = f"agent.log {size / MIB:.0f} MiB"
         elif said is None and (parser := self._parser(agent)) != "none":
             text = path.read_text(errors="replace")
             turns = sum(t.kind != "log" for t in transcript_turns(parser, text))

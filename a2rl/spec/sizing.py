@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 
 from a2rl.spec.sweep import SweepSpec
+from a2rl.units import GIB
 
-GIB = 1 << 30
 DEFAULT_GRADER_MEM_GB = 8  # the least a grader gets, whatever the model
 CPU_RUNTIME_GB = 0.75  # a CPU grader's own memory besides the weights
 
@@ -115,8 +115,8 @@ def storage_problems(spec: SweepSpec, params: dict[str, int]) -> list[str]:
     return [
         f"storage.run_gb: {spec.storage.run_gb:g} GiB holds fewer than two bf16 copies of model {name!r} "
         f"({p / 1e9:.2f}B parameters, {2 * p / GIB:.1f} GiB each: the kept candidate and the next submission): "
-        f"raise storage.run_gb to at least {4 * p / GIB:.1f}, or leave it unset (default "
-        f"{storage_default_gb(p):.1f})"
+        f"raise storage.run_gb to at least {4 * p / GIB:.1f} GiB, or leave it unset (default "
+        f"{storage_default_gb(p):.1f} GiB)"
         for name, p in params.items()
         if spec.storage.run_gb * GIB < 4 * p
     ]
