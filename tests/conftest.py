@@ -337,6 +337,8 @@ def pytest_addoption(parser):
 # (CPU-heavy sweeps: training, a new user's set-up) one group, so that at most one of them trains at a time, beside
 # the tests that wait
 CPU_HEAVY = {"tests/test_cluster_user.py", "tests/test_demo.py", "tests/test_offline_levels.py"}
+# the longest groups, handed out first (xdist hands out groups in collection order) so that none starts late
+LONGEST_FIRST = ("cpu", "tests/test_user_world.py")
 
 
 def phase_group(nodeid: str) -> str:
@@ -358,9 +360,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # Tests in these files must run alone: they stop Slurm daemons and nodes (test_slurm_nodes), add and delete a
-# QOS and fill it (test_slurm_busy), fork-bomb, hog memory and fill /tmp (test_hostile_agent), or use the
-# machine-wide /tmp/a2rl-scratch and a fixed user (test_user_world)
-ALONE_FILES = {"test_slurm_nodes.py", "test_slurm_busy.py", "test_hostile_agent.py", "test_user_world.py"}
+# QOS and fill it (test_slurm_busy), or fork-bomb, hog memory and fill /tmp (test_hostile_agent)
+ALONE_FILES = {"test_slurm_nodes.py", "test_slurm_busy.py", "test_hostile_agent.py"}
 # fixtures a test beside others must not take: session fixtures too costly to build again in each worker (the demo
 # under two busy loops, the trained HELLO model) and the QOS the busy tests fill
 ALONE_FIXTURES = {"demo_sweep", "hello_model", "qos20"}
@@ -389,3 +390,6 @@ def pytest_collection_modifyitems(config, items):
     if not all(side):
         config.hook.pytest_deselected(items=[item for item, keep in zip(items, side) if not keep])
         items[:] = [item for item, keep in zip(items, side) if keep]
+    if phase == "sidebyside":  # a stable sort: each worker collects the same order
+        first = {group: i for i, group in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: first.get(phase_group(item.nodeid), len(first)))

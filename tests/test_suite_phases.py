@@ -27,6 +27,7 @@ class Item:
     def __init__(self, name: str, *marks: str, file: str = "test_x.py", fixtures: tuple[str, ...] = ()):
         self.marks = set(marks)
         self.path = REPO / "tests" / file
+        self.nodeid = f"tests/{file}::{name}"
         self.fixturenames = ["request", *fixtures]
 
     def get_closest_marker(self, name):
@@ -64,6 +65,16 @@ def test_phase_1_hands_out_a_files_tests_together_and_the_cpu_heavy_files_as_one
     assert split("tests/test_real_clis.py::test_a[claude]") != split("tests/test_slurm.py::test_a")
     assert {split(f"{f}::test_x") for f in CPU_HEAVY} == {"cpu"} and len(CPU_HEAVY) == 3
     assert phase_group("tests/test_demo.py::test_demo_sweep_on_slurm") == "cpu"
+
+
+def test_phase_1_hands_out_the_longest_groups_first_and_keeps_each_files_order():
+    a1, a2 = Item("test_1", "sidebyside", file="test_a.py"), Item("test_2", "sidebyside", file="test_a.py")
+    world = Item("test_w", "sidebyside", "slow", file="test_user_world.py")
+    demo = Item("test_d", "sidebyside", "slow", file="test_demo.py")
+    users = Item("test_u", "sidebyside", "slow", file="test_cluster_user.py")
+    fast = Item("test_f", file="test_a.py")
+    assert phase_of("sidebyside", [a1, world, demo, fast, a2, users])[0] == [demo, users, world, a1, a2]
+    assert phase_of("fast", [a1, fast, a2])[0] == [fast]
 
 
 def sidebyside_tests() -> list[tuple[str, ast.FunctionDef]]:
