@@ -63,7 +63,7 @@ def test_phase_1_hands_out_a_files_tests_together_and_the_cpu_heavy_files_as_one
     split = sched._split_scope
     assert split("tests/test_slurm.py::test_a") == split("tests/test_slurm.py::test_b[x]") == "tests/test_slurm.py"
     assert split("tests/test_real_clis.py::test_a[claude]") != split("tests/test_slurm.py::test_a")
-    assert {split(f"{f}::test_x") for f in CPU_HEAVY} == {"cpu"} and len(CPU_HEAVY) == 3
+    assert {split(f"{f}::test_x") for f in CPU_HEAVY} == {"cpu"} and len(CPU_HEAVY) == 2
     assert phase_group("tests/test_demo.py::test_demo_sweep_on_slurm") == "cpu"
 
 
@@ -73,7 +73,9 @@ def test_phase_1_hands_out_the_longest_groups_first_and_keeps_each_files_order()
     demo = Item("test_d", "sidebyside", "slow", file="test_demo.py")
     users = Item("test_u", "sidebyside", "slow", file="test_cluster_user.py")
     fast = Item("test_f", file="test_a.py")
-    assert phase_of("sidebyside", [a1, world, demo, fast, a2, users])[0] == [demo, users, world, a1, a2]
+    levels = Item("test_l", "sidebyside", "slow", file="test_offline_levels.py")
+    order = [levels, demo, users, world, a1, a2]  # a group keeps its collection order
+    assert phase_of("sidebyside", [a1, world, levels, demo, fast, a2, users])[0] == order
     assert phase_of("fast", [a1, fast, a2])[0] == [fast]
 
 
