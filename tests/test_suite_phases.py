@@ -150,3 +150,13 @@ def test_the_phases_exit_codes_combine_and_nothing_collected_in_all_is_exit_5(fa
     assert fake_pytest(0, 0, "-x", rc_fast=1) == (1, [fast, sidebyside])
     assert fake_pytest(0, 0, workers="2")[1][1].startswith("--phase=sidebyside -n 2 ")
     assert fake_pytest(0, 0, "-k", "x", workers="0") == (3, ["-k x"])  # the fallback: one plain run
+
+
+def test_every_test_that_loads_the_machine_is_slow_and_so_never_runs_with_the_fast_ones():
+    """The fast tests run beside phase 1's workers: a test that starts busy loops must be slow (phase 2)."""
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        if path.name == "test_suite_phases.py":  # this file names them
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and "busy_loops" in ast.unparse(node):
+                assert any("slow" in ast.unparse(d) for d in node.decorator_list), f"{path.name}::{node.name}"
