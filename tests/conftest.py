@@ -325,17 +325,20 @@ def copy_checkout(dest: Path) -> None:
 def pytest_addoption(parser):
     parser.addoption(
         "--phase",
-        choices=("all", "sidebyside", "alone"),
+        choices=("all", "sidebyside", "fast", "alone"),
         default="all",
-        help="one of tools/test.sh's two phases: only the tests marked sidebyside, or only the others",
+        help="one of tools/test.sh's runs (tests/conftest.py's phase_of): the tests marked sidebyside, the fast "
+        "ones that run beside them, or the others",
     )
 
 
 # tools/test.sh's phase 1 hands tests to its xdist workers a group at a time, a group's tests one after another in
 # one worker: a file's sidebyside tests are a group (a module-scoped fixture is built once), and these files'
-# (CPU-heavy sweeps: training, a new user's set-up) one group, so that at most one of them trains at a time, beside
-# the tests that wait
-CPU_HEAVY = {"tests/test_cluster_user.py", "tests/test_demo.py", "tests/test_offline_levels.py"}
+# (the sweeps that train for minutes) one group, so that at most one of them trains at a time, beside the tests
+# that wait (the two new users' sweeps train on the user-world demo's short schedule: their cost is set-up)
+CPU_HEAVY = {"tests/test_demo.py", "tests/test_offline_levels.py"}
+# the longest groups, handed out first (xdist hands out groups in collection order) so that none starts late
+LONGEST_FIRST = ("cpu", "tests/test_cluster_user.py", "tests/test_user_world.py")
 
 
 def phase_group(nodeid: str) -> str:
@@ -356,13 +359,37 @@ def pytest_xdist_make_scheduler(config, log):
     return PhaseGroups(config, log)
 
 
+# Tests in these files must run alone: they stop Slurm daemons and nodes (test_slurm_nodes), add and delete a
+# QOS and fill it (test_slurm_busy), or fork-bomb, hog memory and fill /tmp (test_hostile_agent)
+ALONE_FILES = {"test_slurm_nodes.py", "test_slurm_busy.py", "test_hostile_agent.py"}
+# fixtures a test beside others must not take: session fixtures too costly to build again in each worker (the demo
+# under two busy loops, the trained HELLO model) and the QOS the busy tests fill
+ALONE_FIXTURES = {"demo_sweep", "hello_model", "qos20"}
+
+
+def phase_of(item) -> str:
+    """Where tools/test-phases.sh runs a test: "sidebyside" (marked so: phase 1's xdist workers), "fast" (not
+    slow, no Slurm, outside the must-run-alone files and fixtures: one plain pytest beside phase 1, one test at a
+    time as in the fast layer) or "alone" (phase 2, one at a time, nothing beside it)."""
+    if item.get_closest_marker("sidebyside") is not None:
+        return "sidebyside"
+    if item.get_closest_marker("slow") is not None or item.get_closest_marker("slurm") is not None:
+        return "alone"
+    if Path(str(item.path)).name in ALONE_FILES or set(getattr(item, "fixturenames", ())) & ALONE_FIXTURES:
+        return "alone"
+    return "fast"
+
+
 def pytest_collection_modifyitems(config, items):
-    """--phase keeps one side of the `sidebyside` mark: tools/test.sh runs those tests in parallel workers
-    (pytest-xdist) first, then the others one at a time; the rest are deselected, as -m would."""
+    """--phase keeps the tests of one of tools/test-phases.sh's runs (phase_of); the rest are deselected, as -m
+    would."""
     phase = config.getoption("--phase")
     if phase == "all":
         return
-    side = [(item.get_closest_marker("sidebyside") is not None) == (phase == "sidebyside") for item in items]
+    side = [phase_of(item) == phase for item in items]
     if not all(side):
         config.hook.pytest_deselected(items=[item for item, keep in zip(items, side) if not keep])
         items[:] = [item for item, keep in zip(items, side) if keep]
+    if phase == "sidebyside":  # a stable sort: each worker collects the same order
+        first = {group: i for i, group in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: first.get(phase_group(item.nodeid), len(first)))

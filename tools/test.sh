@@ -10,9 +10,10 @@
 #      versions are there);
 #   4. builds the vLLM environment (tools/setup-vllm-env.sh, .venv-vllm) that real-vLLM tests run in;
 #   5. runs pytest "$@" from the repo root with A2RL_SLURM=1 and A2RL_AGENT_CLIS exported, in two phases
-#      (tools/test-phases.sh): the tests marked `sidebyside` (they mostly wait) in parallel pytest-xdist workers,
-#      then all the others one at a time; -m, -k and file arguments select in both.
-# "No tests collected" (pytest exit 5, in both phases) is a failure here.
+#      (tools/test-phases.sh): the tests marked `sidebyside` (they mostly wait) in parallel pytest-xdist workers
+#      with the fast tests one at a time beside them, then all the others one at a time; -m, -k and file arguments
+#      select in each run.
+# "No tests collected" (pytest exit 5, in every run) is a failure here.
 #
 # Knobs: A2RL_TEST_WORKERS (tools/test-phases.sh: default 4 workers in phase 1; 0 = one plain `pytest "$@"` run,
 #        every test one at a time, no xdist: the fallback should the parallel phase misbehave);
