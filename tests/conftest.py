@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock
 
 from fakes import FakeClock
 
@@ -256,18 +257,25 @@ def kill_user(uid: int) -> None:
         time.sleep(0.2)
 
 
+# useradd and userdel fail at once ("cannot lock /etc/passwd") while another holds the lock: tools/test-phases.sh
+# runs tests that make users in parallel pytest processes, so they take turns
+USERS_LOCK = FileLock("/tmp/a2rl-tests-users.lock", timeout=120)
+
+
 @contextlib.contextmanager
 def unprivileged_user(name: str) -> Iterator[pwd.struct_passwd]:
     """A new user with a home of its own (useradd -m: mode 0755 under Debian's UMASK 022), removed afterwards
     with its home and every process it left."""
-    subprocess.run(["userdel", "-r", name], capture_output=True)  # a previous run's, killed before its clean-up
-    subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+    with USERS_LOCK:
+        subprocess.run(["userdel", "-r", name], capture_output=True)  # a previous run's, killed before its clean-up
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
     user = pwd.getpwnam(name)
     try:
         yield user
     finally:
         kill_user(user.pw_uid)
-        gone = subprocess.run(["userdel", "-r", name], capture_output=True, text=True)
+        with USERS_LOCK:
+            gone = subprocess.run(["userdel", "-r", name], capture_output=True, text=True)
         if gone.returncode != 0:  # not an assertion here: it would hide the test's own failure
             print(f"userdel -r {name} failed: {gone.stderr}")
 
