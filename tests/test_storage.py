@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -63,6 +64,54 @@ def test_retention_never_deletes_what_the_final_part_can_still_pick(rule):
         final = [e for e in subs if e.status == "scored"]
         if final:
             assert select_final(final, rule)[0].submission_id in on_disk, (rule, subs, order)
+
+
+def _entry(seq: int, score: float, marked: bool = False, status: str = "scored") -> SimpleNamespace:
+    return SimpleNamespace(submission_id=f"r.{seq}", seq=seq, status=status, score=score, marked_final=marked)
+
+
+def test_each_final_rule_picks_its_own_submission_and_says_which():
+    """The property above holds for any consistent pick; this pins each rule's pick and the reason recorded."""
+    runs = [_entry(1, 0.5), _entry(2, 0.9, marked=True), _entry(3, 0.9), _entry(4, 0.7, marked=True), _entry(5, 0.1)]
+    picks = {rule: (e.seq, why) for rule in RULES for e, why in [select_final(runs, rule)]}
+    # the best's tie goes to the earliest; the agent's latest mark, not its best; the last whatever its score
+    assert picks == {"best-feedback": (2, "best-feedback"), "last": (5, "last"), "agent": (4, "agent")}
+    unmarked = [_entry(1, 0.2), _entry(2, 0.8), _entry(3, 0.8), _entry(4, 0.3)]
+    assert (lambda e, why: (e.seq, why))(*select_final(unmarked, "agent")) == (2, "agent: none marked, best-feedback")
+    # what is deletable follows the rule: all but its pick, invalid ones included
+    entries = [*runs, _entry(6, 0.0, status="invalid")]
+    assert deletable(entries, "last") == {f"r.{i}" for i in (1, 2, 3, 4, 6)}
+    assert deletable(entries, "agent") == {f"r.{i}" for i in (1, 2, 3, 5, 6)}
+    assert deletable([_entry(1, 0.0, status="invalid")], "best-feedback") == {"r.1"}
+
+
+def test_prune_deletes_the_recorded_copies_its_rule_can_no_longer_pick(tmp_path, monkeypatch, caplog):
+    """Only this run's recorded copies go (a freeze under way, a copy not yet recorded and other runs' stay), and a
+    copy another grader deleted meanwhile is no error (racing graders prune the same run)."""
+    from a2rl.grading import retention
+
+    subs = tmp_path / "submissions"
+    for name in ["r.1", "r.2", "r.3", "r.4", "r.5", "r.6.partial", "r.7", "other.1"]:
+        (subs / name).mkdir(parents=True)
+        (subs / name / "model.safetensors").write_bytes(b"x")
+    entries = [_entry(1, 0.5), _entry(2, 0.9), _entry(3, 0.1, marked=True), _entry(4, 0.2), _entry(5, 0.3)]
+    sweep = SimpleNamespace(submissions=subs, ledger=SimpleNamespace(entries=lambda run_id: entries))
+    listed = retention.frozen_copies
+
+    def racing(sweep, run_id):  # another grader deleted r.4 after this one listed it
+        paths = listed(sweep, run_id)
+        shutil.rmtree(subs / "r.4")
+        return paths
+
+    monkeypatch.setattr(retention, "frozen_copies", racing)
+    with caplog.at_level("INFO", logger="a2rl.grader"):
+        deleted = retention.prune(sweep, "r", "agent")
+    assert sorted(deleted) == ["r.1", "r.2", "r.4", "r.5"]
+    assert sorted(p.name for p in subs.iterdir()) == ["other.1", "r.3", "r.6.partial", "r.7"]
+    assert caplog.messages == [f"r: deleted frozen copies {deleted} (grader.final agent can no longer pick them)"]
+    caplog.clear()
+    monkeypatch.setattr(retention, "frozen_copies", listed)
+    assert retention.prune(sweep, "r", "agent") == [] and caplog.messages == []  # nothing left to delete: silent
 
 
 def _on_disk(s: Sweep, entries) -> list[bool]:
