@@ -27,6 +27,7 @@ from a2rl.run.api import GradingAPI
 from a2rl.run.artifacts import KEEP_SUFFIXES
 from a2rl.run.submit import OverStorageBudget
 from a2rl.spec.sizing import storage_default_gb, workspace_default_gb
+from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl, write_sweep
 from test_final_split import Sweep, variant
 
@@ -143,6 +144,87 @@ def test_a_split_run_keeps_only_the_copy_its_final_rule_can_pick(rule, tmp_path,
     final = s.grader.score_final(run_id)
     assert (final.status, final.submission_id) == ("scored", entries[expected].submission_id)
     assert run_disk_use(s.sweep, run_id).frozen_copies == 0  # all gone once the final part is scored
+
+
+def _allocated(root: Path) -> int:
+    return sum(os.lstat(p).st_blocks * 512 for p in root.rglob("*"))
+
+
+def test_disk_use_counts_the_runs_copies_run_directory_and_distinct_blobs(tmp_path, monkeypatch):
+    from a2rl.recording import diskuse
+    from a2rl.recording.snapshots import CodeSnapshot, SnapshotFile
+
+    sweep = SweepDir(tmp_path)
+    assert run_disk_use(sweep, "r") == diskuse.DiskUse(0, 0, 0, 0)  # no submissions/ nor run directory yet
+    for name in ["r.1", "r.12", "r.2.partial", "rx.1", "xr.1", "r.a", "r.1.scan", "r.2.partial.x"]:
+        (sweep.submissions / name / "sub").mkdir(parents=True)
+        (sweep.submissions / name / "sub" / "w.bin").write_bytes(b"x" * 5000)
+    (sweep.submissions / "r.1" / "usr").symlink_to("/usr")  # a link: its own blocks, never followed
+    copies = diskuse.frozen_copies(sweep, "r")
+    assert sorted(p.name for p in copies) == ["r.1", "r.12", "r.2.partial"]
+    assert diskuse.tree_bytes(sweep.submissions / "r.1") == _allocated(sweep.submissions / "r.1") >= 5000
+    snaps = sweep.run_dir("r") / "snapshots"
+    snaps.mkdir(parents=True)
+    files = [SnapshotFile(path="a.py", sha256="a" * 64, size=300), SnapshotFile(path="b.py", sha256="b" * 64, size=50)]
+    for seq, kept in ((1, files), (2, [files[0], SnapshotFile(path="c.py", sha256="a" * 64, size=300)])):
+        CodeSnapshot(
+            run_id="r", submission_id=f"r.{seq}", seq=seq, taken_at=0.0, files=kept, skipped=[], total_bytes=0,
+            previous_seq=None, added=[], modified=[], removed=[],
+        ).dump(snaps / f"{seq:03d}.json")  # fmt: skip
+    use = run_disk_use(sweep, "r")
+    frozen = sum(_allocated(p) for p in copies)  # a .partial one too (a freeze under way), not counted a copy
+    assert use == diskuse.DiskUse(frozen=frozen, frozen_copies=2, run_dir=_allocated(sweep.run_dir("r")), blobs=350)
+    (snaps / "003.json").write_text("{damaged")  # `a2rl status` and the submitter still see the bytes on disk
+    assert run_disk_use(sweep, "r").blobs == 0
+    assert diskuse.DiskUse(frozen=GIB, frozen_copies=2, run_dir=GIB // 4, blobs=GIB // 2).describe() == (
+        "1.75 GiB (2 frozen submission(s) 1.00, code blobs 0.50, run directory 0.25)"
+    )
+
+
+def test_tree_bytes_skips_what_vanishes_while_it_walks_and_counts_the_rest(tmp_path, monkeypatch):
+    from a2rl.recording.diskuse import tree_bytes
+
+    for d in "abc":
+        (tmp_path / d / "in").mkdir(parents=True)
+        (tmp_path / d / "in" / "f").write_bytes(b"y" * 9000)
+        (tmp_path / d / "g").write_bytes(b"z" * 9000)
+    whole = _allocated(tmp_path)
+    assert tree_bytes(tmp_path) == whole and tree_bytes(tmp_path / "gone") == 0
+    scandir, failed = os.scandir, []
+
+    def gone(path: str) -> int:  # what is not counted of a path that vanished: itself and all under it
+        return os.lstat(path).st_blocks * 512 + (_allocated(Path(path)) if Path(path).is_dir() else 0)
+
+    def vanished_dir(path):  # the first subdirectory read is gone by then: its own entry counted, not its files
+        if path != str(tmp_path) and not failed:
+            failed.append(path)
+            raise FileNotFoundError(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", vanished_dir)
+    assert tree_bytes(tmp_path) == whole - _allocated(Path(failed[0]))
+
+    class Listing:  # the first entry listed below the top's is gone by the time it is stat()ed
+        def __init__(self, path):
+            self.it = scandir(path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.it.__exit__(*exc)
+
+        def __iter__(self):
+            for e in self.it:
+                if failed or Path(e.path).parent == tmp_path:
+                    yield e
+                else:
+                    failed.append(e.path)
+                    yield SimpleNamespace(stat=lambda **_: os.stat(tmp_path / "gone"))
+
+    failed.clear()
+    monkeypatch.setattr(os, "scandir", Listing)
+    assert tree_bytes(tmp_path) == whole - gone(failed[0])
 
 
 def _half(src: Path, dest: Path) -> Path:
