@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -111,23 +112,65 @@ def test_a_canary_in_the_weights_is_found_wherever_it_lies(tmp_path, small_block
     assert taken(clean, "a2rl-canary-" + "f" * 32)[0].canary_in == []
 
 
-def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model):
+def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplog):
     m = submitted(tiny_model, tmp_path / "out" / "m")
+
+    def renamed(d: Path) -> Path:  # the frozen copy and its scan moved together: the files as they were
+        other = d.with_name(d.name + "-moved")
+        d.rename(other)
+        F.scan_dir(d).rename(F.scan_dir(other))
+        return other
+
     cases = {
-        "written after the freeze": lambda d: (d / "config.json").write_text((d / "config.json").read_text()),
-        "another key": lambda d: (
-            F.FrozenScan.load(F.scan_dir(d) / "scan.json").sign(b"x" * 32).dump(F.scan_dir(d) / "scan.json")
+        "written after the freeze": (
+            lambda d: (d / "config.json").write_text((d / "config.json").read_text()),
+            "the frozen copy changed since",
         ),
-        "samples changed": lambda d: next(F.scan_dir(d).glob("*.hmac")).write_text("0" * 64),
-        "another canary": lambda d: None,
+        "another key": (
+            lambda d: F.FrozenScan.load(F.scan_dir(d) / "scan.json").sign(b"x" * 32).dump(F.scan_dir(d) / "scan.json"),
+            "{scan}/scan.json: FrozenScan does not verify (written without the sweep's key): ignored",
+        ),
+        "samples changed": (
+            lambda d: next(F.scan_dir(d).glob("*.hmac")).write_text("0" * 64),
+            "its samples do not verify",
+        ),
+        "another canary": (lambda d: None, "the split's canary changed since"),
+        "another submission": (renamed, "it names another submission"),
     }
-    for i, (case, spoil) in enumerate(cases.items()):
+    for i, (case, (spoil, why)) in enumerate(cases.items()):
         dest = frozen(m, tmp_path / "submissions" / f"s{i}")
-        spoil(dest)
+        moved = spoil(dest)
+        dest = moved if isinstance(moved, Path) else dest
+        caplog.clear()
         assert taken(dest, CANARY if case != "another canary" else CANARY + "2") is None, case
         assert not F.scan_dir(dest).exists()
+        why = why.format(scan=F.scan_dir(dest))
+        assert [r.getMessage() for r in caplog.records if r.name == "a2rl.grader"] == [
+            f"the freeze's scan of {dest.name} is not used ({why}): the frozen copy is read again"
+        ], case
     plain = frozen(m, tmp_path / "submissions" / "plain", key=None)  # without the key: no scan, as before
     assert not F.scan_dir(plain).exists() and taken(plain) is None
+
+
+def test_a_scan_is_taken_as_the_freeze_wrote_it_even_without_a_canary_or_with_a_racing_grader(
+    tmp_path, tiny_model, monkeypatch
+):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+    dest = frozen(m, tmp_path / "submissions" / "s1", canary=None)  # a split without a canary
+    scan, scanned = taken(dest, None)
+    assert (scan.canary, scan.canary_in) == (None, [])
+    assert (scanned.digest, scanned.nbytes, scanned.seconds, scanned.unsampled) == (
+        weights_hash(dest),
+        scan.nbytes,
+        0.0,  # the grader read nothing
+        scan.unsampled,
+    )
+    assert scanned.unsampled == [] and scanned.samples.keys() == O.stream(dest).samples.keys()
+    # another grader claimed the same submission again and removed the scan while this one read it: no error
+    dest = frozen(m, tmp_path / "submissions" / "s2", canary=None)
+    loaded = F.load_profile
+    monkeypatch.setattr(F, "load_profile", lambda d, *a: (loaded(d, *a), shutil.rmtree(d))[0])
+    assert taken(dest, None)[1].digest == weights_hash(dest)
 
 
 def test_overlapping_tensors_get_the_plain_copy_and_no_scan(tmp_path):
