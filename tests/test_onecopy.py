@@ -112,6 +112,30 @@ def test_a_canary_in_the_weights_is_found_wherever_it_lies(tmp_path, small_block
     assert taken(clean, "a2rl-canary-" + "f" * 32)[0].canary_in == []
 
 
+def test_the_canary_search_finds_it_whatever_the_blocks_and_only_in_the_bytes_read():
+    c = CANARY.encode()
+    data = b"x" * 50 + c + b"y" * 50
+    for size in (1, 3, 7, len(c) - 1, len(c), 2 * len(c) - 2, 2 * len(c) + 5, 64, len(data)):
+        for start in range(0, min(size, 9)):  # the canary split at each point of a block
+            finder = onecopy.Canary(c)
+            finder.look("other", 0, b"z" * 10, 10)
+            edges = [0, *range(start or size, len(data), size), len(data)]
+            for a, b in zip(edges, edges[1:]):
+                buf = bytearray(data[a:b] + c)  # a reused buffer: bytes past n are another block's
+                finder.look("f", a, buf, b - a)
+            assert finder.files() == ["f"], (size, start)
+    for at in range(0, len(c) + 2):  # at a block's very start, or split across two reads of any length
+        finder = onecopy.Canary(c)
+        finder.look("f", 0, data[: 50 + at], 50 + at)
+        finder.look("f", 50 + at, data[50 + at :], len(data) - 50 - at)
+        assert finder.files() == ["f"], at
+    finder = onecopy.Canary(c)
+    finder.look("f", 0, c[1:] + b"-" + c, len(c))  # the bytes read hold no canary, the rest of the buffer does
+    finder.look("f", len(c), b"q" * 100, 100)
+    assert finder.files() == []
+    assert onecopy.Canary(None).files() == [] and onecopy.Canary(c[:1]).files() == []
+
+
 def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplog):
     m = submitted(tiny_model, tmp_path / "out" / "m")
 
