@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -187,29 +188,38 @@ def test_a_run_is_at_work_while_its_job_beats_without_a_result(tmp_path):
 def test_migrate_names_three_at_work_and_what_it_left_as_it_was(tmp_path, capsys):
     sweep = expected.copy_of("pre-1.0", tmp_path)
     t, host, pid = now(), socket.gethostname(), os.getpid()
-    for i in range(4):
+    for i, more in ((0, ""), (1, ""), (2, ""), (3, " ...")):
         beat = GraderBeat(holder=f"g{i}", host=host, pid=pid, started_at=t, heartbeat_at=t, graded=0, state="idle")
         beat.dump(sweep / "graders" / f"grader{i}.json")
-    with pytest.raises(SweepAtWork, match=r"is at work \(grader g\d, grader g\d, grader g\d \.\.\.\): migrate it once"):
-        migrate(SweepDir(sweep))
+        with pytest.raises(SweepAtWork) as e:
+            migrate(SweepDir(sweep))
+        named = re.fullmatch(
+            rf"{sweep} is at work \(((?:grader g\d(?:, )?)+){re.escape(more)}\): migrate it once it has stopped"
+            r" \(`a2rl status` shows when; `a2rl cancel` stops it\)",
+            str(e.value),
+        )
+        assert named and named[1].count("grader") == min(i + 1, 3), str(e.value)
     for i in range(4):
         (sweep / "graders" / f"grader{i}.json").unlink()
     entry = next(sweep.glob("ledger/*/*.json"))
     entry.write_text(json.dumps({**json.loads(entry.read_text()), "score": 99.0}))  # forged: never signed again
     garbled = sweep / "runs" / next(iter(os.listdir(sweep / "runs"))) / "run.json"
     garbled.write_text("{")
+    listed = next(sweep.glob("runs/*/env-*.json"))
+    listed.write_text("[1]")  # JSON, not a record
     m = migrate(SweepDir(sweep), stamp="T")
-    assert m.backup == sweep / BACKUP_DIR / "T" and len(m.left) == 2, m.left
-    assert any("does not verify" in why for why in m.left) and any(str(garbled) in why for why in m.left)
+    assert m.backup == sweep / BACKUP_DIR / "T" and len(m.left) == 3, m.left
+    assert [why for why in m.left if str(entry) in why and "does not verify" in why]
+    assert [why for why in m.left if str(garbled) in why] and [w for w in m.left if str(listed) in w]
     assert m.summary() == (
         f"migrated {len(m.migrated)} of {len(m.migrated) + m.current} record files in {sweep} to this a2rl's versions"
-        f" (originals in {m.backup}); left 2 as they are: {'; '.join(m.left)}"
+        f" (originals in {m.backup}); left 3 as they are: {'; '.join(m.left)}"
     )
     assert json.loads(entry.read_text())["score"] == 99.0 and garbled.read_text() == "{"
     again = migrate(SweepDir(sweep), stamp="U")
     assert again.summary() == (
         f"nothing to migrate: all {again.current} record files in {sweep} are this a2rl's versions;"
-        f" left 2 as they are: {'; '.join(again.left)}"
+        f" left 3 as they are: {'; '.join(again.left)}"
     )
 
 

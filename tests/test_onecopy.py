@@ -129,6 +129,11 @@ def test_the_canary_search_finds_it_whatever_the_blocks_and_only_in_the_bytes_re
         finder.look("f", 0, data[: 50 + at], 50 + at)
         finder.look("f", 50 + at, data[50 + at :], len(data) - 50 - at)
         assert finder.files() == ["f"], at
+    for size in (1, 5, len(c) - 1):  # at the file's very first byte, in reads shorter than itself
+        finder = onecopy.Canary(c)
+        for a in range(0, len(data) - 50, size):
+            finder.look("f", a, data[50 + a : 50 + a + size], len(data[50 + a : 50 + a + size]))
+        assert finder.files() == ["f"], size
     finder = onecopy.Canary(c)
     finder.look("f", 0, c[1:] + b"-" + c, len(c))  # the bytes read hold no canary, the rest of the buffer does
     finder.look("f", len(c), b"q" * 100, 100)
