@@ -12,7 +12,9 @@ import os
 import re
 import socket
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -20,6 +22,7 @@ import yaml
 from a2rl import upgrades
 from a2rl.cli.main import main
 from a2rl.records import Record, RecordError, now
+from a2rl.scheduling import migrate as migrate_module
 from a2rl.scheduling.migrate import BACKUP_DIR, KINDS, SweepAtWork, at_work, migrate, record_files
 from a2rl.spec.sweep import load_sweep
 from a2rl.store.integrity import SignedRecord
@@ -185,7 +188,7 @@ def test_a_run_is_at_work_while_its_job_beats_without_a_result(tmp_path):
     assert at_work(sweep) == [b]
 
 
-def test_migrate_names_three_at_work_and_what_it_left_as_it_was(tmp_path, capsys):
+def test_migrate_names_three_at_work_and_what_it_left_as_it_was(tmp_path, monkeypatch):
     sweep = expected.copy_of("pre-1.0", tmp_path)
     t, host, pid = now(), socket.gethostname(), os.getpid()
     for i, more in ((0, ""), (1, ""), (2, ""), (3, " ...")):
@@ -216,7 +219,9 @@ def test_migrate_names_three_at_work_and_what_it_left_as_it_was(tmp_path, capsys
         f" (originals in {m.backup}); left 3 as they are: {'; '.join(m.left)}"
     )
     assert json.loads(entry.read_text())["score"] == 99.0 and garbled.read_text() == "{"
-    again = migrate(SweepDir(sweep), stamp="U")
+    monkeypatch.setattr(migrate_module, "time", SimpleNamespace(strftime=time.strftime, gmtime=lambda: time.gmtime(0)))
+    again = migrate(SweepDir(sweep))  # the originals would go under the UTC time
+    assert again.backup == sweep / BACKUP_DIR / "19700101T000000Z"
     assert again.summary() == (
         f"nothing to migrate: all {again.current} record files in {sweep} are this a2rl's versions;"
         f" left 3 as they are: {'; '.join(again.left)}"

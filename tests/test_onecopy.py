@@ -20,7 +20,7 @@ from a2rl.grading import frozenscan as F
 from a2rl.grading import onepass as O
 from a2rl.grading import profiles as P
 from a2rl.run import onecopy
-from a2rl.run.artifacts import Limits, check_artifact, freeze
+from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, freeze
 from a2rl.weights import weights_hash
 from test_canary import ITEM, leaky_task, run  # noqa: F401 (a fixture)
 from test_lineage import other_seed_model, rewrite  # noqa: F401 (a fixture)
@@ -235,6 +235,28 @@ def test_bytes_the_agent_writes_during_the_copy_are_hashed_as_frozen(tmp_path, t
     monkeypatch.setattr(os, "preadv", preadv)
     dest = frozen(m, tmp_path / "submissions" / "s1")
     assert len(calls) > 5 and taken(dest)[1].digest == weights_hash(dest)
+
+
+@pytest.mark.parametrize("change", ["shrank from", "grew past"])
+def test_weights_that_change_size_during_the_copy_are_refused_by_name(
+    tmp_path, tiny_model, small_blocks, monkeypatch, change
+):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+    weights = next(m.glob("*.safetensors"))
+    size, real, calls = weights.stat().st_size, os.preadv, []
+    assert sorted(p.name for p in m.iterdir())[-1] != weights.name  # not the last file kept
+
+    def preadv(fd, buffers, offset):
+        calls.append(offset)
+        if len(calls) == 3:  # the agent truncates or appends to its weights mid-copy
+            os.truncate(weights, size // 2 if change == "shrank from" else size + 1)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with pytest.raises(ArtifactError) as e:
+        frozen(m, tmp_path / "submissions" / "s1")
+    assert str(e.value) == f"{weights.name} {change} {size} bytes while it was copied: refused"
+    assert not (tmp_path / "submissions" / "s1").exists()
 
 
 def test_a_canary_in_the_weights_is_caught_by_the_grader_on_the_one_read_path(run, tiny_model, monkeypatch):  # noqa: F811
