@@ -141,6 +141,19 @@ def test_the_canary_search_finds_it_whatever_the_blocks_and_only_in_the_bytes_re
     assert onecopy.Canary(None).files() == [] and onecopy.Canary(c[:1]).files() == []
 
 
+def test_a_canary_from_the_first_byte_after_the_header_across_tiny_tensors_is_found(tmp_path):
+    """Each tensor is its own read: 8-byte tensors put the canary's bytes in six reads, the first one right
+    after the header (the header's edges must sit at its true offsets for them to join)."""
+    c = CANARY.encode() + b"\0" * 4  # 48 bytes: six tensors of two float32
+    header = {f"t{i:02d}": {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]} for i in range(8)}
+    head = json.dumps(header).encode()
+    m = tmp_path / "out" / "m"
+    m.mkdir(parents=True)
+    (m / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + c + b"\1" * 16)
+    (m / "config.json").write_text("{}")
+    assert taken(frozen(m, tmp_path / "submissions" / "s1"))[0].canary_in == ["model.safetensors"]
+
+
 def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplog):
     m = submitted(tiny_model, tmp_path / "out" / "m")
 
