@@ -23,7 +23,7 @@ from a2rl import upgrades
 from a2rl.cli.main import main
 from a2rl.records import Record, RecordError, now
 from a2rl.scheduling import migrate as migrate_module
-from a2rl.scheduling.migrate import BACKUP_DIR, KINDS, SweepAtWork, at_work, migrate, record_files
+from a2rl.scheduling.migrate import BACKUP_DIR, KINDS, Migration, SweepAtWork, at_work, migrate, record_files
 from a2rl.spec.sweep import load_sweep
 from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
@@ -208,6 +208,9 @@ def test_migrate_names_three_at_work_and_what_it_left_as_it_was(tmp_path, monkey
     entry.write_text(json.dumps({**json.loads(entry.read_text()), "score": 99.0}))  # forged: never signed again
     garbled = sweep / "runs" / next(iter(os.listdir(sweep / "runs"))) / "run.json"
     garbled.write_text("{")
+    (sweep / "noise").mkdir()
+    (sweep / "noise" / "linked.json").symlink_to(entry)  # a link is no record of the sweep: never read nor written
+    (sweep / "noise" / "dir.json").mkdir()
     listed = next(sweep.glob("runs/*/env-*.json"))
     listed.write_text("[1]")  # JSON, not a record
     m = migrate(SweepDir(sweep), stamp="T")
@@ -219,6 +222,14 @@ def test_migrate_names_three_at_work_and_what_it_left_as_it_was(tmp_path, monkey
         f" (originals in {m.backup}); left 3 as they are: {'; '.join(m.left)}"
     )
     assert json.loads(entry.read_text())["score"] == 99.0 and garbled.read_text() == "{"
+    assert m.migrated and all((m.backup / p.relative_to(sweep)).is_file() for p in m.migrated)
+    assert not {sweep / "noise" / "linked.json", sweep / "noise" / "dir.json"} & {p for p, _ in record_files(sweep)}
+    assert Migration(Path("/s"), Path("/b"), current=3).summary() == (
+        "nothing to migrate: all 3 record files in /s are this a2rl's versions"
+    )
+    assert Migration(Path("/s"), Path("/b"), [Path("/s/a")], 2).summary() == (
+        "migrated 1 of 3 record files in /s to this a2rl's versions (originals in /b)"
+    )
     monkeypatch.setattr(migrate_module, "time", SimpleNamespace(strftime=time.strftime, gmtime=lambda: time.gmtime(0)))
     again = migrate(SweepDir(sweep))  # the originals would go under the UTC time
     assert again.backup == sweep / BACKUP_DIR / "19700101T000000Z"
