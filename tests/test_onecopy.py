@@ -154,6 +154,42 @@ def test_a_canary_from_the_first_byte_after_the_header_across_tiny_tensors_is_fo
     assert taken(frozen(m, tmp_path / "submissions" / "s1"))[0].canary_in == ["model.safetensors"]
 
 
+def test_a_header_is_parsed_within_its_bounds_and_one_that_fills_the_file_is_a_layout(tmp_path):
+    def layout(raw: bytes):
+        (tmp_path / "f").write_bytes(raw)
+        with open(tmp_path / "f", "rb") as f:
+            return onecopy.layout(f.fileno(), len(raw))
+
+    empty = b"{}"
+    assert layout(len(empty).to_bytes(8, "little") + empty).header == {}  # a header, no tensor: nothing after it
+    assert layout((1 << 62).to_bytes(8, "little") + empty) is None  # never read: past MAX_HEADER_BYTES
+    meta = json.dumps({"__metadata__": {"a": "b"}}).encode()
+    assert layout(len(meta).to_bytes(8, "little") + meta).header == {}
+
+
+def test_each_byte_is_read_once_and_short_writes_are_resumed(tmp_path, tiny_model, small_blocks, monkeypatch):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+    weights = next(m.glob("*.safetensors"))
+    head = 8 + int.from_bytes(weights.read_bytes()[:8], "little")
+    reads, preadv, pwrite = [], os.preadv, os.pwrite
+
+    def read(fd, buffers, offset):
+        n = preadv(fd, buffers, offset)
+        if os.path.samefile(f"/proc/self/fd/{fd}", weights):
+            reads.append((offset, offset + n))
+        return n
+
+    monkeypatch.setattr(os, "preadv", read)
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: pwrite(fd, bytes(data)[:1000], offset))  # 1000 a call
+    dest = frozen(m, tmp_path / "submissions" / "s1")
+    for f in dest.iterdir():
+        assert f.read_bytes() == (m / f.name).read_bytes(), f.name
+    reads.sort()
+    assert reads[0][0] == head and reads[-1][1] == weights.stat().st_size  # the header was read once, by layout
+    assert all(a[1] == b[0] for a, b in zip(reads, reads[1:]))  # no byte read twice, none left out
+    assert taken(dest)[1].digest == weights_hash(m)
+
+
 def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplog):
     m = submitted(tiny_model, tmp_path / "out" / "m")
 
