@@ -21,6 +21,7 @@ from a2rl.grading import onepass as O
 from a2rl.grading import profiles as P
 from a2rl.run import onecopy
 from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, freeze
+from a2rl.run.onecopy import Layout
 from a2rl.weights import weights_hash
 from test_canary import ITEM, leaky_task, run  # noqa: F401 (a fixture)
 from test_lineage import other_seed_model, rewrite  # noqa: F401 (a fixture)
@@ -155,7 +156,7 @@ def test_a_canary_from_the_first_byte_after_the_header_across_tiny_tensors_is_fo
 
 
 def test_a_header_is_parsed_within_its_bounds_and_one_that_fills_the_file_is_a_layout(tmp_path):
-    def layout(raw: bytes):
+    def layout(raw: bytes) -> Layout | None:
         (tmp_path / "f").write_bytes(raw)
         with open(tmp_path / "f", "rb") as f:
             return onecopy.layout(f.fileno(), len(raw))
@@ -165,6 +166,27 @@ def test_a_header_is_parsed_within_its_bounds_and_one_that_fills_the_file_is_a_l
     assert layout((1 << 62).to_bytes(8, "little") + empty) is None  # never read: past MAX_HEADER_BYTES
     meta = json.dumps({"__metadata__": {"a": "b"}}).encode()
     assert layout(len(meta).to_bytes(8, "little") + meta).header == {}
+
+    def one(data: bytes = b"\0" * 8, **entry) -> Layout | None:
+        head = json.dumps({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], **entry}}).encode()
+        return layout(len(head).to_bytes(8, "little") + head + data)
+
+    assert one().ranges == [] and one().header["t"]["data_offsets"] == [0, 8]
+    assert one(b"", shape=[0], data_offsets=[0, 0]) is not None  # an empty tensor
+    for bad in [
+        {"dtype": 5},
+        {"shape": [2.0]},
+        {"data_offsets": [0.0, 8]},
+        {"data_offsets": [0, 8.0]},
+        {"data_offsets": [0, 9]},  # past the file's end
+        {"data_offsets": [4, 2]},
+        {"data_offsets": [-1, 8]},
+    ]:
+        assert one(**bad) is None, bad
+    padded = b"{}" + b" " * 8  # a header padded with spaces, cut short after the size was checked: never parsed
+    (tmp_path / "f").write_bytes(len(padded).to_bytes(8, "little") + padded[:5])
+    with open(tmp_path / "f", "rb") as f:
+        assert onecopy.layout(f.fileno(), 8 + len(padded)) is None
 
 
 def test_each_byte_is_read_once_and_short_writes_are_resumed(tmp_path, tiny_model, small_blocks, monkeypatch):
