@@ -121,7 +121,7 @@ def test_the_exported_text_is_pinned(sw, tmp_path, monkeypatch):
         and not one.endswith("\n")
         and one.count("\n") == len(next(iter(tidy(main_tables(sw)).values())))
     )
-    out = tmp_path / "a" / "b"
+    out = tmp_path / "out" / "json"  # (tmp_path / "a" is the sweep)
     for _ in range(2):
         written = export(sw, ts, "json", out).splitlines()
     for path in written:
