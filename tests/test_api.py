@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -96,6 +97,44 @@ def test_launch_raises_what_the_command_refuses(tmp_path):
     with pytest.raises(SpecError, match=re.escape("models[0].path: model directory '/does/not/exist'")):
         a2rl.launch(write_sweep(tmp_path, models=["/does/not/exist"]), sweep_dir=tmp_path / "sd")
     assert not (tmp_path / "sd").exists()
+
+
+def test_launch_hands_the_launcher_its_arguments_and_raises_a_leak_refusal(tmp_path, monkeypatch):
+    """The launcher itself runs in the slow test below; here, what launch() asks of it (a local stand-in)."""
+    from a2rl import api
+
+    calls, follows, refused = [], [], []
+
+    class Launcher:
+        def follow(self, progress_s):
+            follows.append(progress_s)
+
+    def launch(path, **kw):
+        calls.append((path, kw))
+        return SimpleNamespace(refused=bool(refused), audit=SimpleNamespace(isolation="none"), launcher=Launcher())
+
+    monkeypatch.setattr(api.Launcher, "launch", staticmethod(launch))
+    a2rl.launch("s.yaml")
+    flags = {"executor": None, "retry_failed": False, "allow_leaks": False}
+    assert calls.pop() == (Path("s.yaml"), {"sweep_dir": None, **flags, "follow": False}) and follows == []
+    a2rl.launch("s.yaml", wait=True)
+    assert calls.pop()[1]["follow"] is True and follows.pop() == 30.0
+    flags = {"executor": "local", "retry_failed": True, "allow_leaks": True}
+    a2rl.launch("s.yaml", sweep_dir="d", **flags, wait=True, progress_s=5.0)
+    (path, kw), *_ = calls
+    assert kw == {"sweep_dir": Path("d"), **flags, "follow": True} and isinstance(kw["sweep_dir"], Path)
+    assert follows == [5.0]
+    refused.append(True)
+    with pytest.raises(SpecError) as e:
+        a2rl.launch("s.yaml")
+    assert e.value.lines == [
+        "the audit found a path to held-out data under isolation: none; use a sandbox, or launch with allow_leaks=True"
+    ]
+    with pytest.raises(SpecError) as e:
+        a2rl.open_sweep()
+    assert e.value.lines == ["open_sweep needs at least one sweep directory"]
+    mixed = api._frame([{"a": 1, "b": None}, {"a": "x", "b": None}])  # a column of mixed values stays as it is
+    assert list(mixed["a"]) == [1, "x"] and mixed["b"].dtype == "float64"
 
 
 @pytest.mark.slow  # a launch prepares what its runs share and audits the sandbox (~25 s here)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from a2rl.errors import SpecError
-from a2rl.reporting.aggregate import Sweeps, export, format_tables, main_tables, tables, tidy
+from a2rl.reporting.aggregate import Sweeps, export, format_tables, main_tables, notes, tables, tidy
 from test_tables import build_sweep
 
 EVERY = dict(
@@ -104,6 +105,32 @@ def test_parquet_needs_a_folder_and_pyarrow(sw, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as where it is not installed
     with pytest.raises(SpecError, match="--format parquet needs pyarrow: pip install pyarrow"):
         export(sw, ts, "parquet", tmp_path / "none")
+
+
+def test_the_exported_text_is_pinned(sw, tmp_path, monkeypatch):
+    """The bytes written, not only what they parse to: JSON indented by one, the notes and flags beside the
+    tables, CSV lines ending in \\n (never \\r\\n) and no trailing newline on stdout, a folder made with its
+    parents and written again in place."""
+    ts = tables(sw, per_run=True)
+    text = export(sw, ts, "json")
+    doc = {"tables": tidy(ts), "notes": notes(sw), "untrusted": sw.untrusted, "foreign": sw.foreign}
+    assert text == json.dumps(json.loads(json.dumps(doc)), indent=1)
+    one = export(sw, main_tables(sw), "csv")
+    assert (
+        "\r" not in one
+        and not one.endswith("\n")
+        and one.count("\n") == len(next(iter(tidy(main_tables(sw)).values())))
+    )
+    out = tmp_path / "out" / "json"  # (tmp_path / "a" is the sweep)
+    for _ in range(2):
+        written = export(sw, ts, "json", out).splitlines()
+    for path in written:
+        name = Path(path).stem
+        assert Path(path).read_text() == json.dumps(json.loads(json.dumps(tidy(ts)[name])), indent=1) + "\n"
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(SpecError) as e:
+        export(sw, ts, "parquet", tmp_path / "none")
+    assert e.value.lines == ["--format parquet needs pyarrow: pip install pyarrow, or use --format csv or json"]
 
 
 def test_display_formats_keep_their_strings(sw):

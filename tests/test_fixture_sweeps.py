@@ -9,9 +9,12 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import socket
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -19,11 +22,12 @@ import yaml
 from a2rl import upgrades
 from a2rl.cli.main import main
 from a2rl.records import Record, RecordError, now
-from a2rl.scheduling.migrate import BACKUP_DIR, KINDS, record_files
+from a2rl.scheduling import migrate as migrate_module
+from a2rl.scheduling.migrate import BACKUP_DIR, KINDS, Migration, SweepAtWork, at_work, migrate, record_files
 from a2rl.spec.sweep import load_sweep
 from a2rl.store.integrity import SignedRecord
 from a2rl.store.ledger import LedgerEntry
-from a2rl.store.sweepdir import GraderBeat, SweepDir
+from a2rl.store.sweepdir import STALE_S, GraderBeat, RunStatus, SweepDir
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools/fixtures"))
@@ -158,6 +162,81 @@ def test_migrate_refuses_a_sweep_at_work_and_changes_nothing(tmp_path, capsys):
     assert err.startswith(f"error: {sweep} is at work (grader grader9)") and err.count("\n") == 1, err
     assert {p: p.read_bytes() for p, _ in record_files(sweep)} == before
     assert not (sweep / BACKUP_DIR).exists()
+
+
+def test_a_run_is_at_work_while_its_job_beats_without_a_result(tmp_path):
+    sweep = SweepDir(expected.copy_of("pre-1.0", tmp_path))
+    a, b = (r.run_id for r in sweep.runs())
+    host = socket.gethostname()
+    old = now() - 10 * STALE_S
+    for state, beat, result, busy in [
+        ("running", now(), False, True),
+        ("finishing", now(), False, True),
+        ("running", old, False, False),  # its job died: nothing writes any more
+        ("finished", now(), False, False),
+        ("submitted", now(), False, False),  # queued: its job has not started
+        ("running", now(), True, False),  # its result written
+    ]:
+        sweep.result_path(a).unlink(missing_ok=True)
+        if result:
+            sweep.result_path(a).write_bytes((PRE / "runs" / a / "result.json").read_bytes())
+        RunStatus(run_id=a, state=state, heartbeat_at=beat, host=host).dump(sweep.run_dir(a) / "status.json")
+        assert at_work(sweep) == ([a] if busy else []), (state, beat, result)
+    sweep.result_path(b).unlink()
+    RunStatus(run_id=b, state="running", heartbeat_at=now(), host=host).dump(sweep.run_dir(b) / "status.json")
+    (sweep.run_dir(a) / "status.json").unlink()  # never started: no status
+    assert at_work(sweep) == [b]
+
+
+def test_migrate_names_three_at_work_and_what_it_left_as_it_was(tmp_path, monkeypatch):
+    sweep = expected.copy_of("pre-1.0", tmp_path)
+    t, host, pid = now(), socket.gethostname(), os.getpid()
+    for i, more in ((0, ""), (1, ""), (2, ""), (3, " ...")):
+        beat = GraderBeat(holder=f"g{i}", host=host, pid=pid, started_at=t, heartbeat_at=t, graded=0, state="idle")
+        beat.dump(sweep / "graders" / f"grader{i}.json")
+        with pytest.raises(SweepAtWork) as e:
+            migrate(SweepDir(sweep))
+        named = re.fullmatch(
+            rf"{sweep} is at work \(((?:grader g\d(?:, )?)+){re.escape(more)}\): migrate it once it has stopped"
+            r" \(`a2rl status` shows when; `a2rl cancel` stops it\)",
+            str(e.value),
+        )
+        assert named and named[1].count("grader") == min(i + 1, 3), str(e.value)
+    for i in range(4):
+        (sweep / "graders" / f"grader{i}.json").unlink()
+    entry = next(sweep.glob("ledger/*/*.json"))
+    entry.write_text(json.dumps({**json.loads(entry.read_text()), "score": 99.0}))  # forged: never signed again
+    garbled = sweep / "runs" / next(iter(os.listdir(sweep / "runs"))) / "run.json"
+    garbled.write_text("{")
+    (sweep / "noise").mkdir()
+    (sweep / "noise" / "linked.json").symlink_to(entry)  # a link is no record of the sweep: never read nor written
+    (sweep / "noise" / "dir.json").mkdir()
+    listed = next(sweep.glob("runs/*/env-*.json"))
+    listed.write_text("[1]")  # JSON, not a record
+    m = migrate(SweepDir(sweep), stamp="T")
+    assert m.backup == sweep / BACKUP_DIR / "T" and len(m.left) == 3, m.left
+    assert [why for why in m.left if str(entry) in why and "does not verify" in why]
+    assert [why for why in m.left if str(garbled) in why] and [w for w in m.left if str(listed) in w]
+    assert m.summary() == (
+        f"migrated {len(m.migrated)} of {len(m.migrated) + m.current} record files in {sweep} to this a2rl's versions"
+        f" (originals in {m.backup}); left 3 as they are: {'; '.join(m.left)}"
+    )
+    assert json.loads(entry.read_text())["score"] == 99.0 and garbled.read_text() == "{"
+    assert m.migrated and all((m.backup / p.relative_to(sweep)).is_file() for p in m.migrated)
+    assert not {sweep / "noise" / "linked.json", sweep / "noise" / "dir.json"} & {p for p, _ in record_files(sweep)}
+    assert Migration(Path("/s"), Path("/b"), current=3).summary() == (
+        "nothing to migrate: all 3 record files in /s are this a2rl's versions"
+    )
+    assert Migration(Path("/s"), Path("/b"), [Path("/s/a")], 2).summary() == (
+        "migrated 1 of 3 record files in /s to this a2rl's versions (originals in /b)"
+    )
+    monkeypatch.setattr(migrate_module, "time", SimpleNamespace(strftime=time.strftime, gmtime=lambda: time.gmtime(0)))
+    again = migrate(SweepDir(sweep))  # the originals would go under the UTC time
+    assert again.backup == sweep / BACKUP_DIR / "19700101T000000Z"
+    assert again.summary() == (
+        f"nothing to migrate: all {again.current} record files in {sweep} are this a2rl's versions;"
+        f" left 3 as they are: {'; '.join(again.left)}"
+    )
 
 
 @pytest.mark.parametrize("fixture", expected.FIXTURES)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ from a2rl.grading import frozenscan as F
 from a2rl.grading import onepass as O
 from a2rl.grading import profiles as P
 from a2rl.run import onecopy
-from a2rl.run.artifacts import Limits, check_artifact, freeze
+from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, freeze
+from a2rl.run.onecopy import Layout
 from a2rl.weights import weights_hash
 from test_canary import ITEM, leaky_task, run  # noqa: F401 (a fixture)
 from test_lineage import other_seed_model, rewrite  # noqa: F401 (a fixture)
@@ -111,23 +113,164 @@ def test_a_canary_in_the_weights_is_found_wherever_it_lies(tmp_path, small_block
     assert taken(clean, "a2rl-canary-" + "f" * 32)[0].canary_in == []
 
 
-def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model):
+def test_the_canary_search_finds_it_whatever_the_blocks_and_only_in_the_bytes_read():
+    c = CANARY.encode()
+    data = b"x" * 50 + c + b"y" * 50
+    for size in (1, 3, 7, len(c) - 1, len(c), 2 * len(c) - 2, 2 * len(c) + 5, 64, len(data)):
+        for start in range(0, min(size, 9)):  # the canary split at each point of a block
+            finder = onecopy.Canary(c)
+            finder.look("other", 0, b"z" * 10, 10)
+            edges = [0, *range(start or size, len(data), size), len(data)]
+            for a, b in zip(edges, edges[1:]):
+                buf = bytearray(data[a:b] + c)  # a reused buffer: bytes past n are another block's
+                finder.look("f", a, buf, b - a)
+            assert finder.files() == ["f"], (size, start)
+    for at in range(0, len(c) + 2):  # at a block's very start, or split across two reads of any length
+        finder = onecopy.Canary(c)
+        finder.look("f", 0, data[: 50 + at], 50 + at)
+        finder.look("f", 50 + at, data[50 + at :], len(data) - 50 - at)
+        assert finder.files() == ["f"], at
+    for size in (1, 5, len(c) - 1):  # at the file's very first byte, in reads shorter than itself
+        finder = onecopy.Canary(c)
+        for a in range(0, len(data) - 50, size):
+            finder.look("f", a, data[50 + a : 50 + a + size], len(data[50 + a : 50 + a + size]))
+        assert finder.files() == ["f"], size
+    finder = onecopy.Canary(c)
+    finder.look("f", 0, c[1:] + b"-" + c, len(c))  # the bytes read hold no canary, the rest of the buffer does
+    finder.look("f", len(c), b"q" * 100, 100)
+    assert finder.files() == []
+    assert onecopy.Canary(None).files() == [] and onecopy.Canary(c[:1]).files() == []
+
+
+def test_a_canary_from_the_first_byte_after_the_header_across_tiny_tensors_is_found(tmp_path):
+    """Each tensor is its own read: 8-byte tensors put the canary's bytes in six reads, the first one right
+    after the header (the header's edges must sit at its true offsets for them to join)."""
+    c = CANARY.encode() + b"\0" * 4  # 48 bytes: six tensors of two float32
+    header = {f"t{i:02d}": {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]} for i in range(8)}
+    head = json.dumps(header).encode()
+    m = tmp_path / "out" / "m"
+    m.mkdir(parents=True)
+    (m / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + c + b"\1" * 16)
+    (m / "config.json").write_text("{}")
+    assert taken(frozen(m, tmp_path / "submissions" / "s1"))[0].canary_in == ["model.safetensors"]
+
+
+def test_a_header_is_parsed_within_its_bounds_and_one_that_fills_the_file_is_a_layout(tmp_path):
+    def layout(raw: bytes) -> Layout | None:
+        (tmp_path / "f").write_bytes(raw)
+        with open(tmp_path / "f", "rb") as f:
+            return onecopy.layout(f.fileno(), len(raw))
+
+    empty = b"{}"
+    assert layout(len(empty).to_bytes(8, "little") + empty).header == {}  # a header, no tensor: nothing after it
+    assert layout((1 << 62).to_bytes(8, "little") + empty) is None  # never read: past MAX_HEADER_BYTES
+    meta = json.dumps({"__metadata__": {"a": "b"}}).encode()
+    assert layout(len(meta).to_bytes(8, "little") + meta).header == {}
+
+    def one(data: bytes = b"\0" * 8, **entry) -> Layout | None:
+        head = json.dumps({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], **entry}}).encode()
+        return layout(len(head).to_bytes(8, "little") + head + data)
+
+    assert one().ranges == [] and one().header["t"]["data_offsets"] == [0, 8]
+    assert one(b"", shape=[0], data_offsets=[0, 0]) is not None  # an empty tensor
+    for bad in [
+        {"dtype": 5},
+        {"shape": [2.0]},
+        {"data_offsets": [0.0, 8]},
+        {"data_offsets": [0, 8.0]},
+        {"data_offsets": [0, 9]},  # past the file's end
+        {"data_offsets": [4, 2]},
+        {"data_offsets": [-1, 8]},
+    ]:
+        assert one(**bad) is None, bad
+    padded = b"{}" + b" " * 8  # a header padded with spaces, cut short after the size was checked: never parsed
+    (tmp_path / "f").write_bytes(len(padded).to_bytes(8, "little") + padded[:5])
+    with open(tmp_path / "f", "rb") as f:
+        assert onecopy.layout(f.fileno(), 8 + len(padded)) is None
+
+
+def test_each_byte_is_read_once_and_short_writes_are_resumed(tmp_path, tiny_model, small_blocks, monkeypatch):
     m = submitted(tiny_model, tmp_path / "out" / "m")
+    weights = next(m.glob("*.safetensors"))
+    head = 8 + int.from_bytes(weights.read_bytes()[:8], "little")
+    reads, preadv, pwrite = [], os.preadv, os.pwrite
+
+    def read(fd, buffers, offset):
+        n = preadv(fd, buffers, offset)
+        if os.path.samefile(f"/proc/self/fd/{fd}", weights):
+            reads.append((offset, offset + n))
+        return n
+
+    monkeypatch.setattr(os, "preadv", read)
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: pwrite(fd, bytes(data)[:1000], offset))  # 1000 a call
+    dest = frozen(m, tmp_path / "submissions" / "s1")
+    for f in dest.iterdir():
+        assert f.read_bytes() == (m / f.name).read_bytes(), f.name
+    reads.sort()
+    assert reads[0][0] == head and reads[-1][1] == weights.stat().st_size  # the header was read once, by layout
+    assert all(a[1] == b[0] for a, b in zip(reads, reads[1:]))  # no byte read twice, none left out
+    assert taken(dest)[1].digest == weights_hash(m)
+
+
+def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplog):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+
+    def renamed(d: Path) -> Path:  # the frozen copy and its scan moved together: the files as they were
+        other = d.with_name(d.name + "-moved")
+        d.rename(other)
+        F.scan_dir(d).rename(F.scan_dir(other))
+        return other
+
     cases = {
-        "written after the freeze": lambda d: (d / "config.json").write_text((d / "config.json").read_text()),
-        "another key": lambda d: (
-            F.FrozenScan.load(F.scan_dir(d) / "scan.json").sign(b"x" * 32).dump(F.scan_dir(d) / "scan.json")
+        "written after the freeze": (
+            lambda d: (d / "config.json").write_text((d / "config.json").read_text()),
+            "the frozen copy changed since",
         ),
-        "samples changed": lambda d: next(F.scan_dir(d).glob("*.hmac")).write_text("0" * 64),
-        "another canary": lambda d: None,
+        "another key": (
+            lambda d: F.FrozenScan.load(F.scan_dir(d) / "scan.json").sign(b"x" * 32).dump(F.scan_dir(d) / "scan.json"),
+            "{scan}/scan.json: FrozenScan does not verify (written without the sweep's key): ignored",
+        ),
+        "samples changed": (
+            lambda d: next(F.scan_dir(d).glob("*.hmac")).write_text("0" * 64),
+            "its samples do not verify",
+        ),
+        "another canary": (lambda d: None, "the split's canary changed since"),
+        "another submission": (renamed, "it names another submission"),
     }
-    for i, (case, spoil) in enumerate(cases.items()):
+    for i, (case, (spoil, why)) in enumerate(cases.items()):
         dest = frozen(m, tmp_path / "submissions" / f"s{i}")
-        spoil(dest)
+        moved = spoil(dest)
+        dest = moved if isinstance(moved, Path) else dest
+        caplog.clear()
         assert taken(dest, CANARY if case != "another canary" else CANARY + "2") is None, case
         assert not F.scan_dir(dest).exists()
+        why = why.format(scan=F.scan_dir(dest))
+        assert [r.getMessage() for r in caplog.records if r.name == "a2rl.grader"] == [
+            f"the freeze's scan of {dest.name} is not used ({why}): the frozen copy is read again"
+        ], case
     plain = frozen(m, tmp_path / "submissions" / "plain", key=None)  # without the key: no scan, as before
     assert not F.scan_dir(plain).exists() and taken(plain) is None
+
+
+def test_a_scan_is_taken_as_the_freeze_wrote_it_even_without_a_canary_or_with_a_racing_grader(
+    tmp_path, tiny_model, monkeypatch
+):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+    dest = frozen(m, tmp_path / "submissions" / "s1", canary=None)  # a split without a canary
+    scan, scanned = taken(dest, None)
+    assert (scan.canary, scan.canary_in) == (None, [])
+    assert (scanned.digest, scanned.nbytes, scanned.seconds, scanned.unsampled) == (
+        weights_hash(dest),
+        scan.nbytes,
+        0.0,  # the grader read nothing
+        scan.unsampled,
+    )
+    assert scanned.unsampled == [] and scanned.samples.keys() == O.stream(dest).samples.keys()
+    # another grader claimed the same submission again and removed the scan while this one read it: no error
+    dest = frozen(m, tmp_path / "submissions" / "s2", canary=None)
+    loaded = F.load_profile
+    monkeypatch.setattr(F, "load_profile", lambda d, *a: (loaded(d, *a), shutil.rmtree(d))[0])
+    assert taken(dest, None)[1].digest == weights_hash(dest)
 
 
 def test_overlapping_tensors_get_the_plain_copy_and_no_scan(tmp_path):
@@ -163,6 +306,28 @@ def test_bytes_the_agent_writes_during_the_copy_are_hashed_as_frozen(tmp_path, t
     monkeypatch.setattr(os, "preadv", preadv)
     dest = frozen(m, tmp_path / "submissions" / "s1")
     assert len(calls) > 5 and taken(dest)[1].digest == weights_hash(dest)
+
+
+@pytest.mark.parametrize("change", ["shrank from", "grew past"])
+def test_weights_that_change_size_during_the_copy_are_refused_by_name(
+    tmp_path, tiny_model, small_blocks, monkeypatch, change
+):
+    m = submitted(tiny_model, tmp_path / "out" / "m")
+    weights = next(m.glob("*.safetensors"))
+    size, real, calls = weights.stat().st_size, os.preadv, []
+    assert sorted(p.name for p in m.iterdir())[-1] != weights.name  # not the last file kept
+
+    def preadv(fd, buffers, offset):
+        calls.append(offset)
+        if len(calls) == 3:  # the agent truncates or appends to its weights mid-copy
+            os.truncate(weights, size // 2 if change == "shrank from" else size + 1)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with pytest.raises(ArtifactError) as e:
+        frozen(m, tmp_path / "submissions" / "s1")
+    assert str(e.value) == f"{weights.name} {change} {size} bytes while it was copied: refused"
+    assert not (tmp_path / "submissions" / "s1").exists()
 
 
 def test_a_canary_in_the_weights_is_caught_by_the_grader_on_the_one_read_path(run, tiny_model, monkeypatch):  # noqa: F811

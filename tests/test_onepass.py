@@ -41,9 +41,10 @@ def one_pass(model: Path, base: Path):
     return scanned, O.one_pass_lineage(model, base, scanned, P.base_profile(base).samples)
 
 
-def same_figures(a, b, tol=1e-5) -> None:
+def same_figures(a, b, tol=1e-4) -> None:
     """Equal verdicts and figures; floats within `tol` (today's code sums float32 products, this float64 ones:
-    cosines near 1 differ by ~1e-6, enough to reorder a near-copy's farthest tensors: their cosines are compared)."""
+    cosines near 1 differ by ~1e-6, ~2e-5 where torch sums on one thread (tools/mutation.sh runs so), enough to
+    reorder a near-copy's farthest tensors: their cosines are compared)."""
     for f in FIGURES:
         x, y = getattr(a, f), getattr(b, f)
         assert x == pytest.approx(y, abs=tol) if isinstance(x, float) else x == y, (f, x, y)

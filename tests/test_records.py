@@ -169,6 +169,32 @@ def test_an_upgrade_sees_the_old_fields_and_its_version(tmp_path):
     assert seen == [{"name": "a", "schema_version": "1.0"}, {"name": "a", "schema_version": "1.1"}]
 
 
+def test_upgrade_refusals_name_the_versions_read_and_a_v1_lease_reads_as_released_or_not():
+    def refused(kind: str, version: object, target: str = "1.0") -> str:
+        with pytest.raises(upgrades.UpgradeError) as e:
+            upgrades.upgrade(kind, {"schema_version": version}, target)
+        return str(e.value)
+
+    fix = "; rerun what wrote it with a2rl 1.x"
+    assert refused("Lease", 3) == f"Lease version 3 is older than any a2rl 1.x reads (0.x versions read: 1, 2){fix}"
+    assert (
+        refused("FrozenScan", 1)
+        == f"FrozenScan version 1 is older than any a2rl 1.x reads (0.x versions read: none){fix}"
+    )
+    assert refused("Unknown", 4).endswith("(0.x versions read: none)" + fix)
+    # "1.00" is 1.0's number but not its spelling: never read as newer, refused as a version without a step
+    assert refused("Lease", "1.00") == "Lease version 1.00 has no upgrade step to 1.0 (a2rl/upgrades.py STEPS)"
+    # a target that is no version (a class's SCHEMA misspelt): every version is beyond it, none read
+    assert (
+        refused("Lease", "0.1", "one")
+        == "Lease version 0.1 is newer than this a2rl reads (one): upgrade a2rl to read it"
+    )
+    # version 1 of a lease had no `released`: its release set expires_at to 0
+    for expires_at, released in ((0.0, True), (12.5, False)):
+        data = {"schema_version": 1, "expires_at": expires_at}
+        assert upgrades.upgrade("Lease", data, "1.0") == {**data, "released": released, "schema_version": "1.0"}
+
+
 def test_publish_once_leaves_the_first_writers_record(tmp_path):
     path = tmp_path / "d" / "item.json"
     assert Item(name="first").publish_once(path) is True

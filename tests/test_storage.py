@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -26,6 +27,7 @@ from a2rl.run.api import GradingAPI
 from a2rl.run.artifacts import KEEP_SUFFIXES
 from a2rl.run.submit import OverStorageBudget
 from a2rl.spec.sizing import storage_default_gb, workspace_default_gb
+from a2rl.store.sweepdir import SweepDir
 from a2rl.units import GIB
 from conftest import a2rl, write_sweep
 from test_final_split import Sweep, variant
@@ -67,6 +69,54 @@ def test_retention_never_deletes_what_the_final_part_can_still_pick(rule):
             assert select_final(final, rule)[0].submission_id in on_disk, (rule, subs, order)
 
 
+def _entry(seq: int, score: float, marked: bool = False, status: str = "scored") -> SimpleNamespace:
+    return SimpleNamespace(submission_id=f"r.{seq}", seq=seq, status=status, score=score, marked_final=marked)
+
+
+def test_each_final_rule_picks_its_own_submission_and_says_which():
+    """The property above holds for any consistent pick; this pins each rule's pick and the reason recorded."""
+    runs = [_entry(1, 0.5), _entry(2, 0.9, marked=True), _entry(3, 0.9), _entry(4, 0.7, marked=True), _entry(5, 0.1)]
+    picks = {rule: (e.seq, why) for rule in RULES for e, why in [select_final(runs, rule)]}
+    # the best's tie goes to the earliest; the agent's latest mark, not its best; the last whatever its score
+    assert picks == {"best-feedback": (2, "best-feedback"), "last": (5, "last"), "agent": (4, "agent")}
+    unmarked = [_entry(1, 0.2), _entry(2, 0.8), _entry(3, 0.8), _entry(4, 0.3)]
+    assert (lambda e, why: (e.seq, why))(*select_final(unmarked, "agent")) == (2, "agent: none marked, best-feedback")
+    # what is deletable follows the rule: all but its pick, invalid ones included
+    entries = [*runs, _entry(6, 0.0, status="invalid")]
+    assert deletable(entries, "last") == {f"r.{i}" for i in (1, 2, 3, 4, 6)}
+    assert deletable(entries, "agent") == {f"r.{i}" for i in (1, 2, 3, 5, 6)}
+    assert deletable([_entry(1, 0.0, status="invalid")], "best-feedback") == {"r.1"}
+
+
+def test_prune_deletes_the_recorded_copies_its_rule_can_no_longer_pick(tmp_path, monkeypatch, caplog):
+    """Only this run's recorded copies go (a freeze under way, a copy not yet recorded and other runs' stay), and a
+    copy another grader deleted meanwhile is no error (racing graders prune the same run)."""
+    from a2rl.grading import retention
+
+    subs = tmp_path / "submissions"
+    for name in ["r.1", "r.2", "r.3", "r.4", "r.5", "r.6.partial", "r.7", "other.1"]:
+        (subs / name).mkdir(parents=True)
+        (subs / name / "model.safetensors").write_bytes(b"x")
+    entries = [_entry(1, 0.5), _entry(2, 0.9), _entry(3, 0.1, marked=True), _entry(4, 0.2), _entry(5, 0.3)]
+    sweep = SimpleNamespace(submissions=subs, ledger=SimpleNamespace(entries=lambda run_id: entries))
+    listed = retention.frozen_copies
+
+    def racing(sweep, run_id):  # another grader deleted r.4 after this one listed it
+        paths = listed(sweep, run_id)
+        shutil.rmtree(subs / "r.4")
+        return paths
+
+    monkeypatch.setattr(retention, "frozen_copies", racing)
+    with caplog.at_level("INFO", logger="a2rl.grader"):
+        deleted = retention.prune(sweep, "r", "agent")
+    assert sorted(deleted) == ["r.1", "r.2", "r.5"]  # r.4 was the other grader's to delete
+    assert sorted(p.name for p in subs.iterdir()) == ["other.1", "r.3", "r.6.partial", "r.7"]
+    assert caplog.messages == [f"r: deleted frozen copies {deleted} (grader.final agent can no longer pick them)"]
+    caplog.clear()
+    monkeypatch.setattr(retention, "frozen_copies", listed)
+    assert retention.prune(sweep, "r", "agent") == [] and caplog.messages == []  # nothing left to delete: silent
+
+
 def _on_disk(s: Sweep, entries) -> list[bool]:
     return [(s.sweep.submissions / e.submission_id).is_dir() for e in entries]
 
@@ -100,6 +150,88 @@ def test_a_split_run_keeps_only_the_copy_its_final_rule_can_pick(rule, tmp_path,
     assert (final.status, final.submission_id) == ("scored", entries[expected].submission_id)
     assert run_disk_use(s.sweep, run_id).frozen == 0  # all gone once the final part is scored, orphans too
     assert not frozen_copies(s.sweep, run_id, beside=True)
+
+
+def _allocated(root: Path) -> int:
+    return sum(os.lstat(p).st_blocks * 512 for p in root.rglob("*"))
+
+
+def test_disk_use_counts_the_runs_copies_run_directory_and_distinct_blobs(tmp_path, monkeypatch):
+    from a2rl.recording import diskuse
+    from a2rl.recording.snapshots import CodeSnapshot, SnapshotFile
+
+    sweep = SweepDir(tmp_path)
+    assert run_disk_use(sweep, "r") == diskuse.DiskUse(0, 0, 0, 0)  # no submissions/ nor run directory yet
+    for name in ["r.1", "r.12", "r.2.partial", "rx.1", "xr.1", "r.a", "r.1.scan", "r.2.partial.x"]:
+        (sweep.submissions / name / "sub").mkdir(parents=True)
+        (sweep.submissions / name / "sub" / "w.bin").write_bytes(b"x" * 5000)
+    (sweep.submissions / "r.1" / "usr").symlink_to("/usr")  # a link: its own blocks, never followed
+    assert sorted(p.name for p in diskuse.frozen_copies(sweep, "r")) == ["r.1", "r.12"]
+    copies = diskuse.frozen_copies(sweep, "r", beside=True)  # what the run's disk use counts
+    assert sorted(p.name for p in copies) == ["r.1", "r.1.scan", "r.12", "r.2.partial"]
+    assert diskuse.tree_bytes(sweep.submissions / "r.1") == _allocated(sweep.submissions / "r.1") >= 5000
+    snaps = sweep.run_dir("r") / "snapshots"
+    snaps.mkdir(parents=True)
+    files = [SnapshotFile(path="a.py", sha256="a" * 64, size=300), SnapshotFile(path="b.py", sha256="b" * 64, size=50)]
+    for seq, kept in ((1, files), (2, [files[0], SnapshotFile(path="c.py", sha256="a" * 64, size=300)])):
+        CodeSnapshot(
+            run_id="r", submission_id=f"r.{seq}", seq=seq, taken_at=0.0, files=kept, skipped=[], total_bytes=0,
+            previous_seq=None, added=[], modified=[], removed=[],
+        ).dump(snaps / f"{seq:03d}.json")  # fmt: skip
+    use = run_disk_use(sweep, "r")
+    frozen = sum(_allocated(p) for p in copies)  # a .partial (a freeze under way) and a .scan, not counted copies
+    assert use == diskuse.DiskUse(frozen=frozen, frozen_copies=2, run_dir=_allocated(sweep.run_dir("r")), blobs=350)
+    (snaps / "003.json").write_text("{damaged")  # `a2rl status` and the submitter still see the bytes on disk
+    assert run_disk_use(sweep, "r").blobs == 0
+    assert diskuse.DiskUse(frozen=GIB, frozen_copies=2, run_dir=GIB // 4, blobs=GIB // 2).describe() == (
+        "1.75 GiB (2 frozen submission(s) 1.00 GiB, code blobs 0.50 GiB, run directory 0.25 GiB)"
+    )
+
+
+def test_tree_bytes_skips_what_vanishes_while_it_walks_and_counts_the_rest(tmp_path, monkeypatch):
+    from a2rl.recording.diskuse import tree_bytes
+
+    for d in "abc":
+        (tmp_path / d / "in").mkdir(parents=True)
+        (tmp_path / d / "in" / "f").write_bytes(b"y" * 9000)
+        (tmp_path / d / "g").write_bytes(b"z" * 9000)
+    whole = _allocated(tmp_path)
+    assert tree_bytes(tmp_path) == whole and tree_bytes(tmp_path / "gone") == 0
+    scandir, failed = os.scandir, []
+
+    def gone(path: str) -> int:  # what is not counted of a path that vanished: itself and all under it
+        return os.lstat(path).st_blocks * 512 + (_allocated(Path(path)) if Path(path).is_dir() else 0)
+
+    def vanished_dir(path):  # the first subdirectory read is gone by then: its own entry counted, not its files
+        if path != str(tmp_path) and not failed:
+            failed.append(path)
+            raise FileNotFoundError(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", vanished_dir)
+    assert tree_bytes(tmp_path) == whole - _allocated(Path(failed[0]))
+
+    class Listing:  # the first entry listed below the top's is gone by the time it is stat()ed
+        def __init__(self, path):
+            self.it = scandir(path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.it.__exit__(*exc)
+
+        def __iter__(self):
+            for e in self.it:
+                if failed or Path(e.path).parent == tmp_path:
+                    yield e
+                else:
+                    failed.append(e.path)
+                    yield SimpleNamespace(stat=lambda **_: os.stat(tmp_path / "gone"))
+
+    failed.clear()
+    monkeypatch.setattr(os, "scandir", Listing)
+    assert tree_bytes(tmp_path) == whole - gone(failed[0])
 
 
 def _half(src: Path, dest: Path) -> Path:

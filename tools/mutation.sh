@@ -42,6 +42,8 @@ DEFAULT=(
   a2rl/recording/nofollow.py a2rl/scheduling/graders.py a2rl/grading/lineage.py a2rl/tasklib/leaks.py
   a2rl/run/artifacts.py a2rl/store/integrity.py a2rl/store/queue.py a2rl/store/ledger.py a2rl/store/results.py
   a2rl/records.py a2rl/grading/final.py a2rl/inspector/inspection.py
+  a2rl/grading/retention.py a2rl/grading/frozenscan.py a2rl/run/onecopy.py a2rl/upgrades.py a2rl/scheduling/migrate.py
+  a2rl/recording/diskuse.py a2rl/api.py
 )
 declare -A TESTS=(  # the tests that exercise a module (beyond those that import it by name)
   [a2rl/recording/nofollow.py]="tests/test_nofollow.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
@@ -57,6 +59,13 @@ declare -A TESTS=(  # the tests that exercise a module (beyond those that import
   [a2rl/store/results.py]="tests/test_results.py tests/test_final_split.py tests/test_run_lifecycle.py tests/test_fs_faults.py"
   [a2rl/store/queue.py]="tests/test_queue.py tests/test_queue_latency.py"  # the grader's tests: minutes a mutant here
   [a2rl/store/ledger.py]="tests/test_ledger.py"
+  [a2rl/grading/retention.py]="tests/test_storage.py"  # not test_final_split.py's: its sweeps cost seconds a mutant
+  [a2rl/recording/diskuse.py]="tests/test_storage.py"
+  [a2rl/grading/frozenscan.py]="tests/test_onecopy.py tests/test_onepass.py"
+  [a2rl/run/onecopy.py]="tests/test_onecopy.py"
+  [a2rl/upgrades.py]="tests/test_records.py tests/test_fixture_sweeps.py"  # every record read reaches it: these are its own
+  [a2rl/scheduling/migrate.py]="tests/test_fixture_sweeps.py"
+  [a2rl/api.py]="tests/test_api.py"  # `import a2rl`: found by no import of its name
 )
 
 tests_for() {  # MUTATION_TESTS, else the mapped test files, else those that import the module

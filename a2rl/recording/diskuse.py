@@ -13,6 +13,7 @@ from pathlib import Path
 
 from a2rl.recording.frozencopies import PARTIAL, SCAN
 from a2rl.recording.snapshots import load_snapshots
+from a2rl.records import RecordError
 from a2rl.store.sweepdir import SweepDir
 from a2rl.units import GIB
 
@@ -72,7 +73,7 @@ def run_disk_use(sweep: SweepDir, run_id: str) -> DiskUse:
     copies = frozen_copies(sweep, run_id, beside=True)
     try:
         snaps = load_snapshots(sweep.root, run_id)
-    except (OSError, ValueError):  # one written meanwhile, or damaged: its files are in the run directory anyway
+    except (OSError, ValueError, RecordError):  # damaged (load's RecordError): its files are in the run directory
         snaps = []
     blobs = sum({f.sha256: f.size for s in snaps for f in s.files}.values())
     return DiskUse(
