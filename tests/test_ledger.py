@@ -1,11 +1,16 @@
 """The ledger (store/ledger.py) on its own: one signed entry per submission, the first result standing; entries
 that do not verify, do not parse or lie under another name skipped and reported once; the run's final entry apart
-from its submissions; Lineage's one-line summary."""
+from its submissions; Lineage's one-line summary; `listed` sees an entry another FUSE view wrote, where a lookup by
+name keeps answering from the view's negative cache."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +140,28 @@ def test_foreign_and_the_lineage_summary():
     assert full.summary() == "derived: why (median cosine 0.123, median relative L2 0.500)"
     no_rel = Lineage(verdict="foreign", reason="why", close_share=0.0, cosine_median=0.0)
     assert no_rel.summary() == "foreign: why (median cosine 0.000)"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("bindfs") is None or not Path("/dev/fuse").exists(),
+    reason="mounts two FUSE views (bindfs): needs root, bindfs and /dev/fuse (tools/test.sh installs bindfs)",
+)
+def test_listed_sees_an_entry_written_through_another_view_despite_negative_caching(tmp_path):
+    common, a, b = tmp_path / "common", tmp_path / "a", tmp_path / "b"
+    for d in (common, a, b):
+        d.mkdir()
+    (common / "r").mkdir()  # the run's ledger folder, made when the sweep is (SweepDir.create)
+    caching = ["-o", "attr_timeout=30,entry_timeout=30,negative_timeout=30"]  # as an NFS client caches
+    for view in (a, b):
+        subprocess.run(["bindfs", "--multithreaded", *caching, str(common), str(view)], check=True, timeout=30)
+    try:
+        grader, job = Ledger(a, KEY), Ledger(b, KEY)
+        assert job.listed("r.0001") is None and job.get("r.0002") is None  # polled before the grader records
+        grader.record(entry())
+        grader.record(entry("r.0002", seq=2))
+        assert job.get("r.0002") is None  # looked up by name while missing: still missing, from b's cache
+        seen = job.listed("r.0001")
+        assert seen is not None and (seen.submission_id, seen.score) == ("r.0001", 50.0)
+    finally:
+        for view in (a, b):
+            subprocess.run(["umount", str(view)], timeout=60)

@@ -95,7 +95,9 @@ def test_relaunch_with_a_changed_spec_is_refused(tmp_path):
     from a2rl.scheduling.launcher import open_sweep
 
     sd = tmp_path / "sd"
-    open_sweep(write_sweep(tmp_path), sd)
+    _, runs = open_sweep(write_sweep(tmp_path), sd)
     assert sd.stat().st_mode & 0o777 == 0o700  # its key, ledger and submissions are its user's alone
+    # each run's ledger folder made at once: a shared file system's reader never caches it as missing
+    assert runs and all((sd / "ledger" / run.run_id).is_dir() for run in runs)
     with pytest.raises(SpecError, match=r"different spec \(changed: seeds\)"):
         open_sweep(write_sweep(tmp_path, seeds=[5]), sd)

@@ -174,7 +174,7 @@ class RunSubmitter:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                if (entry := self.ledger.get(sid)) is not None:
+                if (entry := self.ledger.listed(sid)) is not None:
                     return entry
             except OSError as e:  # ESTALE and the like: enqueued already, so read again rather than fail
                 RETRIES.note("ledger entry", e)

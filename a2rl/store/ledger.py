@@ -11,6 +11,7 @@ reader and listed in `problems`, and a grader recording that submission replaces
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -126,6 +127,17 @@ class Ledger:
     def get(self, sid: str) -> LedgerEntry | None:
         path = self.path(sid)
         return self._load(path) if path.exists() else None
+
+    def listed(self, sid: str) -> LedgerEntry | None:
+        """`get` for a reader on another node polling for an entry a grader writes: the name is looked up only
+        once its folder's listing shows it, for a shared file system (NFS, FUSE) answers a name looked up while
+        missing as missing from its cache for up to its cache time (30 s and more), where a listing asks afresh."""
+        path = self.path(sid)
+        try:
+            shown = path.parent.name in os.listdir(self.root) and path.name in os.listdir(path.parent)
+        except FileNotFoundError:
+            return None
+        return self._load(path) if shown else None
 
     def _load(self, path: Path) -> LedgerEntry | None:
         try:

@@ -209,3 +209,7 @@ class SweepDir:
         RunIndex(runs=runs).dump(self.index_path)
         for run in runs:
             run.dump(self.run_dir(run.run_id) / "run.json")
+            # its ledger folder made now, before any reader looks for it: a shared file system (NFS, FUSE) answers
+            # a folder looked up while missing as missing for up to its cache time, and the run's job would wait
+            # that long for its first score (Ledger.listed)
+            (self.ledger.root / run.run_id).mkdir(parents=True, exist_ok=True)
