@@ -7,6 +7,7 @@ import pytest
 
 from a2rl.reporting.aggregate import Sweeps
 from a2rl.reporting.tables import SPLIT_NOTE, final_data, final_paper_tables, final_table
+from a2rl.spec.grid import RunSpec
 from a2rl.store.baselines import BaselineRecord, baseline_path
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import build_result
@@ -17,11 +18,11 @@ from test_tables import build_sweep, make_sweep
 PARTS = {"gsm8k": (40, 60, 10.0, 12.0), "humaneval": (30, 50, 20.0, 18.0)}
 
 
-def entry(run_id: str, seq: int, score: float | None, part: str, n: int, **kw) -> LedgerEntry:
+def entry(run: RunSpec, seq: int, score: float | None, part: str, n: int, **kw) -> LedgerEntry:
     status = "scored" if score is not None else "invalid"
     return LedgerEntry(
-        submission_id=f"{run_id}.{seq:04d}",
-        run_id=run_id,
+        submission_id=f"{run.run_id}.{seq:04d}",
+        run_id=run.run_id,
         seq=seq,
         submitted_at=seq,
         claimed_at=seq,
@@ -29,8 +30,8 @@ def entry(run_id: str, seq: int, score: float | None, part: str, n: int, **kw) -
         status=status,
         score=score,
         model_path="m",
-        task=run_id,
-        protocol="paper",
+        task=run.task,
+        protocol=run.protocol,
         evaluator_version=1,
         grader="g",
         attempt=1,
@@ -41,18 +42,24 @@ def entry(run_id: str, seq: int, score: float | None, part: str, n: int, **kw) -
 
 
 def finish_split(
-    sweep: SweepDir, task: str, mode: str, seed: int, subs: list[float | None], pick: tuple[int, float] | None
+    sweep: SweepDir,
+    task: str,
+    mode: str,
+    seed: int,
+    subs: list[float | None],
+    pick: tuple[int, float] | None,
+    protocol: str = "paper",
 ) -> None:
     """A split run: its feedback-part submissions (None: invalid) and the final pick (seq, final-part score)."""
-    run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed) == (task, mode, seed))
+    run = next(r for r in sweep.runs() if (r.task, r.mode, r.seed, r.protocol) == (task, mode, seed, protocol))
     fb_n, fi_n, _, _ = PARTS[task]
-    entries = [entry(run.run_id, seq, s, "feedback", fb_n) for seq, s in enumerate(subs, 1)]
-    final = None if pick is None else entry(run.run_id, pick[0], pick[1], "final", fi_n, selected_by="best-feedback")
+    entries = [entry(run, seq, s, "feedback", fb_n) for seq, s in enumerate(subs, 1)]
+    final = None if pick is None else entry(run, pick[0], pick[1], "final", fi_n, selected_by="best-feedback")
     build_result(
         run,
         status="ok",
         entries=entries,
-        baseline=BaselineRecord.load(baseline_path(sweep, task, "tiny-llama", "paper")),
+        baseline=BaselineRecord.load(baseline_path(sweep, task, "tiny-llama", protocol)),
         submitted=len(subs),
         final=final,
         failure_reason=None,
@@ -63,21 +70,21 @@ def finish_split(
     ).sign(sweep.key).dump(sweep.result_path(run.run_id))
 
 
-def split_baselines(sweep: SweepDir, parts=PARTS) -> None:
+def split_baselines(sweep: SweepDir, parts=PARTS, protocol: str = "paper") -> None:
     for task, (_, _, score, final) in parts.items():
         BaselineRecord(
             task=task,
             model="tiny-llama",
             model_path="builtin:tiny-llama",
             weights_hash="h",
-            protocol="paper",
+            protocol=protocol,
             evaluator_version=1,
             status="ok",
             score=score,
             part="feedback",
             final_score=final,
             graded_at=0.0,
-        ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", "paper"))
+        ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", protocol))
 
 
 @pytest.fixture
@@ -199,14 +206,39 @@ def test_final_paper_table_is_the_base_models_final_score_then_a_row_per_stack(s
 
 def test_a_cell_without_final_scores_shows_dashes_and_no_gap(tmp_path):
     """The base model's final part not scored and no run's pick scored yet: no final, improvement or gap."""
-    sweep = make_sweep(tmp_path / "s", tasks=("gsm8k",), base_scores=())
+    sweep = make_sweep(tmp_path / "s", seeds=(0,), tasks=("gsm8k",), base_scores=())  # a cell of one run
     split_baselines(sweep, {"gsm8k": (40, 60, 10.0, None)})
     finish_split(sweep, "gsm8k", "free", 0, [20.0], None)
-    (row,) = final_table(Sweeps([sweep])).rows
-    assert row[6:] == ["20.00 ± 0.00 (n=1)", "—", "—", "—", "—"]
-    (t,) = final_paper_tables(Sweeps([sweep]))
+    sw = Sweeps([sweep])
+    key = ("tiny-llama", "gsm8k", "claude", "gpt-x", "free", "paper")
+    assert final_data(key, sw.cells[key]) == cell("gsm8k", "free") | {"protocol": "paper", "runs": 1} | {
+        "best_mean": 20.0,
+        "best_sem": None,  # one value: no SEM
+        "best_n": 1,
+        **{f"{name}_{s}": None for name in ("final", "final_improvement", "selection_gap") for s in ("mean", "sem")},
+        **{f"{name}_n": 0 for name in ("final", "final_improvement", "selection_gap")},
+        "baseline_final": None,
+    }
+    (row,) = final_table(sw).rows
+    assert row[6:] == ["20.00 ± 0.00", "—", "—", "—", "—"]
+    (t,) = final_paper_tables(sw)
     assert t.rows == [["base model", "—"], ["claude / gpt-x [free]", "—"]]
     assert t.notes[1:] == []  # no final part scored: its size is not known
+
+
+def test_each_protocol_with_split_cells_is_its_own_block_named_after_it(tmp_path):
+    """Two protocols, only the second (a2rl) scored under `feedback: split`: one block, the first skipped."""
+    sweep = make_sweep(tmp_path / "s", seeds=(0,), tasks=("gsm8k",), protocols=("paper", "a2rl"), base_scores=())
+    split_baselines(sweep, {"gsm8k": (40, 60, 10.0, 12.0)}, protocol="a2rl")
+    finish_split(sweep, "gsm8k", "free", 0, [20.0], (1, 15.0), protocol="a2rl")
+    (t,) = final_paper_tables(Sweeps([sweep]))
+    assert t.title == "Table 2, final part: tiny-llama (protocol a2rl)"
+    assert t.rows == [["base model", "12.00"], ["claude / gpt-x [free]", "15.00 ± 0.00 (gap +5.00)"]]
+    assert t.notes == [
+        "cells: final-part score of each run's selected submission, mean ± SEM over seeds; gap: best feedback-part "
+        "score − final, mean over seeds",
+        "gsm8k: feedback part 40 items, final part 60 items",
+    ]
 
 
 def test_sweeps_without_a_split_cell_have_no_final_tables(tmp_path):
