@@ -66,7 +66,7 @@ declare -A TESTS=(  # the tests that exercise a module (beyond those that import
   [a2rl/upgrades.py]="tests/test_records.py tests/test_fixture_sweeps.py"  # every record read reaches it: these are its own
   [a2rl/scheduling/migrate.py]="tests/test_fixture_sweeps.py"
   [a2rl/api.py]="tests/test_api.py"  # `import a2rl`: found by no import of its name
-  [a2rl/reporting/tables.py]="tests/test_tables.py tests/test_exports.py tests/test_final_tables.py"  # through aggregate.py's names
+  [a2rl/reporting/tables.py]="tests/test_tables.py tests/test_exports.py tests/test_final_tables.py tests/test_long_table.py"  # through aggregate.py's names
 )
 
 tests_for() {  # MUTATION_TESTS, else the mapped test files, else those that import the module

@@ -1,0 +1,44 @@
+"""The long table (`a2rl aggregate`'s default) row by row on test_tables.py's synthetic sweep, its numbers worked out
+by hand from the runs there, and a sweep whose baseline is not graded yet."""
+
+from __future__ import annotations
+
+from a2rl.reporting.aggregate import Sweeps
+from a2rl.reporting.tables import HEADERS, long_table, paper_tables
+from test_tables import build_sweep, make_sweep
+
+
+def test_long_table_rows_of_the_synthetic_sweep(tmp_path):
+    t = long_table(Sweeps([build_sweep(tmp_path / "a")]))
+    assert (t.title, t.name, t.headers) == ("results", "cells", HEADERS)
+    cell = ["claude", "gpt-x"]
+    assert {(r[0], r[3]): r for r in t.rows} == {
+        # best 40 and 30 (seed 2 failed): 35 ± 5, 10 above the base model; 2 + 2 submissions, 2 + 1 valid
+        ("gsm8k", "free"): ["gsm8k", *cell, "free", "tiny-llama", "paper"]
+        + ["10.00", "35.00 ± 5.00", "+25.00", "4 (3 valid)", "2", "1"],
+        # no valid submission (the base model's 10) and 16: 13 ± 3; seed 2 not finished
+        ("gsm8k", "sft-only"): ["gsm8k", *cell, "sft-only", "tiny-llama", "paper"]
+        + ["10.00", "13.00 ± 3.00", "+3.00", "2 (1 valid)", "2 (+1 unfinished)", "0"],
+        # the baseline failed: a run without a valid submission has no score, so the cell has none
+        ("humaneval", "free"): ["humaneval", *cell, "free", "tiny-llama", "paper"]
+        + ["FAILED: judge down", "—", "—", "2 (2 valid)", "3", "0"],
+        ("humaneval", "sft-only"): ["humaneval", *cell, "sft-only", "tiny-llama", "paper"]
+        + ["FAILED: judge down", "—", "—", "0 (0 valid)", "0 (+3 unfinished)", "0"],
+    }
+    failed = next(d for d in t.data if (d["task"], d["mode"]) == ("humaneval", "free"))
+    assert (failed["baseline_status"], failed["baseline_error"], failed["within_noise"]) == (
+        "failed",
+        "judge down",
+        None,
+    )
+    ok = next(d for d in t.data if (d["task"], d["mode"]) == ("gsm8k", "free"))
+    assert (ok["baseline_status"], ok["baseline_error"], ok["within_noise"]) == ("ok", None, None)  # no noise record
+
+
+def test_a_baseline_not_graded_yet_is_pending(tmp_path):
+    sw = Sweeps([make_sweep(tmp_path / "s", seeds=(0,), tasks=("gsm8k",), base_scores=())])
+    t = long_table(sw)
+    assert t.rows[0][6:] == ["pending", "—", "—", "0 (0 valid)", "0 (+1 unfinished)", "0"]
+    assert (t.data[0]["baseline_status"], t.data[0]["baseline"], t.data[0]["improvement"]) == ("pending", None, None)
+    (paper,) = paper_tables(sw)
+    assert paper.rows[0] == ["base model", "pending"]
