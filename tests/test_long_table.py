@@ -1,5 +1,5 @@
-"""The long table (`a2rl aggregate`'s default) row by row on test_tables.py's synthetic sweep, its numbers worked out
-by hand from the runs there, and a sweep whose baseline is not graded yet."""
+"""The long table (`a2rl aggregate`'s default) row by row and Table 2's cell map, on test_tables.py's synthetic
+sweep (numbers worked out by hand from its runs), and a sweep whose baseline is not graded yet."""
 
 from __future__ import annotations
 
@@ -42,3 +42,20 @@ def test_a_baseline_not_graded_yet_is_pending(tmp_path):
     assert (t.data[0]["baseline_status"], t.data[0]["baseline"], t.data[0]["improvement"]) == ("pending", None, None)
     (paper,) = paper_tables(sw)
     assert paper.rows[0] == ["base model", "pending"]
+
+
+def test_paper_table_cells_point_at_their_cells_runs(tmp_path):
+    """Table 2's (row, column) -> cell map (the HTML report links a cell to its runs), and its note."""
+    (t,) = paper_tables(Sweeps([build_sweep(tmp_path / "a")]))
+    assert [r[0] for r in t.rows] == ["base model", "claude / gpt-x [free]", "claude / gpt-x [sft-only]"]
+    assert t.headers == ["stack / driver", "gsm8k", "humaneval"]
+    key = ("tiny-llama", "{task}", "claude", "gpt-x", "{mode}", "paper")
+    assert t.keys == {
+        (row, col): tuple(k.format(task=task, mode=mode) for k in key)
+        for row, mode in ((1, "free"), (2, "sft-only"))
+        for col, task in ((1, "gsm8k"), (2, "humaneval"))
+    }
+    assert t.notes == [
+        "cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed; — where no run made a "
+        "valid submission"
+    ]
