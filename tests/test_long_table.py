@@ -1,10 +1,10 @@
-"""The long table (`a2rl aggregate`'s default) row by row and Table 2's cell map, on test_tables.py's synthetic
-sweep (numbers worked out by hand from its runs), and a sweep whose baseline is not graded yet."""
+"""The long table (`a2rl aggregate`'s default) row by row, Table 2's cell map and the mode table, on test_tables.py's
+synthetic sweep (numbers worked out by hand from its runs), and a sweep whose baseline is not graded yet."""
 
 from __future__ import annotations
 
 from a2rl.reporting.aggregate import Sweeps
-from a2rl.reporting.tables import HEADERS, long_table, paper_tables
+from a2rl.reporting.tables import HEADERS, heatmap, long_table, mode_table, paper_tables
 from test_tables import build_sweep, make_sweep
 
 
@@ -59,3 +59,47 @@ def test_paper_table_cells_point_at_their_cells_runs(tmp_path):
         "cells: best score, mean ± SEM over seeds; (n=…) where seeds are missing or failed; — where no run made a "
         "valid submission"
     ]
+
+
+def test_mode_table_rows_data_and_heatmap(tmp_path):
+    """Improvements over the base model (10) by mode: free [30, 20], sft-only [0 (no valid submission), 6];
+    humaneval's baseline failed: no improvement to tell."""
+    sw = Sweeps([build_sweep(tmp_path / "a")])
+    t = mode_table(sw)
+    assert (t.title, t.name, t.headers) == (
+        "improvement by mode",
+        "by_mode",
+        ["mode", "stack / driver", "gsm8k", "humaneval"],
+    )
+    assert t.rows == [
+        ["free", "claude / gpt-x", "+25.00 ± 5.00 (n=2)", "—"],
+        ["sft-only", "claude / gpt-x", "+3.00 ± 3.00 (n=2)", "—"],
+    ]
+    assert t.notes == ["cells: mean ± SEM over runs (n); — where no run of the stack made a valid submission"]
+    none = {"improvement_mean": None, "improvement_sem": None, "improvement_n": 0}
+    stack = {"agent": "claude", "driver": "gpt-x"}
+    assert t.data == [
+        {
+            "mode": "free",
+            **stack,
+            "task": "gsm8k",
+            "improvement_mean": 25.0,
+            "improvement_sem": 5.0,
+            "improvement_n": 2,
+        },
+        {"mode": "free", **stack, "task": "humaneval", **none},
+        {
+            "mode": "sft-only",
+            **stack,
+            "task": "gsm8k",
+            "improvement_mean": 3.0,
+            "improvement_sem": 3.0,
+            "improvement_n": 2,
+        },
+        {"mode": "sft-only", **stack, "task": "humaneval", **none},
+    ]
+    assert heatmap(sw) == (
+        ["free · claude / gpt-x", "sft-only · claude / gpt-x"],
+        ["gsm8k", "humaneval"],
+        [[25.0, None], [3.0, None]],
+    )
