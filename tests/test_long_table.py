@@ -4,8 +4,9 @@ synthetic sweep (numbers worked out by hand from its runs), and a sweep whose ba
 from __future__ import annotations
 
 from a2rl.reporting.aggregate import Sweeps
-from a2rl.reporting.tables import HEADERS, heatmap, long_table, mode_table, paper_tables
-from test_tables import build_sweep, make_sweep
+from a2rl.reporting.tables import HEADERS, heatmap, long_table, mode_table, paper_tables, pass_at_table
+from a2rl.store.noise import NoiseRecord, noise_path
+from test_tables import build_sweep, finish, make_sweep
 
 
 def test_long_table_rows_of_the_synthetic_sweep(tmp_path):
@@ -103,3 +104,62 @@ def test_mode_table_rows_data_and_heatmap(tmp_path):
         ["gsm8k", "humaneval"],
         [[25.0, None], [3.0, None]],
     )
+
+
+def test_improvements_within_noise_are_marked_in_the_long_table_and_the_tidy_data(tmp_path):
+    """Noise measured on both tasks (2 × sd = 6.5): gsm8k's +3 is within it, +25 is not; humaneval's cells have no
+    improvement (its baseline failed), so no verdict either."""
+    sweep = build_sweep(tmp_path / "a")
+    for task in ("gsm8k", "humaneval"):
+        NoiseRecord(
+            task=task,
+            model="tiny-llama",
+            protocol="paper",
+            evaluator_version=1,
+            repeats=4,
+            scores={"baseline": [10.0, 14.0, 6.0, 10.0]},
+            measured_at=0.0,
+        ).sign(sweep.key).dump(noise_path(sweep, task, "tiny-llama", "paper"))
+    sw = Sweeps([sweep])
+    t = long_table(sw)
+    assert {(r[0], r[3]): r[8] for r in t.rows} == {
+        ("gsm8k", "free"): "+25.00",
+        ("gsm8k", "sft-only"): "+3.00~",
+        ("humaneval", "free"): "—",
+        ("humaneval", "sft-only"): "—",
+    }
+    verdicts = {(d["task"], d["mode"]): (d["improvement"], d["within_noise"]) for d in t.data}
+    assert verdicts == {
+        ("gsm8k", "free"): (25.0, False),
+        ("gsm8k", "sft-only"): (3.0, True),
+        ("humaneval", "free"): (None, None),
+        ("humaneval", "sft-only"): (None, None),
+    }
+    (paper,) = paper_tables(sw)
+    assert {(d["task"], d["mode"]): (d["baseline"], d["improvement"], d["within_noise"]) for d in paper.data} == {
+        ("gsm8k", "free"): (10.0, 25.0, False),
+        ("gsm8k", "sft-only"): (10.0, 3.0, True),
+        ("humaneval", "free"): (None, None, None),
+        ("humaneval", "sft-only"): (None, None, None),
+    }
+
+
+def test_cells_keep_the_spec_order_of_tasks_and_pass_at_k_names_its_columns(tmp_path):
+    """Tasks listed humaneval first: rows follow that order, not the alphabet."""
+    sweep = make_sweep(tmp_path / "s", seeds=(0,), tasks=("humaneval", "gsm8k"), base_scores=(("gsm8k", 10.0),))
+    finish(sweep, "gsm8k", "free", 0, [(10, None, 30.0)])
+    t = pass_at_table(Sweeps([sweep]), [1])
+    assert [(r[1], r[4]) for r in t.rows] == [
+        ("humaneval", "free"),
+        ("humaneval", "sft-only"),
+        ("gsm8k", "free"),
+        ("gsm8k", "sft-only"),
+    ]
+    assert (t.title, t.name) == ("pass@k: expected best improvement over k runs", "pass_at")
+    assert t.notes == ["— where the cell has fewer than k runs with a score, or no run of it made a valid submission"]
+    assert [(d["task"], d["mode"], d["n"], d["pass_at_1"]) for d in t.data] == [
+        ("humaneval", "free", 0, None),
+        ("humaneval", "sft-only", 0, None),
+        ("gsm8k", "free", 1, 20.0),
+        ("gsm8k", "sft-only", 0, None),
+    ]
