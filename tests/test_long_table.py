@@ -163,3 +163,15 @@ def test_cells_keep_the_spec_order_of_tasks_and_pass_at_k_names_its_columns(tmp_
         ("gsm8k", "free", 1, 20.0),
         ("gsm8k", "sft-only", 0, None),
     ]
+
+
+def test_a_stack_run_on_fewer_tasks_has_empty_cells_in_table_2(tmp_path):
+    """Two sweeps merged: the control agent ran gsm8k only, so its humaneval cell holds no data."""
+    both = make_sweep(tmp_path / "a", seeds=(0,))
+    control = make_sweep(tmp_path / "b", seeds=(0,), tasks=("gsm8k",), agents=("baseline",))
+    (t,) = paper_tables(Sweeps([both, control]))
+    assert t.headers == ["stack / driver", "gsm8k", "humaneval"]
+    rows = {r[0]: r[1:] for r in t.rows}
+    assert rows["baseline (control agent) / none [free]"] == ["—", "—"]  # gsm8k: no run done; humaneval: none ran
+    row = list(rows).index("baseline (control agent) / none [free]")  # its index in t.rows (the base model's first)
+    assert (row, 1) in t.keys and (row, 2) not in t.keys  # no humaneval cell to link
