@@ -12,7 +12,7 @@ from a2rl.store.baselines import BaselineRecord, baseline_path
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import build_result
 from a2rl.store.sweepdir import SweepDir
-from test_tables import build_sweep, make_sweep
+from test_tables import build_sweep, make_sweep, write_baseline
 
 # per task: (feedback-part items, final-part items, the base model's feedback score, its final-part score)
 PARTS = {"gsm8k": (40, 60, 10.0, 12.0), "humaneval": (30, 50, 20.0, 18.0)}
@@ -72,19 +72,7 @@ def finish_split(
 
 def split_baselines(sweep: SweepDir, parts=PARTS, protocol: str = "paper") -> None:
     for task, (_, _, score, final) in parts.items():
-        BaselineRecord(
-            task=task,
-            model="tiny-llama",
-            model_path="builtin:tiny-llama",
-            weights_hash="h",
-            protocol=protocol,
-            evaluator_version=1,
-            status="ok",
-            score=score,
-            part="feedback",
-            final_score=final,
-            graded_at=0.0,
-        ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", protocol))
+        write_baseline(sweep, task, protocol, score, part="feedback", final_score=final)
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from a2rl.reporting.aggregate import Sweeps
 from a2rl.reporting.tables import HEADERS, heatmap, long_table, mode_table, paper_tables, pass_at_table
-from a2rl.store.noise import NoiseRecord, noise_path
-from test_tables import build_sweep, finish, make_sweep
+from test_tables import build_sweep, finish, make_sweep, write_noise
 
 
 def test_long_table_rows_of_the_synthetic_sweep(tmp_path):
@@ -111,15 +110,7 @@ def test_improvements_within_noise_are_marked_in_the_long_table_and_the_tidy_dat
     improvement (its baseline failed), so no verdict either."""
     sweep = build_sweep(tmp_path / "a")
     for task in ("gsm8k", "humaneval"):
-        NoiseRecord(
-            task=task,
-            model="tiny-llama",
-            protocol="paper",
-            evaluator_version=1,
-            repeats=4,
-            scores={"baseline": [10.0, 14.0, 6.0, 10.0]},
-            measured_at=0.0,
-        ).sign(sweep.key).dump(noise_path(sweep, task, "tiny-llama", "paper"))
+        write_noise(sweep, task)
     sw = Sweeps([sweep])
     t = long_table(sw)
     assert {(r[0], r[3]): r[8] for r in t.rows} == {
