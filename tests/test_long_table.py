@@ -166,3 +166,15 @@ def test_a_stack_run_on_fewer_tasks_has_empty_cells_in_table_2(tmp_path):
     assert rows["baseline (control agent) / none [free]"] == ["—", "—"]  # gsm8k: no run done; humaneval: none ran
     row = list(rows).index("baseline (control agent) / none [free]")  # its index in t.rows (the base model's first)
     assert (row, 1) in t.keys and (row, 2) not in t.keys  # no humaneval cell to link
+
+
+def test_a_protocols_block_has_only_the_tasks_run_under_it(tmp_path):
+    """Merged sweeps: humaneval ran under `paper` only, so the `a2rl` block has no humaneval column."""
+    paper = make_sweep(tmp_path / "a", seeds=(0,))
+    a2rl = make_sweep(tmp_path / "b", seeds=(1,), tasks=("gsm8k",), protocols=("a2rl",))
+    blocks = paper_tables(Sweeps([paper, a2rl]))
+    assert [(t.title, t.headers) for t in blocks] == [
+        ("Table 2: tiny-llama (protocol paper)", ["stack / driver", "gsm8k", "humaneval"]),
+        ("Table 2: tiny-llama (protocol a2rl)", ["stack / driver", "gsm8k"]),
+    ]
+    assert blocks[1].rows[0] == ["base model", "5.00"]  # make_sweep's a2rl baseline: half the paper one
