@@ -67,19 +67,38 @@ def make_sweep(
     for task, score in base_scores:
         for protocol in protocols if task in tasks else ():
             score = score if protocol == "paper" or score is None else score / 2  # a2rl: 5
-            BaselineRecord(
-                task=task,
-                model="tiny-llama",
-                model_path="builtin:tiny-llama",
-                weights_hash="h",
-                protocol=protocol,
-                evaluator_version=1,
-                status="ok" if score is not None else "failed",
-                score=score,
-                error=None if score is not None else "judge down",
-                graded_at=0.0,
-            ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", protocol))
+            write_baseline(sweep, task, protocol, score)
     return sweep
+
+
+def write_baseline(sweep: SweepDir, task: str, protocol: str, score: float | None, **fields) -> None:
+    """The base model's grading of `task` (score None: it failed); `fields`: BaselineRecord's others (part, ...)."""
+    BaselineRecord(
+        task=task,
+        model="tiny-llama",
+        model_path="builtin:tiny-llama",
+        weights_hash="h",
+        protocol=protocol,
+        evaluator_version=1,
+        status="ok" if score is not None else "failed",
+        score=score,
+        error=None if score is not None else "judge down",
+        graded_at=0.0,
+        **fields,
+    ).sign(sweep.key).dump(baseline_path(sweep, task, "tiny-llama", protocol))
+
+
+def write_noise(sweep: SweepDir, task: str) -> None:
+    """Noise measured on `task`'s base model: 2 × sd = 2 × sqrt(32/3) = 6.5."""
+    NoiseRecord(
+        task=task,
+        model="tiny-llama",
+        protocol="paper",
+        evaluator_version=1,
+        repeats=4,
+        scores={"baseline": [10.0, 14.0, 6.0, 10.0]},
+        measured_at=0.0,
+    ).sign(sweep.key).dump(noise_path(sweep, task, "tiny-llama", "paper"))
 
 
 def finish(
@@ -340,15 +359,7 @@ def test_routes_failures_usage_and_submissions(sweep):
 
 
 def test_improvements_within_measured_noise_are_marked(sweep):
-    NoiseRecord(
-        task="gsm8k",
-        model="tiny-llama",
-        protocol="paper",
-        evaluator_version=1,
-        repeats=4,
-        scores={"baseline": [10.0, 14.0, 6.0, 10.0]},
-        measured_at=0.0,
-    ).sign(sweep.key).dump(noise_path(sweep, "gsm8k", "tiny-llama", "paper"))
+    write_noise(sweep, "gsm8k")
     sw = Sweeps([sweep])
     rows = as_dicts(paper_tables(sw)[0])
     # 2 × sd = 2 × sqrt(32/3) = 6.5: +3 is within it, +25 is not

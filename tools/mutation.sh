@@ -43,7 +43,7 @@ DEFAULT=(
   a2rl/run/artifacts.py a2rl/store/integrity.py a2rl/store/queue.py a2rl/store/ledger.py a2rl/store/results.py
   a2rl/records.py a2rl/grading/final.py a2rl/inspector/inspection.py
   a2rl/grading/retention.py a2rl/grading/frozenscan.py a2rl/run/onecopy.py a2rl/upgrades.py a2rl/scheduling/migrate.py
-  a2rl/recording/diskuse.py a2rl/api.py
+  a2rl/recording/diskuse.py a2rl/api.py a2rl/reporting/tables.py
 )
 declare -A TESTS=(  # the tests that exercise a module (beyond those that import it by name)
   [a2rl/recording/nofollow.py]="tests/test_nofollow.py tests/test_freeze_race.py tests/test_hostile_files.py tests/test_recording.py"
@@ -66,6 +66,7 @@ declare -A TESTS=(  # the tests that exercise a module (beyond those that import
   [a2rl/upgrades.py]="tests/test_records.py tests/test_fixture_sweeps.py"  # every record read reaches it: these are its own
   [a2rl/scheduling/migrate.py]="tests/test_fixture_sweeps.py"
   [a2rl/api.py]="tests/test_api.py"  # `import a2rl`: found by no import of its name
+  [a2rl/reporting/tables.py]="tests/test_tables.py tests/test_exports.py tests/test_final_tables.py tests/test_long_table.py"  # through aggregate.py's names
 )
 
 tests_for() {  # MUTATION_TESTS, else the mapped test files, else those that import the module
