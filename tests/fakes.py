@@ -11,6 +11,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Self
 
+from a2rl.store.ledger import LedgerEntry
+
 
 def _words(text: str, add_special_tokens: bool = True) -> dict:
     """A tokenizer that counts words: enough for the prompt-length checks of the batched ReAct loop."""
@@ -310,3 +312,28 @@ class ScriptedJudgeServer(LoopbackServer):
 
         # a short poll: shutdown() waits for it, and tests start a server per case
         self.url = f"http://127.0.0.1:{self._serve(Handler, poll_s=0.05)}/v1"
+
+
+def ledger_entry(
+    run_id: str, seq: int, score: float | None, *, task: str, protocol: str = "paper", at: float | None = None, **kw
+) -> LedgerEntry:
+    """A graded entry as the grader writes it: scored, or invalid where `score` is None; submitted, claimed and
+    graded at `at` (default: `seq`)."""
+    at = seq if at is None else at
+    return LedgerEntry(
+        submission_id=f"{run_id}.{seq:04d}",
+        run_id=run_id,
+        seq=seq,
+        submitted_at=at,
+        claimed_at=at,
+        graded_at=at,
+        status="scored" if score is not None else "invalid",
+        score=score,
+        model_path="m",
+        task=task,
+        protocol=protocol,
+        evaluator_version=1,
+        grader="g",
+        attempt=1,
+        **kw,
+    )

@@ -12,6 +12,7 @@ from a2rl.store.baselines import BaselineRecord, baseline_path
 from a2rl.store.ledger import LedgerEntry
 from a2rl.store.results import build_result
 from a2rl.store.sweepdir import SweepDir
+from fakes import ledger_entry
 from test_tables import build_sweep, make_sweep, write_baseline
 
 # per task: (feedback-part items, final-part items, the base model's feedback score, its final-part score)
@@ -19,26 +20,7 @@ PARTS = {"gsm8k": (40, 60, 10.0, 12.0), "humaneval": (30, 50, 20.0, 18.0)}
 
 
 def entry(run: RunSpec, seq: int, score: float | None, part: str, n: int, **kw) -> LedgerEntry:
-    status = "scored" if score is not None else "invalid"
-    return LedgerEntry(
-        submission_id=f"{run.run_id}.{seq:04d}",
-        run_id=run.run_id,
-        seq=seq,
-        submitted_at=seq,
-        claimed_at=seq,
-        graded_at=seq,
-        status=status,
-        score=score,
-        model_path="m",
-        task=run.task,
-        protocol=run.protocol,
-        evaluator_version=1,
-        grader="g",
-        attempt=1,
-        part=part,
-        n_items=n,
-        **kw,
-    )
+    return ledger_entry(run.run_id, seq, score, task=run.task, protocol=run.protocol, part=part, n_items=n, **kw)
 
 
 def finish_split(

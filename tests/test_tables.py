@@ -32,11 +32,11 @@ from a2rl.reporting.metrics import RunMetrics
 from a2rl.spec.grid import expand
 from a2rl.spec.sweep import SweepSpec
 from a2rl.store.baselines import BaselineRecord, baseline_path
-from a2rl.store.ledger import LedgerEntry
 from a2rl.store.noise import NoiseRecord, noise_path
 from a2rl.store.results import AgentUsage, build_result
 from a2rl.store.sweepdir import SweepDir
 from conftest import a2rl
+from fakes import ledger_entry
 
 
 def make_sweep(
@@ -122,24 +122,7 @@ def finish(
     )
     for seq, (at, tokens, score) in enumerate(subs, 1):
         sweep.ledger.record(
-            LedgerEntry(
-                submission_id=f"{run.run_id}.{seq:04d}",
-                run_id=run.run_id,
-                seq=seq,
-                submitted_at=at,
-                claimed_at=at,
-                graded_at=at,
-                status="scored" if score is not None else "invalid",
-                score=score,
-                model_path="m",
-                task=task,
-                protocol=protocol,
-                evaluator_version=1,
-                grader="g",
-                attempt=1,
-                budget_used_s=at,
-                tokens=tokens,
-            )
+            ledger_entry(run.run_id, seq, score, task=task, protocol=protocol, at=at, budget_used_s=at, tokens=tokens)
         )
     base = BaselineRecord.load(baseline_path(sweep, task, "tiny-llama", protocol))
     u = (
