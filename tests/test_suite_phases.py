@@ -63,8 +63,10 @@ def test_phase_1_hands_out_a_files_tests_together_and_the_cpu_heavy_files_as_one
     split = sched._split_scope
     assert split("tests/test_slurm.py::test_a") == split("tests/test_slurm.py::test_b[x]") == "tests/test_slurm.py"
     assert split("tests/test_real_clis.py::test_a[claude]") != split("tests/test_slurm.py::test_a")
-    assert {split(f"{f}::test_x") for f in CPU_HEAVY} == {"cpu"} and len(CPU_HEAVY) == 2
+    assert {split(f"{f}::test_x") for f in CPU_HEAVY} == {"cpu"} and len(CPU_HEAVY) == 3
     assert phase_group("tests/test_demo.py::test_demo_sweep_on_slurm") == "cpu"
+    assert phase_group("tests/test_cluster_user.py::test_x") == "cpu"  # beside the real CLIs' budgets it broke them
+    assert phase_group("tests/test_user_world.py::test_x") == "tests/test_user_world.py"
 
 
 def test_phase_1_hands_out_the_longest_groups_first_and_keeps_each_files_order():

@@ -5,8 +5,9 @@
 #   1. two runs side by side: the tests marked `sidebyside` (they mostly wait on Slurm, a budget or a sleep, and
 #      share no state) in $A2RL_TEST_WORKERS parallel pytest-xdist workers: --phase=sidebyside -n N --dist
 #      loadscope, a scope being a group of tests/conftest.py's phase_group (a file's tests; the CPU-heavy files'
-#      together), run in one worker; and beside them, in one plain pytest, the fast tests (not slow, no Slurm, none
-#      that must run alone) one at a time as in the fast layer: --phase=fast, its output printed when it ends;
+#      together), run in one worker; and beside them, in one plain pytest at idle priority (nice 19, its own
+#      session's autogroup niced), the fast tests (not slow, no Slurm, none that must run alone) one at a time as in
+#      the fast layer: --phase=fast, its output printed when it ends;
 #   2. all the others, one at a time: --phase=alone (the slow tests not marked sidebyside: the CPU-heavy ones,
 #      those that stop Slurm daemons or nodes, fill the cluster, measure load, change the machine, or share an
 #      expensive session fixture; the fast tests on Slurm or in the must-run-alone files).
@@ -30,7 +31,11 @@ if [ "$WORKERS" = 0 ]; then
 fi
 say "phase 1 of 2, the fast tests one at a time (output when they end): ${PYTEST[*]} --phase=fast $*"
 fastlog=$(mktemp "${TMPDIR:-/tmp}/a2rl-fast-tests.XXXXXX")
-"${PYTEST[@]}" --phase=fast "$@" >"$fastlog" 2>&1 &
+# at idle priority, so that it takes only the cores phase 1 leaves (at full priority it made phase 1's budget runs
+# fail, 2026-11-28): nice 19, and in a session of its own whose autogroup is niced too (with the kernel's
+# autogroups, on by default in Debian, nice acts only inside a session; an unprivileged user may raise it)
+setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' fast-tests \
+  "${PYTEST[@]}" --phase=fast "$@" >"$fastlog" 2>&1 &
 fastpid=$!
 trap 'kill "$fastpid" 2>/dev/null; rm -f "$fastlog"; exit 130' INT
 trap 'kill "$fastpid" 2>/dev/null; rm -f "$fastlog"; exit 143' TERM
