@@ -344,10 +344,10 @@ def pytest_addoption(parser):
 # one worker: a file's sidebyside tests are a group (a module-scoped fixture is built once), and these files'
 # (the sweeps that train for minutes, and the ordinary account's, whose set-up and sweep beside them made the real
 # CLIs' budget runs fail at 2026-11-28's load) one group, so that at most one of them runs at a time, beside the
-# tests that wait and the user-world demo (a short schedule: its cost is the new user's set-up)
+# tests that wait
 CPU_HEAVY = {"tests/test_demo.py", "tests/test_offline_levels.py", "tests/test_cluster_user.py"}
 # the longest groups, handed out first (xdist hands out groups in collection order) so that none starts late
-LONGEST_FIRST = ("cpu", "tests/test_user_world.py")
+LONGEST_FIRST = ("cpu",)
 
 
 def phase_group(nodeid: str) -> str:
@@ -369,8 +369,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # Tests in these files must run alone: they stop Slurm daemons and nodes (test_slurm_nodes), add and delete a
-# QOS and fill it (test_slurm_busy), or fork-bomb, hog memory and fill /tmp (test_hostile_agent)
-ALONE_FILES = {"test_slurm_nodes.py", "test_slurm_busy.py", "test_hostile_agent.py"}
+# QOS and fill it (test_slurm_busy), fork-bomb, hog memory and fill /tmp (test_hostile_agent), or set up a new
+# user's venv, which beside phase 1 made the real CLIs' budget runs fail (test_user_world, 2026-11-28)
+ALONE_FILES = {"test_slurm_nodes.py", "test_slurm_busy.py", "test_hostile_agent.py", "test_user_world.py"}
 # fixtures a test beside others must not take: session fixtures too costly to build again in each worker (the demo
 # under two busy loops, the trained HELLO model) and the QOS the busy tests fill
 ALONE_FIXTURES = {"demo_sweep", "hello_model", "qos20"}

@@ -66,17 +66,16 @@ def test_phase_1_hands_out_a_files_tests_together_and_the_cpu_heavy_files_as_one
     assert {split(f"{f}::test_x") for f in CPU_HEAVY} == {"cpu"} and len(CPU_HEAVY) == 3
     assert phase_group("tests/test_demo.py::test_demo_sweep_on_slurm") == "cpu"
     assert phase_group("tests/test_cluster_user.py::test_x") == "cpu"  # beside the real CLIs' budgets it broke them
-    assert phase_group("tests/test_user_world.py::test_x") == "tests/test_user_world.py"
 
 
 def test_phase_1_hands_out_the_longest_groups_first_and_keeps_each_files_order():
     a1, a2 = Item("test_1", "sidebyside", file="test_a.py"), Item("test_2", "sidebyside", file="test_a.py")
-    world = Item("test_w", "sidebyside", "slow", file="test_user_world.py")
+    world = Item("test_w", "sidebyside", "slow", file="test_b.py")
     demo = Item("test_d", "sidebyside", "slow", file="test_demo.py")
     users = Item("test_u", "sidebyside", "slow", file="test_cluster_user.py")
     fast = Item("test_f", file="test_a.py")
     levels = Item("test_l", "sidebyside", "slow", file="test_offline_levels.py")
-    order = [levels, demo, users, world, a1, a2]  # a group keeps its collection order
+    order = [levels, demo, users, a1, world, a2]  # the CPU-heavy group first; the rest keep their order
     assert phase_of("sidebyside", [a1, world, levels, demo, fast, a2, users])[0] == order
     assert phase_of("fast", [a1, fast, a2])[0] == [fast]
 
