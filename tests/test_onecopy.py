@@ -19,6 +19,7 @@ import a2rl.tasklib.leaks as leaks
 from a2rl.grading import frozenscan as F
 from a2rl.grading import onepass as O
 from a2rl.grading import profiles as P
+from a2rl.recording.frozencopies import SCAN, scan_path
 from a2rl.run import onecopy
 from a2rl.run.artifacts import ArtifactError, Limits, check_artifact, freeze
 from a2rl.run.onecopy import Layout
@@ -84,7 +85,7 @@ def test_the_copy_is_byte_identical_with_todays_hash_samples_and_verdicts(
         mine, today = (O.one_pass_lineage(dest, tiny_model, x, base) for x in (scanned, read))
         assert mine.verdict == today.verdict == (verdict if verdict != "copy" else mine.verdict)
         assert (mine.close_share, mine.cosine_median) == (today.close_share, today.cosine_median)
-        assert not F.scan_dir(dest).exists()  # taken once
+        assert not scan_path(dest).exists()  # taken once
 
 
 @pytest.mark.parametrize("where", ["tensor", "across blocks", "across tensors", "header", "gap"])
@@ -218,7 +219,7 @@ def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplo
     def renamed(d: Path) -> Path:  # the frozen copy and its scan moved together: the files as they were
         other = d.with_name(d.name + "-moved")
         d.rename(other)
-        F.scan_dir(d).rename(F.scan_dir(other))
+        scan_path(d).rename(scan_path(other))
         return other
 
     cases = {
@@ -227,11 +228,11 @@ def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplo
             "the frozen copy changed since",
         ),
         "another key": (
-            lambda d: F.FrozenScan.load(F.scan_dir(d) / "scan.json").sign(b"x" * 32).dump(F.scan_dir(d) / "scan.json"),
+            lambda d: F.FrozenScan.load(scan_path(d) / "scan.json").sign(b"x" * 32).dump(scan_path(d) / "scan.json"),
             "{scan}/scan.json: FrozenScan does not verify (written without the sweep's key): ignored",
         ),
         "samples changed": (
-            lambda d: next(F.scan_dir(d).glob("*.hmac")).write_text("0" * 64),
+            lambda d: next(scan_path(d).glob("*.hmac")).write_text("0" * 64),
             "its samples do not verify",
         ),
         "another canary": (lambda d: None, "the split's canary changed since"),
@@ -243,13 +244,13 @@ def test_the_grader_reads_again_what_it_cannot_trust(tmp_path, tiny_model, caplo
         dest = moved if isinstance(moved, Path) else dest
         caplog.clear()
         assert taken(dest, CANARY if case != "another canary" else CANARY + "2") is None, case
-        assert not F.scan_dir(dest).exists()
-        why = why.format(scan=F.scan_dir(dest))
+        assert not scan_path(dest).exists()
+        why = why.format(scan=scan_path(dest))
         assert [r.getMessage() for r in caplog.records if r.name == "a2rl.grader"] == [
             f"the freeze's scan of {dest.name} is not used ({why}): the frozen copy is read again"
         ], case
     plain = frozen(m, tmp_path / "submissions" / "plain", key=None)  # without the key: no scan, as before
-    assert not F.scan_dir(plain).exists() and taken(plain) is None
+    assert not scan_path(plain).exists() and taken(plain) is None
 
 
 def test_a_scan_is_taken_as_the_freeze_wrote_it_even_without_a_canary_or_with_a_racing_grader(
@@ -359,9 +360,9 @@ def test_a_scan_the_grading_did_not_take_is_deleted_with_the_submission(run, tin
     seen = []
 
     def refused(artifact, submissions):
-        seen.append(F.scan_dir(Path(artifact)).is_dir())  # the freeze made it
+        seen.append(scan_path(Path(artifact)).is_dir())  # the freeze made it
         raise UntrustedArtifact("refused before the scan was taken")
 
     monkeypatch.setattr(stages, "check_frozen", refused)
     submit(submitted(tiny_model, ws.output / "m"))
-    assert seen == [True] and not list(run_dir.parent.parent.glob(f"submissions/*{F.SUFFIX}"))
+    assert seen == [True] and not list(run_dir.parent.parent.glob(f"submissions/*{SCAN}"))

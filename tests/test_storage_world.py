@@ -189,12 +189,13 @@ with check_artifact(m, out, Limits(64, 1 << 30, 1 << 31)) as artifact:
 TAKE = r"""
 import json, sys
 from pathlib import Path
-from a2rl.grading.frozenscan import scan_dir, take_scan
+from a2rl.grading.frozenscan import take_scan
+from a2rl.recording.frozencopies import scan_path
 from a2rl.weights import weights_hash
 dest, key, canary = Path(sys.argv[1]), bytes.fromhex(sys.argv[2]), sys.argv[3]
 got = take_scan(dest, key, canary)
 print(json.dumps({"taken": got is not None, "digest": got and got[1].digest, "hash": weights_hash(dest),
-                  "scan_left": scan_dir(dest).exists()}))
+                  "scan_left": scan_path(dest).exists()}))
 """
 
 

@@ -26,15 +26,11 @@ from pathlib import Path
 
 from a2rl.grading.onepass import Scanned
 from a2rl.grading.profiles import BaseProfile, load_profile, save_profile
-from a2rl.recording.frozencopies import SCAN as SUFFIX
-from a2rl.recording.frozencopies import remove_entry
-from a2rl.recording.frozencopies import scan_path as scan_dir
+from a2rl.recording.frozencopies import remove_entry, scan_path
 from a2rl.records import RecordError
 from a2rl.store.integrity import SignedRecord
 
 log = logging.getLogger("a2rl.grader")
-
-__all__ = ["SUFFIX", "FrozenScan", "canary_id", "fingerprints", "save_scan", "scan_dir", "take_scan"]
 
 
 class FrozenScan(SignedRecord):
@@ -61,7 +57,7 @@ def canary_id(canary: str | None) -> str | None:
 
 def save_scan(frozen: Path, scanned: Scanned, canary_in: list[str], canary: str | None, key: bytes) -> None:
     """Written by the job right after the freeze renamed the frozen copy into place."""
-    d = scan_dir(frozen)
+    d = scan_path(frozen)
     save_profile(d, BaseProfile(scanned.digest, scanned.samples), key)
     FrozenScan(
         submission_id=frozen.name,
@@ -77,7 +73,7 @@ def save_scan(frozen: Path, scanned: Scanned, canary_in: list[str], canary: str 
 def take_scan(frozen: Path, key: bytes, canary: str | None) -> tuple[FrozenScan, Scanned] | None:
     """The job's scan of `frozen` with its samples, if it verifies (see the module's note), removed once read;
     None where there is none or it cannot be used (said in the log): the grader then reads the copy."""
-    d = scan_dir(frozen)
+    d = scan_path(frozen)
     if not d.is_dir():
         return None
     try:
