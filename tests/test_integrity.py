@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from a2rl.grading.daemon import GradingDaemon
 from a2rl.records import now
@@ -359,7 +359,10 @@ def test_a_second_submission_in_flight_gets_429_and_a_burst_is_answered(two, tin
 
     def grade_loop() -> None:
         while not stop.wait(0.02):
-            drain()
+            try:
+                drain()
+            except Timeout:  # the 200 submitters held the queue's lock past 0.3 s: the daemon skips a round too
+                pass
 
     with GradingAPI(run.submitter, run.submitter.budget) as api:
         first = ThreadPoolExecutor(1).submit(_call, api, "POST", "/submit", b'{"model_path": "output/none"}')

@@ -85,11 +85,10 @@ class Recording(Grader):
         (`score_final` deletes them). Through recording/frozencopies.py, the one deleter of frozen copies."""
         subs = self.sweep.submissions
         steps = [lambda: remove_entry(scan_path(Path(artifact)), subs)] if artifact else []
-        if keeps_all(self.sweep.spec):
-            pass
-        elif result.part == "feedback":
+        keep = keeps_all(self.sweep.spec)  # `storage: keep: all`: every frozen copy stays
+        if not keep and result.part == "feedback":
             steps.append(lambda: prune(self.sweep, result.run_id, self.settings.final))
-        elif artifact:
+        elif not keep and artifact:
             steps.append(lambda: remove_frozen(Path(artifact), subs))
         for step in steps:  # each on its own: a queue entry naming a path elsewhere never stops the pruning
             try:

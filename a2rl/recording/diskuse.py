@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from a2rl.recording.frozencopies import PARTIAL, SCAN
+from a2rl.recording.frozencopies import BESIDE, trash_pattern
 from a2rl.recording.snapshots import load_snapshots
 from a2rl.records import RecordError
 from a2rl.store.sweepdir import SweepDir
@@ -61,7 +61,8 @@ def frozen_copies(sweep: SweepDir, run_id: str, *, beside: bool = False) -> list
     .partial copy, its .scan, a deletion's trash: recording/frozencopies.py)."""
     own = re.escape(run_id) + r"\.\d+"
     if beside:
-        own = rf"(?:{own}(?:{re.escape(PARTIAL)}|{re.escape(SCAN)})?)|(?:\.{own}.*\.[0-9a-f]{{12}}\.deleting)"
+        suffixes = "|".join(re.escape(suffix) for suffix in BESIDE if suffix)
+        own = rf"(?:{own}(?:{suffixes})?)|{trash_pattern(own + '.*')}"
     pattern = re.compile(own)
     try:
         return [p for p in sweep.submissions.iterdir() if pattern.fullmatch(p.name)]

@@ -25,7 +25,14 @@ log = logging.getLogger("a2rl.grader")
 
 SCAN = ".scan"  # the freeze's scan beside the copy
 PARTIAL = ".partial"  # the freeze's copy before it is renamed into place
-TRASH = re.compile(r"\..+\.[0-9a-f]{12}\.deleting")
+
+
+def trash_pattern(name: str) -> str:
+    """The regular expression of a deletion's trash name for entries whose names match `name` (a regex)."""
+    return rf"\.(?:{name})\.[0-9a-f]{{12}}\.deleting"
+
+
+TRASH = re.compile(trash_pattern(".+"))
 BESIDE = ("", SCAN, PARTIAL)  # a copy's own entry and what lies beside it
 
 

@@ -112,6 +112,7 @@ class Ledger:
     def __init__(self, root: Path, key: bytes):
         self.root, self.key = Path(root), key
         self.problems: list[str] = []  # entries skipped because they do not load or verify, one line each
+        self._listed: set[str] = set()  # run folders `listed` has seen in the root's listing (they stay)
 
     def path(self, sid: str) -> Path:
         run_id = sid.rsplit(".", 1)[0]
@@ -133,8 +134,13 @@ class Ledger:
         once its folder's listing shows it, for a shared file system (NFS, FUSE) answers a name looked up while
         missing as missing from its cache for up to its cache time (30 s and more), where a listing asks afresh."""
         path = self.path(sid)
+        folder = path.parent.name
         try:
-            shown = path.parent.name in os.listdir(self.root) and path.name in os.listdir(path.parent)
+            if folder not in self._listed:  # made with the sweep; an older sweep's comes with its first entry
+                if folder not in os.listdir(self.root):
+                    return None
+                self._listed.add(folder)
+            shown = path.name in os.listdir(path.parent)
         except FileNotFoundError:
             return None
         return self._load(path) if shown else None
