@@ -333,10 +333,10 @@ def copy_checkout(dest: Path) -> None:
 def pytest_addoption(parser):
     parser.addoption(
         "--phase",
-        choices=("all", "sidebyside", "fast", "alone"),
+        choices=("all", *PHASES),
         default="all",
         help="one of tools/test.sh's runs (tests/conftest.py's phase_of): the tests marked sidebyside, the fast "
-        "ones that run beside them, or the others",
+        "ones that run beside them, phase 2's Slurm or local lane, or the tests that run apart",
     )
 
 
@@ -368,26 +368,32 @@ def pytest_xdist_make_scheduler(config, log):
     return PhaseGroups(config, log)
 
 
-# Tests in these files must run alone: they stop Slurm daemons and nodes (test_slurm_nodes), add and delete a
-# QOS and fill it (test_slurm_busy), fork-bomb, hog memory and fill /tmp (test_hostile_agent), or set up a new
-# user's venv, which beside phase 1 made the real CLIs' budget runs fail (test_user_world, 2026-11-28)
-ALONE_FILES = {"test_slurm_nodes.py", "test_slurm_busy.py", "test_hostile_agent.py", "test_user_world.py"}
-# fixtures a test beside others must not take: session fixtures too costly to build again in each worker (the demo
-# under two busy loops, the trained HELLO model) and the QOS the busy tests fill
-ALONE_FIXTURES = {"demo_sweep", "hello_model", "qos20"}
+# Tests in these files run in phase 2's Slurm lane whatever their marks, so never beside another test on the
+# cluster: they stop Slurm daemons and nodes (test_slurm_nodes), add and delete a QOS and fill it (test_slurm_busy)
+SLURM_FILES = {"test_slurm_nodes.py", "test_slurm_busy.py"}
+# Tests in these files run apart (phase 3), nothing beside them: they fork-bomb, hog memory and fill /tmp
+# (test_hostile_agent), or set up a new user's venv, which beside phase 1 made the real CLIs' budget runs fail
+# (test_user_world, 2026-11-28)
+APART_FILES = {"test_hostile_agent.py", "test_user_world.py"}
+# session fixtures a test beside others must not take, too costly to build again in each worker (the demo under two
+# busy loops, the trained HELLO model): phase 2's local lane builds each once
+ALONE_FIXTURES = {"demo_sweep", "hello_model"}
+PHASES = ("sidebyside", "fast", "slurm", "local", "apart")
 
 
 def phase_of(item) -> str:
     """Where tools/test-phases.sh runs a test: "sidebyside" (marked so: phase 1's xdist workers), "fast" (not
-    slow, no Slurm, outside the must-run-alone files and fixtures: one plain pytest beside phase 1, one test at a
-    time as in the fast layer) or "alone" (phase 2, one at a time, nothing beside it)."""
+    slow, no Slurm, outside the files and fixtures above: one plain pytest beside phase 1, one test at a time as in
+    the fast layer), "slurm" or "local" (phase 2's two lanes side by side, each one test at a time: on the Slurm
+    cluster or off it) or "apart" (phase 3, one at a time, nothing beside it)."""
     if item.get_closest_marker("sidebyside") is not None:
         return "sidebyside"
-    if item.get_closest_marker("slow") is not None or item.get_closest_marker("slurm") is not None:
-        return "alone"
-    if Path(str(item.path)).name in ALONE_FILES or set(getattr(item, "fixturenames", ())) & ALONE_FIXTURES:
-        return "alone"
-    return "fast"
+    if Path(str(item.path)).name in APART_FILES:
+        return "apart"
+    if item.get_closest_marker("slurm") is not None or Path(str(item.path)).name in SLURM_FILES:
+        return "slurm"
+    alone = set(getattr(item, "fixturenames", ())) & ALONE_FIXTURES
+    return "local" if item.get_closest_marker("slow") is not None or alone else "fast"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -403,3 +409,5 @@ def pytest_collection_modifyitems(config, items):
     if phase == "sidebyside":  # a stable sort: each worker collects the same order
         first = {group: i for i, group in enumerate(LONGEST_FIRST)}
         items.sort(key=lambda item: first.get(phase_group(item.nodeid), len(first)))
+    if phase == "local":  # the demo under two busy loops last, when the Slurm lane beside it has most likely ended
+        items.sort(key=lambda item: "demo_sweep" in getattr(item, "fixturenames", ()))

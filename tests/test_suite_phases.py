@@ -13,10 +13,12 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import (
-    ALONE_FILES,
     ALONE_FIXTURES,
+    APART_FILES,
     CPU_HEAVY,
+    PHASES,
     REPO,
+    SLURM_FILES,
     phase_group,
     pytest_collection_modifyitems,
     pytest_xdist_make_scheduler,
@@ -46,12 +48,20 @@ def phase_of(phase: str, items: list[Item]) -> tuple[list[Item], list[Item]]:
 def test_each_test_runs_in_exactly_one_phase():
     a, b, c = Item("test_a", "sidebyside"), Item("test_b", "slow"), Item("test_c", "sidebyside", "slow")
     f = Item("test_f")  # fast: beside phase 1's workers
-    # fast but on Slurm, in a must-run-alone file, or taking a must-run-alone fixture: phase 2
-    s, g, h = Item("test_s", "slurm"), Item("test_g", file="test_slurm_nodes.py"), Item("test_h", fixtures=("qos20",))
-    everything = [a, b, c, f, s, g, h]
-    assert phase_of("sidebyside", list(everything)) == ([a, c], [b, f, s, g, h])
-    assert phase_of("fast", list(everything)) == ([f], [a, b, c, s, g, h])
-    assert phase_of("alone", list(everything)) == ([b, s, g, h], [a, c, f])
+    s, g = Item("test_s", "slurm"), Item("test_g", file="test_slurm_nodes.py")  # phase 2's Slurm lane
+    h = Item("test_h", fixtures=("hello_model",))  # fast, but takes a session fixture of the local lane
+    w, x = Item("test_w", file="test_user_world.py"), Item("test_x", "slurm", "slow", file="test_hostile_agent.py")
+    everything = [a, b, c, f, s, g, h, w, x]
+    kept = {phase: phase_of(phase, list(everything))[0] for phase in PHASES}
+    assert kept == {
+        "sidebyside": [a, c],
+        "fast": [f],
+        "slurm": [s, g],
+        "local": [b, h],
+        "apart": [w, x],
+    }
+    assert sorted(map(id, sum(kept.values(), []))) == sorted(map(id, everything))  # each in one run
+    assert phase_of("slurm", list(everything))[1] == [a, b, c, f, h, w, x]
     assert phase_of("all", list(everything)) == (everything, [])
 
 
@@ -68,7 +78,7 @@ def test_phase_1_hands_out_a_files_tests_together_and_the_cpu_heavy_files_as_one
     assert phase_group("tests/test_cluster_user.py::test_x") == "cpu"  # beside the real CLIs' budgets it broke them
 
 
-def test_phase_1_hands_out_the_longest_groups_first_and_keeps_each_files_order():
+def test_phase_1_hands_out_the_longest_groups_first_and_the_local_lane_runs_the_busy_demo_last():
     a1, a2 = Item("test_1", "sidebyside", file="test_a.py"), Item("test_2", "sidebyside", file="test_a.py")
     world = Item("test_w", "sidebyside", "slow", file="test_b.py")
     demo = Item("test_d", "sidebyside", "slow", file="test_demo.py")
@@ -78,6 +88,10 @@ def test_phase_1_hands_out_the_longest_groups_first_and_keeps_each_files_order()
     order = [levels, demo, users, a1, world, a2]  # the CPU-heavy group first; the rest keep their order
     assert phase_of("sidebyside", [a1, world, levels, demo, fast, a2, users])[0] == order
     assert phase_of("fast", [a1, fast, a2])[0] == [fast]
+    # phase 2's local lane: the tests on the demo under busy loops last, the others in their order
+    d1, d2 = Item("test_d1", "slow", fixtures=("demo_sweep",)), Item("test_d2", fixtures=("demo_sweep",))
+    s1, s2 = Item("test_s1", "slow"), Item("test_s2", "slow", file="test_b.py")
+    assert phase_of("local", [d1, s1, d2, s2])[0] == [s1, s2, d1, d2]
 
 
 def sidebyside_tests() -> list[tuple[str, ast.FunctionDef]]:
@@ -98,59 +112,64 @@ def test_no_test_that_must_run_alone_is_marked_sidebyside():
     assert len(found) >= 10  # the scan sees the marks
     for file, node in found:
         assert isinstance(node, ast.FunctionDef), f"{file}: a module-wide sidebyside mark; mark each test"
-        assert file not in ALONE_FILES, f"{file}::{node.name} must run alone"
+        assert file not in SLURM_FILES | APART_FILES, f"{file}::{node.name} must not run beside others"
         assert not {a.arg for a in node.args.args} & ALONE_FIXTURES, f"{file}::{node.name} takes {ALONE_FIXTURES}"
         assert "busy_loops" not in ast.unparse(node), f"{file}::{node.name} loads the machine: it must run alone"
 
 
 @pytest.fixture
 def fake_pytest(tmp_path):
-    """A stand-in for `python -m pytest` that logs its arguments and exits with RC_SIDEBYSIDE, RC_FAST, RC_ALONE or
-    RC_ALL by the run it was given."""
+    """A stand-in for `python -m pytest` that logs its arguments and exits with the code given for the run
+    (--phase=NAME) it was given, 3 for a run without --phase."""
     script = tmp_path / "pytest"
     script.write_text(
         '#!/bin/sh\necho "$*" >> "$LOG"\n'
-        'case "$*" in *--phase=sidebyside*) exit "$RC_SIDEBYSIDE";; *--phase=fast*) exit "$RC_FAST";;\n'
-        '*--phase=alone*) exit "$RC_ALONE";; esac\nexit "$RC_ALL"\n'
+        'for a in "$@"; do case "$a" in --phase=*) eval "exit \\$RC_${a#--phase=}";; esac; done\nexit 3\n'
     )
     script.chmod(0o755)
 
-    def run(
-        rc_sidebyside: int, rc_alone: int, *args: str, rc_fast: int = 0, workers: str | None = None
-    ) -> tuple[int, list[str]]:
+    def run(*args: str, workers: str | None = None, **rcs: int) -> tuple[int, list[str]]:
+        """The exit code and the runs (a phase's two runs start together: sorted), each phase's code from
+        `rcs` (sidebyside=, fast=, slurm=, local=, apart=; 0 where not given)."""
         log = tmp_path / "log"
         log.unlink(missing_ok=True)
-        env = {**os.environ, "A2RL_PYTEST": str(script), "LOG": str(log), "RC_ALL": "3"}
-        env.update(RC_SIDEBYSIDE=str(rc_sidebyside), RC_FAST=str(rc_fast), RC_ALONE=str(rc_alone))
+        env = {**os.environ, "A2RL_PYTEST": str(script), "LOG": str(log)}
+        env.update({f"RC_{phase}": str(rcs.get(phase, 0)) for phase in PHASES})
         env.pop("A2RL_TEST_WORKERS", None)
         if workers is not None:
             env["A2RL_TEST_WORKERS"] = workers
         proc = subprocess.run(["bash", str(REPO / "tools" / "test-phases.sh"), *args], env=env, capture_output=True)
         calls = log.read_text().splitlines()
-        return proc.returncode, sorted(calls[:2]) + calls[2:]  # phase 1's two runs start together
+        return proc.returncode, sorted(calls[:2]) + sorted(calls[2:4]) + calls[4:]
 
     return run
 
 
 def test_the_phases_exit_codes_combine_and_nothing_collected_in_all_is_exit_5(fake_pytest):
-    rc, calls = fake_pytest(0, 0, "-m", "slow", "tests/test_x.py")
+    rc, calls = fake_pytest("-m", "slow", "tests/test_x.py")
     assert rc == 0
     assert calls == [
         "--phase=fast -m slow tests/test_x.py",
         "--phase=sidebyside -n 4 --dist loadscope -m slow tests/test_x.py",
-        "--phase=alone -m slow tests/test_x.py",
+        "--phase=local -m slow tests/test_x.py",
+        "--phase=slurm -m slow tests/test_x.py",
+        "--phase=apart -m slow tests/test_x.py",
     ]
-    assert fake_pytest(5, 0)[0] == 0 and fake_pytest(0, 5)[0] == 0  # the selection in some runs only
-    assert fake_pytest(5, 5)[0] == 0 and fake_pytest(5, 5, rc_fast=5)[0] == 5
-    assert fake_pytest(1, 0)[0] == 1 and fake_pytest(0, 1)[0] == 1 and fake_pytest(5, 1)[0] == 1
-    assert fake_pytest(0, 0, rc_fast=1)[0] == 1 and fake_pytest(5, 5, rc_fast=4)[0] == 4
-    assert fake_pytest(2, 1)[0] == 2 and fake_pytest(0, 2, rc_fast=1)[0] == 1  # the first failing run's code
-    assert fake_pytest(2, 0, rc_fast=1)[0] == 2
+    none = dict.fromkeys(PHASES, 5)
+    assert fake_pytest(**none)[0] == 5
+    for phase in PHASES:  # the selection in one run only; a failure in any run
+        assert fake_pytest(**{**none, phase: 0})[0] == 0
+        assert fake_pytest(**{phase: 1})[0] == 1 and fake_pytest(**{**none, phase: 4})[0] == 4
+    # the first failing run's code, in the order above
+    assert fake_pytest(sidebyside=2, fast=1)[0] == 2 and fake_pytest(fast=1, slurm=2)[0] == 1
+    assert fake_pytest(local=2, slurm=1)[0] == 2 and fake_pytest(slurm=1, apart=2)[0] == 1
     fast, sidebyside = "--phase=fast -x", "--phase=sidebyside -n 4 --dist loadscope -x"
-    assert fake_pytest(1, 0, "-x") == (1, [fast, sidebyside])  # -x: no phase 2
-    assert fake_pytest(0, 0, "-x", rc_fast=1) == (1, [fast, sidebyside])
-    assert fake_pytest(0, 0, workers="2")[1][1].startswith("--phase=sidebyside -n 2 ")
-    assert fake_pytest(0, 0, "-k", "x", workers="0") == (3, ["-k x"])  # the fallback: one plain run
+    assert fake_pytest("-x", sidebyside=1) == (1, [fast, sidebyside])  # -x: a failing phase ends the run
+    assert fake_pytest("-x", fast=1) == (1, [fast, sidebyside])
+    assert fake_pytest("-x", slurm=2) == (2, [fast, sidebyside, "--phase=local -x", "--phase=slurm -x"])
+    assert fake_pytest("--maxfail=1", apart=1)[0] == 1 and len(fake_pytest("--maxfail=1", apart=1)[1]) == 5
+    assert fake_pytest(workers="2")[1][1].startswith("--phase=sidebyside -n 2 ")
+    assert fake_pytest("-k", "x", workers="0") == (3, ["-k x"])  # the fallback: one plain run
 
 
 def test_every_test_that_loads_the_machine_is_slow_and_so_never_runs_with_the_fast_ones():

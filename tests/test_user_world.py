@@ -46,7 +46,7 @@ def _bare_path(root: Path) -> str:
     return str(bindir)
 
 
-# alone (tests/conftest.py's ALONE_FILES): beside phase 1's budget runs, its user's set-up made the real CLIs' run
+# apart (tests/conftest.py's APART_FILES): beside phase 1's budget runs, its user's set-up made the real CLIs' run
 # out of budget (2026-11-28)
 @pytest.mark.slow
 @pytest.mark.skipif(os.getuid() != 0 or shutil.which("useradd") is None, reason="creating a user takes root")
