@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import huggingface_hub
+import pytest
 import yaml
 
 from a2rl.cli.main import main
@@ -55,6 +56,7 @@ def test_fetch_model_offline_is_one_clear_line(tmp_path):
     assert line.startswith("error: cannot download Qwen/Qwen2.5-0.5B from the Hugging Face hub") and "resume" in line
 
 
+@pytest.mark.slow  # 5 s: the paper grid expanded on models of the real shapes
 def test_paper_table2_is_valid_and_fits_its_shapes(tmp_path):
     """The grid as shipped, with its two model paths pointed at models of the real shapes: it validates, expands to
     2 models x 6 tasks x the stacks' drivers, and its grader and run shapes hold both models."""

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from a2rl.cli.main import main
@@ -46,6 +47,7 @@ def _fresh(tmp_path) -> dict[str, str]:
     return {**env, "HOME": str(tmp_path), "A2RL_CACHE": str(tmp_path / "cache"), "A2RL_AGENT_CLIS": str(tmp_path)}
 
 
+@pytest.mark.slow  # 9 s: the whole paper grid validated, planned and refused
 def test_paper_table2_on_a_fresh_clone_prints_its_whole_plan_and_what_launch_refuses(tmp_path, monkeypatch, capsys):
     proc = subprocess.run(
         [sys.executable, "-m", "a2rl", "validate", str(PAPER)],
