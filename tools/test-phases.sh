@@ -53,22 +53,20 @@ ends() { # after a phase: with -x/--maxfail a failure ends the run there
   fi
 }
 
-# beside "$@" (the phase's main run, in the foreground), one more pytest run in the background whose output is
-# printed when both end: $1 its name, $2 its priority wrapper ("" or "idle"), then "--" and its own arguments
+# beside the phase's main run (in the foreground), one more pytest run in the background whose output is printed
+# when it ends: $1 its name, $2 "idle" or "", then its arguments
 side_run_pid= side_log=
 side_start() {
-  local name=$1 idle=$2
-  shift 3
-  side_log=$(mktemp "${TMPDIR:-/tmp}/a2rl-$name-tests.XXXXXX")
-  if [ "$idle" = idle ]; then
-    # at idle priority, so that it takes only the cores the other run leaves (at full priority the fast tests
-    # made phase 1's budget runs fail, 2026-11-28): nice 19, and in a session of its own whose autogroup is
-    # niced too (with the kernel's autogroups, on by default in Debian, nice acts only inside a session)
-    setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' "$name-tests" \
-      "${PYTEST[@]}" "$@" >"$side_log" 2>&1 &
-  else
-    "${PYTEST[@]}" "$@" >"$side_log" 2>&1 &
+  local name=$1 wrap=()
+  # at idle priority, so that it takes only the cores the other run leaves (at full priority the fast tests made
+  # phase 1's budget runs fail, 2026-11-28): nice 19, and in a session of its own whose autogroup is niced too
+  # (with the kernel's autogroups, on by default in Debian, nice acts only inside a session)
+  if [ "$2" = idle ]; then
+    wrap=(setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' "$name-tests")
   fi
+  shift 2
+  side_log=$(mktemp "${TMPDIR:-/tmp}/a2rl-$name-tests.XXXXXX")
+  "${wrap[@]}" "${PYTEST[@]}" "$@" >"$side_log" 2>&1 &
   side_run_pid=$!
   trap 'kill "$side_run_pid" 2>/dev/null; rm -f "$side_log"; exit 130' INT
   trap 'kill "$side_run_pid" 2>/dev/null; rm -f "$side_log"; exit 143' TERM
@@ -91,14 +89,14 @@ main_run() { # $1 its name, then its arguments: in the foreground, its exit code
 }
 
 say "phase 1 of 3, the fast tests one at a time (output when they end): ${PYTEST[*]} --phase=fast $*"
-side_start fast idle -- --phase=fast "$@"
+side_start fast idle --phase=fast "$@"
 say "phase 1 of 3, beside them the sidebyside tests in $WORKERS workers: ${PYTEST[*]} --phase=sidebyside -n $WORKERS --dist loadscope $*"
 main_run "phase 1's sidebyside tests" --phase=sidebyside -n "$WORKERS" --dist loadscope "$@"
 side_end "phase 1's fast tests"
 ends 1
 
 say "phase 2 of 3, the Slurm lane one test at a time (output when it ends): ${PYTEST[*]} --phase=slurm $*"
-side_start slurm "" -- --phase=slurm "$@"
+side_start slurm "" --phase=slurm "$@"
 say "phase 2 of 3, beside it the local lane one test at a time: ${PYTEST[*]} --phase=local $*"
 main_run "phase 2's local lane" --phase=local "$@"
 side_end "phase 2's Slurm lane"
